@@ -1,0 +1,22 @@
+// The `ferry` CLI's options, one table for every subcommand (defined in flags.cc).
+// Dashes and underscores are interchangeable on the command line (--max-tokens == --max_tokens).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/flags/declare.h"
+
+ABSL_DECLARE_FLAG(std::string, model);
+ABSL_DECLARE_FLAG(std::string, golden);
+ABSL_DECLARE_FLAG(double, tolerance);
+ABSL_DECLARE_FLAG(int64_t, prefill_chunk);
+ABSL_DECLARE_FLAG(std::string, prompt_ids);
+ABSL_DECLARE_FLAG(int64_t, max_tokens);
+ABSL_DECLARE_FLAG(double, temperature);
+ABSL_DECLARE_FLAG(int32_t, top_k);
+ABSL_DECLARE_FLAG(double, top_p);
+ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(std::string, stop_token_ids);
+ABSL_DECLARE_FLAG(bool, ignore_eos);
+ABSL_DECLARE_FLAG(bool, verbose);

@@ -1,0 +1,52 @@
+#include "model/causal_lm.h"
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "model/checkpoint.h"
+#include "model/glm_moe_dsa.h"
+
+namespace ferry::model {
+
+absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t vocab) {
+  std::set<const SequenceState*> seen;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const ForwardSegment& seg = segments[s];
+    if (seg.state == nullptr) return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": no state"));
+    if (seg.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": no tokens"));
+    }
+    if (!seen.insert(seg.state).second) {
+      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": its state is already in this step"));
+    }
+    for (size_t i = 0; i < seg.tokens.size(); ++i) {
+      if (seg.tokens[i] < 0 || seg.tokens[i] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": token ", i, " is ", seg.tokens[i],
+                                                       ", outside the vocabulary [0, ", vocab, ")"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir) {
+  FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
+  switch (cfg.family) {
+    case Family::kGlmMoeDsa: {
+      FERRY_ASSIGN_OR_RETURN(std::unique_ptr<GlmMoeDsa> m, GlmMoeDsa::Load(ck, cfg));
+      FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << ": "
+                      << cfg.num_layers << " layers, hidden " << cfg.hidden_size << ", vocab "
+                      << cfg.vocab_size;
+      return std::unique_ptr<CausalLM>(std::move(m));
+    }
+    case Family::kGlm5Next:
+      return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": glm5_next is not served by this "
+                                                   "build's CPU reference yet"));
+  }
+  return absl::InternalError("unknown family");
+}
+
+}  // namespace ferry::model

@@ -1,0 +1,60 @@
+// The interface every model family implements on the CPU backend: per-conversation state and a
+// batched forward step over several conversations at once (continuous batching).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+
+namespace ferry::model {
+
+// One conversation's cached state (latent rows, index keys, recurrent state). Owned by the
+// caller; a family's Forward() appends to it.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  // Tokens consumed so far (the position the next token takes).
+  virtual int64_t length() const = 0;
+  // Bytes of cached state held right now.
+  virtual int64_t bytes() const = 0;
+};
+
+// A piece of one step: `tokens` appended to `state` at positions length()...
+struct ForwardSegment {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> tokens;
+  bool all_logits = false;  // logits of every token, else only of the last one
+};
+
+struct ForwardOutput {
+  int64_t vocab = 0;
+  std::vector<float> logits;          // [rows, vocab]
+  std::vector<int64_t> first_row;     // per segment: its first row in `logits`
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual std::unique_ptr<SequenceState> NewSequence() const = 0;
+
+  // Runs one step over the segments. Each segment's rows see their own conversation's earlier
+  // tokens and the earlier tokens of the same segment (causal); segments never see each other,
+  // and a row's logits do not depend on which other segments share the step.
+  // Errors (nothing is appended to any state): INVALID_ARGUMENT for an empty segment, a token
+  // id outside [0, vocab), a state of another family, or one state in two segments.
+  virtual absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) = 0;
+};
+
+// Opens the checkpoint at `dir`, parses its config and loads the matching family.
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir);
+
+// Shared validation of Forward()'s input (empty segments, token range, duplicates).
+absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t vocab);
+
+}  // namespace ferry::model

@@ -1,0 +1,220 @@
+#include "model/checkpoint.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+
+namespace ferry::model {
+namespace {
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// Converts `count` elements of `src` (of type `dtype`) starting at element `offset` to float.
+void ConvertRun(DType dtype, const uint8_t* src, int64_t offset, int64_t count, float* dst) {
+  switch (dtype) {
+    case DType::kF32: {
+      std::memcpy(dst, src + offset * 4, static_cast<size_t>(count) * 4);
+      return;
+    }
+    case DType::kBF16: {
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t b;
+        std::memcpy(&b, src + (offset + i) * 2, 2);
+        dst[i] = Bf16ToF32(b);
+      }
+      return;
+    }
+    case DType::kF16: {
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t b;
+        std::memcpy(&b, src + (offset + i) * 2, 2);
+        dst[i] = F16ToF32(b);
+      }
+      return;
+    }
+    case DType::kF8E4M3: {
+      for (int64_t i = 0; i < count; ++i) dst[i] = F8E4M3ToF32(src[offset + i]);
+      return;
+    }
+    default:
+      return;  // unreachable: callers check IsFloatWeightType
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return FileExists(path) ? absl::FailedPreconditionError(absl::StrCat(path, ": cannot read"))
+                            : absl::NotFoundError(absl::StrCat(path, ": file not found"));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return nlohmann::json::parse(ss.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": malformed JSON at byte ", e.byte, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
+  Checkpoint ck;
+  ck.dir_ = dir;
+  while (ck.dir_.size() > 1 && ck.dir_.back() == '/') ck.dir_.pop_back();
+  FERRY_ASSIGN_OR_RETURN(ck.config_, ReadJsonFile(ck.config_path()));
+  if (!ck.config_.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(ck.config_path(), ": not a JSON object"));
+  }
+  if (auto q = ck.config_.find("quantization_config"); q != ck.config_.end() && q->is_object()) {
+    if (auto b = q->find("weight_block_size"); b != q->end()) {
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_unsigned() ||
+          !(*b)[1].is_number_unsigned() || (*b)[0].get<int64_t>() <= 0 ||
+          (*b)[1].get<int64_t>() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            ck.config_path(), ": quantization_config.weight_block_size must be two positive "
+                              "integers, got ", b->dump()));
+      }
+      ck.fp8_block_rows_ = (*b)[0].get<int64_t>();
+      ck.fp8_block_cols_ = (*b)[1].get<int64_t>();
+    }
+  }
+
+  const std::string index_path = ck.dir_ + "/model.safetensors.index.json";
+  if (FileExists(index_path)) {
+    FERRY_ASSIGN_OR_RETURN(nlohmann::json index, ReadJsonFile(index_path));
+    auto wm = index.is_object() ? index.find("weight_map") : index.end();
+    if (!index.is_object() || wm == index.end() || !wm->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(index_path, ": no 'weight_map' object"));
+    }
+    std::map<std::string, const SafetensorsFile*> opened;
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+      if (!it->is_string()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(index_path, ": weight_map entry '", it.key(), "' is not a file name"));
+      }
+      const std::string shard = it->get<std::string>();
+      if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            index_path, ": weight_map entry '", it.key(), "' names '", shard,
+            "', which is not a file in the checkpoint directory"));
+      }
+      auto found = opened.find(shard);
+      if (found == opened.end()) {
+        FERRY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(ck.dir_ + "/" + shard));
+        ck.shards_.push_back(std::make_unique<SafetensorsFile>(std::move(f)));
+        found = opened.emplace(shard, ck.shards_.back().get()).first;
+      }
+      const TensorInfo* info = found->second->Find(it.key());
+      if (info == nullptr) {
+        return absl::NotFoundError(absl::StrCat(index_path, ": tensor '", it.key(),
+                                                "' is mapped to ", shard, ", which does not hold it"));
+      }
+      ck.tensors_.emplace(it.key(), Entry{found->second, info});
+    }
+  } else {
+    const std::string single = ck.dir_ + "/model.safetensors";
+    if (!FileExists(single)) {
+      return absl::NotFoundError(absl::StrCat(dir, ": neither model.safetensors nor "
+                                                   "model.safetensors.index.json is present"));
+    }
+    FERRY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(single));
+    ck.shards_.push_back(std::make_unique<SafetensorsFile>(std::move(f)));
+    for (const TensorInfo& t : ck.shards_.back()->tensors()) {
+      ck.tensors_.emplace(t.name, Entry{ck.shards_.back().get(), &t});
+    }
+  }
+  return ck;
+}
+
+const TensorInfo* Checkpoint::Find(absl::string_view name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : it->second.info;
+}
+
+const std::string& Checkpoint::FileOf(absl::string_view name) const {
+  return tensors_.find(name)->second.file->path();
+}
+
+std::vector<std::string> Checkpoint::TensorNames() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const auto& [name, entry] : tensors_) names.push_back(name);
+  return names;
+}
+
+absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
+                                                       const std::vector<int64_t>& expected_shape,
+                                                       const Slice& slice) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(dir_, ": tensor '", name, "' is missing"));
+  }
+  const SafetensorsFile& file = *it->second.file;
+  const TensorInfo& t = *it->second.info;
+  if (t.shape != expected_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), ": tensor '", name, "' has shape ", t.ShapeString(), " but the config implies [",
+        absl::StrJoin(expected_shape, ", "), "]"));
+  }
+  if (!IsFloatWeightType(t.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor '", name, "' has dtype ",
+                                                   DTypeName(t.dtype),
+                                                   "; weights must be BF16, F16, F32 or F8_E4M3"));
+  }
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t cols = rows == 0 ? 0 : t.numel() / rows;
+  const int64_t r0 = slice.row_begin, r1 = slice.row_end < 0 ? rows : slice.row_end;
+  const int64_t c0 = slice.col_begin, c1 = slice.col_end < 0 ? cols : slice.col_end;
+  if (r0 < 0 || r0 > r1 || r1 > rows || c0 < 0 || c0 > c1 || c1 > cols) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), ": slice rows [", r0, ", ", r1, ") cols [", c0, ", ", c1, ") of tensor '", name,
+        "' lies outside its ", rows, " x ", cols, " elements"));
+  }
+  std::vector<float> out(static_cast<size_t>((r1 - r0) * (c1 - c0)));
+  const uint8_t* src = file.Data(t);
+  for (int64_t r = r0; r < r1; ++r) {
+    ConvertRun(t.dtype, src, r * cols + c0, c1 - c0, out.data() + (r - r0) * (c1 - c0));
+  }
+  if (t.dtype != DType::kF8E4M3) return out;
+
+  // FP8: multiply each element by its block's scale.
+  std::string scale_name(name);
+  scale_name += "_scale_inv";
+  const int64_t srows = (rows + fp8_block_rows_ - 1) / fp8_block_rows_;
+  const int64_t scols = (cols + fp8_block_cols_ - 1) / fp8_block_cols_;
+  auto sit = tensors_.find(scale_name);
+  if (sit == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(file.path(), ": FP8 tensor '", name, "' has no '",
+                                            scale_name, "' block scales"));
+  }
+  const TensorInfo& s = *sit->second.info;
+  if (s.shape != std::vector<int64_t>{srows, scols} ||
+      (s.dtype != DType::kF32 && s.dtype != DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        sit->second.file->path(), ": '", scale_name, "' is ", DTypeName(s.dtype), " ",
+        s.ShapeString(), "; expected F32 or BF16 [", srows, ", ", scols, "] for ", fp8_block_rows_,
+        "x", fp8_block_cols_, " blocks of ", rows, " x ", cols));
+  }
+  std::vector<float> scales(static_cast<size_t>(srows * scols));
+  ConvertRun(s.dtype, sit->second.file->Data(s), 0, srows * scols, scales.data());
+  for (int64_t r = r0; r < r1; ++r) {
+    float* row = out.data() + (r - r0) * (c1 - c0);
+    const float* srow = scales.data() + (r / fp8_block_rows_) * scols;
+    for (int64_t c = c0; c < c1; ++c) row[c - c0] *= srow[c / fp8_block_cols_];
+  }
+  return out;
+}
+
+}  // namespace ferry::model

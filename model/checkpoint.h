@@ -1,0 +1,76 @@
+// A HuggingFace checkpoint directory: config.json, and either model.safetensors or the shards
+// named by model.safetensors.index.json. Shards stay memory-mapped; tensors are upcast to
+// float32 only when a backend asks for them.
+//
+// FP8 weights follow the official FP8 releases: a tensor `X.weight` stored as F8_E4M3 comes with
+// `X.weight_scale_inv` (F32 or BF16) of shape [ceil(rows/Br), ceil(cols/Bc)], where [Br, Bc] is
+// config.json's quantization_config.weight_block_size (default [128, 128]); the real value of
+// element (r, c) is fp8(r, c) * scale_inv[r / Br][c / Bc].
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "model/safetensors.h"
+
+namespace ferry::model {
+
+// A 2-D window of a tensor viewed as [dim0, product of the other dims]; end -1 means "to the end".
+// Used to load a tensor-parallel shard without upcasting the whole tensor.
+struct Slice {
+  int64_t row_begin = 0, row_end = -1;
+  int64_t col_begin = 0, col_end = -1;
+};
+
+class Checkpoint {
+ public:
+  // Opens `dir`: parses config.json, maps every shard and checks that every tensor the index
+  // names is present in its shard. Errors name the file and the problem.
+  static absl::StatusOr<Checkpoint> Open(const std::string& dir);
+
+  const std::string& dir() const { return dir_; }
+  const nlohmann::json& config_json() const { return config_; }
+  // The path of config.json, for error messages about its contents.
+  std::string config_path() const { return dir_ + "/config.json"; }
+
+  bool Has(absl::string_view name) const { return Find(name) != nullptr; }
+  // nullptr when absent.
+  const TensorInfo* Find(absl::string_view name) const;
+  // The shard that holds `name`, for messages. REQUIRES: Has(name).
+  const std::string& FileOf(absl::string_view name) const;
+  // Every tensor name, sorted.
+  std::vector<std::string> TensorNames() const;
+
+  // Upcasts tensor `name` (BF16, F16, F32, or F8_E4M3 with its block scales) to float32,
+  // row-major, after checking its shape equals `expected_shape` and `slice` lies inside it.
+  // Errors: NOT_FOUND naming the tensor when it is absent (or its FP8 scale is);
+  // INVALID_ARGUMENT naming the file when the dtype or shape disagrees.
+  absl::StatusOr<std::vector<float>> LoadF32(absl::string_view name,
+                                             const std::vector<int64_t>& expected_shape,
+                                             const Slice& slice = {}) const;
+
+ private:
+  struct Entry {
+    const SafetensorsFile* file;
+    const TensorInfo* info;
+  };
+
+  std::string dir_;
+  nlohmann::json config_;
+  int64_t fp8_block_rows_ = 128;
+  int64_t fp8_block_cols_ = 128;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::map<std::string, Entry, std::less<>> tensors_;
+};
+
+// Reads and parses a JSON file; errors name the file (and the byte of a parse error).
+absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path);
+
+}  // namespace ferry::model

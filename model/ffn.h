@@ -1,0 +1,45 @@
+// The feed-forward blocks shared by both families: the SwiGLU MLP (dense layers, each expert,
+// the shared expert) and the sigmoid-routed MoE.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/ops.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace ferry::model {
+
+// gate/up [inter, hidden], down [hidden, inter] (PyTorch Linear layout).
+struct MlpWeights {
+  Weight gate, up, down;
+  int64_t inter() const { return gate.rows; }
+};
+
+// Loads `gate_proj`, `up_proj`, `down_proj` under the loader's prefix.
+absl::StatusOr<MlpWeights> LoadMlp(const WeightLoader& w, int64_t hidden, int64_t inter);
+
+// y[rows, hidden] = down(SwiGlu(gate x, up x; limit)), limit 0 = no clamp. y must not alias x.
+void MlpForward(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
+
+// Router `gate.weight` [E, hidden], `gate.e_score_correction_bias` [E], experts E.{gate,up,down},
+// and `shared_experts` (inter = moe_intermediate_size * n_shared_experts; absent when 0).
+struct MoeWeights {
+  Weight router;
+  Weight bias;
+  std::vector<MlpWeights> experts;
+  MlpWeights shared;
+  bool has_shared = false;
+  kernels::cpu::RoutingParams routing;
+};
+
+absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c);
+
+// y[rows, hidden] = sum over each row's routed experts, ascending by expert id, of
+// weight * expert(x), then + shared(x). Each row's result is independent of the other rows.
+// y must not alias x.
+void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
+
+}  // namespace ferry::model

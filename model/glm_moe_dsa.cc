@@ -1,0 +1,175 @@
+#include "model/glm_moe_dsa.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cpu/ops.h"
+
+namespace ferry::model {
+
+namespace cpu = ferry::kernels::cpu;
+
+DsaSequence::DsaSequence(const ModelConfig& c)
+    : latent_(static_cast<size_t>(c.num_layers)), index_keys_(static_cast<size_t>(c.num_layers)) {}
+
+int64_t DsaSequence::bytes() const {
+  int64_t n = 0;
+  for (const auto& v : latent_) n += static_cast<int64_t>(v.size() * sizeof(float));
+  for (const auto& v : index_keys_) n += static_cast<int64_t>(v.size() * sizeof(float));
+  return n;
+}
+
+absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck, const ModelConfig& c) {
+  std::unique_ptr<GlmMoeDsa> m(new GlmMoeDsa(c));
+  WeightLoader top(ck, "");
+  WeightLoader model(ck, c.weight_prefix);
+  FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
+  FERRY_ASSIGN_OR_RETURN(m->norm_, model.Vector("norm.weight", c.hidden_size));
+  if (c.tie_word_embeddings) {
+    m->lm_head_ = m->embed_;
+  } else {
+    FERRY_ASSIGN_OR_RETURN(m->lm_head_, top.Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+  }
+  m->inv_freq_ = cpu::RopeInvFreq(c.qk_rope_head_dim, c.rope_theta);
+  m->layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Layer& L = m->layers_[i];
+    WeightLoader lw(ck, c.LayerPrefix(i));
+    FERRY_ASSIGN_OR_RETURN(L.input_norm, lw.Vector("input_layernorm.weight", c.hidden_size));
+    FERRY_ASSIGN_OR_RETURN(L.post_norm, lw.Vector("post_attention_layernorm.weight", c.hidden_size));
+    // The low-rank norms use the class default epsilon 1e-6, not rms_norm_eps.
+    FERRY_ASSIGN_OR_RETURN(L.attn, LoadMla(lw.Sub("self_attn."), c, 1e-6f));
+    L.has_indexer = c.indexer_types[i] == IndexerType::kFull;
+    if (L.has_indexer) {
+      FERRY_ASSIGN_OR_RETURN(L.indexer, LoadDsaIndexer(lw.Sub("self_attn.indexer."), c));
+    }
+    L.dense = c.mlp_types[i] == MlpType::kDense;
+    if (L.dense) {
+      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c));
+    }
+  }
+  return m;
+}
+
+std::unique_ptr<SequenceState> GlmMoeDsa::NewSequence() const {
+  return std::make_unique<DsaSequence>(config_);
+}
+
+absl::StatusOr<ForwardOutput> GlmMoeDsa::Forward(std::span<const ForwardSegment> segments) {
+  return ForwardWithHidden(segments, nullptr);
+}
+
+absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const ForwardSegment> segments,
+                                                           std::vector<std::vector<float>>* hidden) {
+  const ModelConfig& c = config_;
+  FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
+  std::vector<DsaSequence*> seqs;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    auto* seq = dynamic_cast<DsaSequence*>(segments[s].state);
+    if (seq == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": state is not a glm_moe_dsa sequence"));
+    }
+    seqs.push_back(seq);
+  }
+
+  const int64_t D = c.hidden_size, W = c.latent_row_width(), Di = c.index_head_dim;
+  std::vector<int64_t> pos, seg_of;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    for (size_t i = 0; i < segments[s].tokens.size(); ++i) {
+      pos.push_back(seqs[s]->length_ + static_cast<int64_t>(i));
+      seg_of.push_back(static_cast<int64_t>(s));
+    }
+  }
+  const int64_t R = static_cast<int64_t>(pos.size());
+
+  // Grow every cache to hold this step's rows; row p of a cache is position p.
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t len = seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size());
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      seqs[s]->latent_[l].resize(static_cast<size_t>(len * W));
+      if (layers_[l].has_indexer) seqs[s]->index_keys_[l].resize(static_cast<size_t>(len * Di));
+    }
+  }
+
+  std::vector<float> x(static_cast<size_t>(R * D));
+  {
+    int64_t r = 0;
+    for (const ForwardSegment& seg : segments) {
+      for (int32_t t : seg.tokens) std::copy_n(embed_.ptr() + t * D, D, x.data() + (r++) * D);
+    }
+  }
+  if (hidden) hidden->assign(1, x);
+
+  std::vector<float> a(x.size()), y(x.size());
+  std::vector<float> keys(static_cast<size_t>(R * Di));
+  std::vector<const float*> cache_of(static_cast<size_t>(R)), keys_of(static_cast<size_t>(R));
+  std::vector<std::vector<int32_t>> sel;
+  MlaProjections proj;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    cpu::RmsNorm(x.data(), R, D, L.input_norm.ptr(), c.rms_norm_eps, a.data());
+    MlaProject(L.attn, c, a.data(), R, pos.data(), inv_freq_.data(), &proj);
+    for (int64_t r = 0; r < R; ++r) {
+      std::vector<float>& cache = seqs[seg_of[r]]->latent_[l];
+      std::copy_n(proj.cache_rows.data() + r * W, W, cache.data() + pos[r] * W);
+      cache_of[r] = cache.data();
+    }
+    if (L.has_indexer) {
+      DsaIndexerKeys(L.indexer, c, a.data(), R, pos.data(), inv_freq_.data(), keys.data());
+      for (int64_t r = 0; r < R; ++r) {
+        std::vector<float>& kc = seqs[seg_of[r]]->index_keys_[l];
+        std::copy_n(keys.data() + r * Di, Di, kc.data() + pos[r] * Di);
+        keys_of[r] = kc.data();
+      }
+      DsaIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), inv_freq_.data(),
+                       keys_of.data(), &sel);
+    }
+    // A shared layer reuses `sel` from the latest full layer (the config guarantees one).
+    MlaAttend(L.attn, c, proj, R, cache_of.data(), sel, y.data());
+    for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
+
+    cpu::RmsNorm(x.data(), R, D, L.post_norm.ptr(), c.rms_norm_eps, a.data());
+    if (L.dense) {
+      MlpForward(L.mlp, a.data(), R, D, 0.0f, y.data());
+    } else {
+      MoeForward(L.moe, a.data(), R, D, 0.0f, y.data());
+    }
+    for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
+    if (hidden && l + 1 < c.num_layers) hidden->push_back(x);
+  }
+
+  // Final norm and lm_head on the rows whose logits were asked for.
+  ForwardOutput out;
+  out.vocab = c.vocab_size;
+  std::vector<int64_t> rows_out;
+  {
+    int64_t r = 0;
+    for (const ForwardSegment& seg : segments) {
+      const int64_t n = static_cast<int64_t>(seg.tokens.size());
+      out.first_row.push_back(static_cast<int64_t>(rows_out.size()));
+      for (int64_t i = seg.all_logits ? 0 : n - 1; i < n; ++i) rows_out.push_back(r + i);
+      r += n;
+    }
+  }
+  if (hidden) {
+    std::vector<float> normed(x.size());
+    cpu::RmsNorm(x.data(), R, D, norm_.ptr(), c.rms_norm_eps, normed.data());
+    hidden->push_back(std::move(normed));
+  }
+  const int64_t n_out = static_cast<int64_t>(rows_out.size());
+  std::vector<float> h(static_cast<size_t>(n_out * D));
+  for (int64_t j = 0; j < n_out; ++j) std::copy_n(x.data() + rows_out[j] * D, D, h.data() + j * D);
+  cpu::RmsNorm(h.data(), n_out, D, norm_.ptr(), c.rms_norm_eps, h.data());
+  out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
+  cpu::Linear(h.data(), n_out, D, lm_head_.ptr(), c.vocab_size, out.logits.data());
+
+  for (size_t s = 0; s < segments.size(); ++s) {
+    seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
+  }
+  return out;
+}
+
+}  // namespace ferry::model

@@ -1,0 +1,93 @@
+#include "model/golden.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "model/generate.h"
+#include "model/safetensors.h"
+
+namespace ferry::model {
+namespace {
+
+absl::StatusOr<std::vector<int32_t>> ReadI32(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo* t = f.Find(name);
+  if (t == nullptr) return absl::NotFoundError(absl::StrCat(f.path(), ": tensor '", name, "' is missing"));
+  if (t->dtype != DType::kI32 || t->shape.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": '", name, "' is ", DTypeName(t->dtype), " ",
+                                                   t->ShapeString(), "; expected I32 [n]"));
+  }
+  std::vector<int32_t> v(static_cast<size_t>(t->numel()));
+  std::memcpy(v.data(), f.Data(*t), v.size() * sizeof(int32_t));
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<GoldenPrompt>> ReadGolden(const std::string& path) {
+  FERRY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(path));
+  std::vector<GoldenPrompt> out;
+  for (int k = 0;; ++k) {
+    const std::string p = absl::StrCat("p", k);
+    if (f.Find(p + ".ids") == nullptr) break;
+    GoldenPrompt g;
+    g.name = p;
+    FERRY_ASSIGN_OR_RETURN(g.ids, ReadI32(f, p + ".ids"));
+    FERRY_ASSIGN_OR_RETURN(g.greedy, ReadI32(f, p + ".greedy"));
+    const TensorInfo* lt = f.Find(p + ".logits");
+    const int64_t rows = static_cast<int64_t>(g.ids.size() + g.greedy.size());
+    if (lt == nullptr || lt->dtype != DType::kF32 || lt->shape.size() != 2 || lt->shape[0] != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": '", p, ".logits' must be F32 [", rows,
+                                                     ", vocab]"));
+    }
+    g.vocab = lt->shape[1];
+    g.logits.resize(static_cast<size_t>(lt->numel()));
+    std::memcpy(g.logits.data(), f.Data(*lt), g.logits.size() * sizeof(float));
+    out.push_back(std::move(g));
+  }
+  if (out.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": holds no prompt p0"));
+  return out;
+}
+
+absl::StatusOr<GoldenResult> CheckGoldenPrompt(CausalLM& model, const GoldenPrompt& golden,
+                                               float tolerance, int64_t prefill_chunk) {
+  const int64_t vocab = model.config().vocab_size;
+  if (golden.vocab != vocab) {
+    return absl::InvalidArgumentError(absl::StrCat(golden.name, ": golden vocab ", golden.vocab,
+                                                   " differs from the model's ", vocab));
+  }
+  GenerateOptions opt;
+  opt.max_tokens = static_cast<int64_t>(golden.greedy.size());
+  opt.ignore_eos = true;
+  opt.prefill_chunk = prefill_chunk;
+  FERRY_ASSIGN_OR_RETURN(GenerateResult gen, Generate(model, golden.ids, opt, /*keep_logits=*/true));
+
+  GoldenResult r;
+  r.name = golden.name;
+  r.prompt_len = static_cast<int64_t>(golden.ids.size());
+  r.generated = gen.tokens;
+  r.tokens_equal = gen.tokens == golden.greedy;
+  // Positions after the first token mismatch saw a different prefix: compare up to it.
+  size_t rows = std::min(gen.logits.size(), golden.logits.size()) / static_cast<size_t>(vocab);
+  for (size_t i = 0; i < std::min(gen.tokens.size(), golden.greedy.size()); ++i) {
+    if (gen.tokens[i] != golden.greedy[i]) {
+      rows = std::min(rows, golden.ids.size() + i);
+      break;
+    }
+  }
+  for (size_t i = 0; i < rows; ++i) {
+    float err = 0.0f;
+    for (int64_t v = 0; v < vocab; ++v) {
+      const float d = std::fabs(gen.logits[i * vocab + v] - golden.logits[i * vocab + v]);
+      err = std::isnan(d) ? INFINITY : std::max(err, d);
+    }
+    float& slot = static_cast<int64_t>(i) < r.prompt_len ? r.max_prefill_error : r.max_decode_error;
+    slot = std::max(slot, err);
+  }
+  r.passed = r.tokens_equal && r.max_prefill_error <= tolerance && r.max_decode_error <= tolerance;
+  return r;
+}
+
+}  // namespace ferry::model

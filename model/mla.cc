@@ -1,0 +1,95 @@
+#include "model/mla.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/status.h"
+#include "kernels/cpu/ops.h"
+
+namespace ferry::model {
+
+namespace cpu = ferry::kernels::cpu;
+
+absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, float norm_eps) {
+  const int64_t H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
+                V = c.v_head_dim;
+  MlaWeights m;
+  m.norm_eps = norm_eps;
+  FERRY_ASSIGN_OR_RETURN(m.q_a, w.Matrix("q_a_proj.weight", c.q_lora_rank, c.hidden_size));
+  FERRY_ASSIGN_OR_RETURN(m.q_a_norm, w.Vector("q_a_layernorm.weight", c.q_lora_rank));
+  FERRY_ASSIGN_OR_RETURN(m.q_b, w.Matrix("q_b_proj.weight", H * (N + P), c.q_lora_rank));
+  FERRY_ASSIGN_OR_RETURN(m.kv_a, w.Matrix("kv_a_proj_with_mqa.weight", L + P, c.hidden_size));
+  FERRY_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector("kv_a_layernorm.weight", L));
+  FERRY_ASSIGN_OR_RETURN(Weight kv_b, w.Matrix("kv_b_proj.weight", H * (N + V), L));
+  FERRY_ASSIGN_OR_RETURN(m.o_proj, w.Matrix("o_proj.weight", c.hidden_size, H * V));
+  // Split kv_b per head into W_UK (transposed, so q_abs is a Linear over q_nope) and W_UV.
+  m.w_uk_t = Weight{std::vector<float>(static_cast<size_t>(H * L * N)), H * L, N};
+  m.w_uv = Weight{std::vector<float>(static_cast<size_t>(H * V * L)), H * V, L};
+  for (int64_t h = 0; h < H; ++h) {
+    const float* head = kv_b.ptr() + h * (N + V) * L;
+    for (int64_t i = 0; i < N; ++i) {
+      for (int64_t l = 0; l < L; ++l) m.w_uk_t.data[(h * L + l) * N + i] = head[i * L + l];
+    }
+    std::copy_n(head + N * L, V * L, m.w_uv.data.data() + h * V * L);
+  }
+  return m;
+}
+
+void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64_t rows,
+                const int64_t* pos, const float* inv_freq, MlaProjections* out) {
+  const int64_t H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
+                QL = c.q_lora_rank, D = c.hidden_size;
+  out->cq.resize(static_cast<size_t>(rows * QL));
+  cpu::Linear(a, rows, D, w.q_a.ptr(), QL, out->cq.data());
+  cpu::RmsNorm(out->cq.data(), rows, QL, w.q_a_norm.ptr(), w.norm_eps, out->cq.data());
+
+  std::vector<float> q(static_cast<size_t>(rows * H * (N + P)));
+  cpu::Linear(out->cq.data(), rows, QL, w.q_b.ptr(), H * (N + P), q.data());
+
+  out->cache_rows.resize(static_cast<size_t>(rows * (L + P)));
+  cpu::Linear(a, rows, D, w.kv_a.ptr(), L + P, out->cache_rows.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = out->cache_rows.data() + r * (L + P);
+    cpu::RmsNorm(row, 1, L, w.kv_a_norm.ptr(), w.norm_eps, row);
+    if (P > 0) cpu::RopeInterleaved(row + L, P, pos[r], inv_freq);
+  }
+
+  out->q_abs.resize(static_cast<size_t>(rows * H * L));
+  out->q_pe.resize(static_cast<size_t>(rows * H * P));
+  std::vector<float> q_nope(static_cast<size_t>(rows * N)), q_abs_h(static_cast<size_t>(rows * L));
+  for (int64_t h = 0; h < H; ++h) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* qh = q.data() + (r * H + h) * (N + P);
+      std::copy_n(qh, N, q_nope.data() + r * N);
+      float* pe = out->q_pe.data() + (r * H + h) * P;
+      std::copy_n(qh + N, P, pe);
+      if (P > 0) cpu::RopeInterleaved(pe, P, pos[r], inv_freq);
+    }
+    cpu::Linear(q_nope.data(), rows, N, w.w_uk_t.ptr() + h * L * N, L, q_abs_h.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy_n(q_abs_h.data() + r * L, L, out->q_abs.data() + (r * H + h) * L);
+    }
+  }
+}
+
+void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
+               const float* const* cache, const std::vector<std::vector<int32_t>>& sel, float* out) {
+  const int64_t H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
+                V = c.v_head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(N + P));
+  std::vector<float> o_lat(static_cast<size_t>(H * L));
+  std::vector<float> o_v(static_cast<size_t>(rows * H * V));
+  std::vector<float> scratch;
+  for (int64_t r = 0; r < rows; ++r) {
+    scratch.resize(sel[r].size());
+    cpu::MlaAttendRow(p.q_abs.data() + r * H * L, p.q_pe.data() + r * H * P, H, L, P, cache[r], L + P,
+                      sel[r].data(), static_cast<int64_t>(sel[r].size()), scale, o_lat.data(),
+                      scratch.data());
+    for (int64_t h = 0; h < H; ++h) {
+      cpu::Linear(o_lat.data() + h * L, 1, L, w.w_uv.ptr() + h * V * L, V, o_v.data() + (r * H + h) * V);
+    }
+  }
+  cpu::Linear(o_v.data(), rows, H * V, w.o_proj.ptr(), c.hidden_size, out);
+}
+
+}  // namespace ferry::model

@@ -1,0 +1,56 @@
+// Multi-head latent attention (MLA) in its absorbed form, shared by both families
+// (glm_moe_dsa with a RoPE part, glm5_next NoPE with rope = 0).
+//
+// Shapes (H heads, L = kv_lora_rank, N = qk_nope_head_dim, P = qk_rope_head_dim, V = v_head_dim):
+//   cache row of a token   [L + P]   = [ RMSNorm(c) | RoPE(k_pe) ]
+//   q_abs of a row         [H, L]    = W_UK_h^T q_nope_h
+//   q_pe of a row          [H, P]    RoPE'd
+//   attention output       [H, V]    = W_UV_h (sum_s p_s c_s), then o_proj over [H * V]
+// The score scale is (N + P)^-0.5.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace ferry::model {
+
+struct MlaWeights {
+  Weight q_a;        // [q_lora, hidden]
+  Weight q_a_norm;   // [q_lora]
+  Weight q_b;        // [H * (N + P), q_lora]
+  Weight kv_a;       // [L + P, hidden]
+  Weight kv_a_norm;  // [L]
+  Weight w_uk_t;     // [H * L, N]: per head, W_UK^T (kv_b_proj's first N rows of the head, transposed)
+  Weight w_uv;       // [H * V, L]: per head, kv_b_proj's last V rows of the head
+  Weight o_proj;     // [hidden, H * V]
+  float norm_eps = 1e-6f;  // q_a_layernorm / kv_a_layernorm epsilon
+};
+
+// Loads `q_a_proj`, `q_a_layernorm`, `q_b_proj`, `kv_a_proj_with_mqa`, `kv_a_layernorm`,
+// `kv_b_proj`, `o_proj` under the loader's prefix ("...self_attn."). `norm_eps` is the
+// epsilon of the two low-rank norms (1e-6 for glm_moe_dsa, rms_norm_eps for glm5_next).
+absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, float norm_eps);
+
+// Per-row projections of one layer for a batch of R rows.
+struct MlaProjections {
+  std::vector<float> cq;          // [R, q_lora]  (the indexer reads it too)
+  std::vector<float> cache_rows;  // [R, L + P]   new cache rows, to be written at each row's position
+  std::vector<float> q_abs;       // [R, H, L]
+  std::vector<float> q_pe;        // [R, H, P]
+};
+
+// a [R, hidden] (the layer's normed input), pos [R] absolute positions, inv_freq [P / 2].
+void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64_t rows,
+                const int64_t* pos, const float* inv_freq, MlaProjections* out);
+
+// For each row r: attention of its q_abs / q_pe over the cache rows `sel[r]` (ascending ids) of
+// the cache at `cache[r]` (row stride L + P), then W_UV and o_proj, into out [R, hidden].
+// REQUIRES: every sel[r] is non-empty and names rows already written.
+void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
+               const float* const* cache, const std::vector<std::vector<int32_t>>& sel, float* out);
+
+}  // namespace ferry::model

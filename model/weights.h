@@ -1,0 +1,45 @@
+// Float32 weight matrices for the CPU backend and the loader that checks them against the config.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/checkpoint.h"
+
+namespace ferry::model {
+
+// A row-major float32 matrix [rows, cols]; a vector [n] is stored as rows = n, cols = 1.
+// For a PyTorch Linear weight, rows = out_features and cols = in_features.
+struct Weight {
+  std::vector<float> data;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  const float* ptr() const { return data.data(); }
+  bool empty() const { return data.empty(); }
+};
+
+// Loads tensors by name under a prefix, checking each shape against what the config implies.
+class WeightLoader {
+ public:
+  WeightLoader(const Checkpoint& ck, std::string prefix) : ck_(ck), prefix_(std::move(prefix)) {}
+
+  // A [rows, cols] matrix `prefix + name`.
+  absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols) const;
+  // A [n] vector.
+  absl::StatusOr<Weight> Vector(const std::string& name, int64_t n) const;
+  // A tensor of any shape, flattened to [shape[0], rest].
+  absl::StatusOr<Weight> Tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  bool Has(const std::string& name) const { return ck_.Has(prefix_ + name); }
+
+  WeightLoader Sub(const std::string& more) const { return WeightLoader(ck_, prefix_ + more); }
+  const std::string& prefix() const { return prefix_; }
+
+ private:
+  const Checkpoint& ck_;
+  std::string prefix_;
+};
+
+}  // namespace ferry::model

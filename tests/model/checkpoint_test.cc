@@ -1,0 +1,204 @@
+#include "model/checkpoint.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "tests/catch.h"
+#include "tests/testing/files.h"
+
+namespace ferry::model {
+namespace {
+
+using ferry::testing::Bf16Tensor;
+using ferry::testing::F32Tensor;
+using ferry::testing::RawTensor;
+using ferry::testing::TempDir;
+using ferry::testing::WriteFile;
+using ferry::testing::WriteSafetensors;
+
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+TEST_CASE("checkpoint: a single-file directory", "[checkpoint]") {
+  TempDir dir;
+  WriteFile(dir.File("config.json"), R"({"model_type": "glm_moe_dsa"})");
+  WriteSafetensors(dir.File("model.safetensors"),
+                   {Bf16Tensor("w", {2, 2}, {1, 2, 3, 4}), F32Tensor("v", {3}, {0.25f, 0.5f, 0.75f})});
+  auto ck = Checkpoint::Open(dir.path());
+  REQUIRE(ck.ok());
+  CHECK(ck->config_json().at("model_type") == "glm_moe_dsa");
+  CHECK(ck->TensorNames() == std::vector<std::string>{"v", "w"});
+  auto w = ck->LoadF32("w", {2, 2});
+  REQUIRE(w.ok());
+  CHECK(*w == std::vector<float>{1, 2, 3, 4});
+
+  SECTION("slices") {
+    auto s = ck->LoadF32("w", {2, 2}, Slice{1, 2, 0, -1});
+    REQUIRE(s.ok());
+    CHECK(*s == std::vector<float>{3, 4});
+    auto c = ck->LoadF32("w", {2, 2}, Slice{0, -1, 1, 2});
+    REQUIRE(c.ok());
+    CHECK(*c == std::vector<float>{2, 4});
+    auto bad = ck->LoadF32("w", {2, 2}, Slice{0, 3, 0, -1});
+    REQUIRE_FALSE(bad.ok());
+    CHECK(Contains(std::string(bad.status().message()), "lies outside its 2 x 2 elements"));
+  }
+  SECTION("a shape that disagrees with the config") {
+    auto bad = ck->LoadF32("w", {4, 1});
+    REQUIRE_FALSE(bad.ok());
+    const std::string e(bad.status().message());
+    CHECK(Contains(e, "model.safetensors"));
+    CHECK(Contains(e, "tensor 'w' has shape [2, 2] but the config implies [4, 1]"));
+  }
+  SECTION("a missing tensor") {
+    auto bad = ck->LoadF32("model.norm.weight", {2});
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.status().code() == absl::StatusCode::kNotFound);
+    CHECK(Contains(std::string(bad.status().message()), "tensor 'model.norm.weight' is missing"));
+  }
+}
+
+TEST_CASE("checkpoint: a non-float weight is refused with its dtype", "[checkpoint]") {
+  TempDir dir;
+  WriteFile(dir.File("config.json"), "{}");
+  WriteSafetensors(dir.File("model.safetensors"), {RawTensor{"ids", DType::kI32, {1}, std::string(4, '\0')}});
+  auto ck = Checkpoint::Open(dir.path());
+  REQUIRE(ck.ok());
+  auto bad = ck->LoadF32("ids", {1});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(Contains(std::string(bad.status().message()), "tensor 'ids' has dtype I32"));
+}
+
+TEST_CASE("checkpoint: f16 upcast", "[checkpoint]") {
+  TempDir dir;
+  WriteFile(dir.File("config.json"), "{}");
+  RawTensor t{"h", DType::kF16, {2}, std::string(4, '\0')};
+  const uint16_t v[2] = {0x3c00, 0xc400};  // 1, -4
+  std::memcpy(t.bytes.data(), v, 4);
+  WriteSafetensors(dir.File("model.safetensors"), {t});
+  auto ck = Checkpoint::Open(dir.path());
+  REQUIRE(ck.ok());
+  auto h = ck->LoadF32("h", {2});
+  REQUIRE(h.ok());
+  CHECK(*h == std::vector<float>{1.0f, -4.0f});
+}
+
+TEST_CASE("checkpoint: fp8 e4m3 weights with block scales", "[checkpoint]") {
+  TempDir dir;
+  // 3 x 5 weight in 2 x 2 blocks: scales [2, 3].
+  WriteFile(dir.File("config.json"),
+            R"({"quantization_config": {"quant_method": "fp8", "weight_block_size": [2, 2]}})");
+  RawTensor w{"layer.weight", DType::kF8E4M3, {3, 5}, std::string(15, '\0')};
+  for (int i = 0; i < 15; ++i) w.bytes[i] = static_cast<char>(0x38);  // every element 1.0
+  w.bytes[14] = static_cast<char>(0x3c);                              // last element 1.5
+  const std::vector<float> scales = {1, 2, 3, 4, 5, 6};
+  WriteSafetensors(dir.File("model.safetensors"), {w, F32Tensor("layer.weight_scale_inv", {2, 3}, scales)});
+  auto ck = Checkpoint::Open(dir.path());
+  REQUIRE(ck.ok());
+  auto f = ck->LoadF32("layer.weight", {3, 5});
+  REQUIRE(f.ok());
+  const std::vector<float> want = {1, 1, 2, 2, 3,  //
+                                   1, 1, 2, 2, 3,  //
+                                   4, 4, 5, 5, 9};
+  CHECK(*f == want);
+  auto part = ck->LoadF32("layer.weight", {3, 5}, Slice{2, 3, 3, 5});
+  REQUIRE(part.ok());
+  CHECK(*part == std::vector<float>{5, 9});
+
+  SECTION("a missing scale tensor is named") {
+    TempDir d2;
+    WriteFile(d2.File("config.json"), "{}");
+    WriteSafetensors(d2.File("model.safetensors"), {w});
+    auto ck2 = Checkpoint::Open(d2.path());
+    REQUIRE(ck2.ok());
+    auto bad = ck2->LoadF32("layer.weight", {3, 5});
+    REQUIRE_FALSE(bad.ok());
+    CHECK(Contains(std::string(bad.status().message()), "has no 'layer.weight_scale_inv' block scales"));
+  }
+  SECTION("a scale tensor of the wrong shape is named") {
+    TempDir d3;
+    WriteFile(d3.File("config.json"), "{}");  // default 128 x 128 blocks: scales must be [1, 1]
+    WriteSafetensors(d3.File("model.safetensors"), {w, F32Tensor("layer.weight_scale_inv", {2, 3}, scales)});
+    auto ck3 = Checkpoint::Open(d3.path());
+    REQUIRE(ck3.ok());
+    auto bad = ck3->LoadF32("layer.weight", {3, 5});
+    REQUIRE_FALSE(bad.ok());
+    CHECK(Contains(std::string(bad.status().message()), "expected F32 or BF16 [1, 1] for 128x128 blocks"));
+  }
+}
+
+TEST_CASE("checkpoint: sharded with an index", "[checkpoint]") {
+  TempDir dir;
+  WriteFile(dir.File("config.json"), "{}");
+  WriteSafetensors(dir.File("model-00001-of-00002.safetensors"), {F32Tensor("a", {1}, {1})});
+  WriteSafetensors(dir.File("model-00002-of-00002.safetensors"), {F32Tensor("b", {1}, {2})});
+
+  SECTION("every tensor found in its shard") {
+    WriteFile(dir.File("model.safetensors.index.json"),
+              R"({"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                 "b": "model-00002-of-00002.safetensors"}})");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE(ck.ok());
+    CHECK(ck->TensorNames() == std::vector<std::string>{"a", "b"});
+    CHECK(Contains(ck->FileOf("b"), "model-00002-of-00002.safetensors"));
+    CHECK(ck->LoadF32("b", {1})->at(0) == 2.0f);
+  }
+  SECTION("a tensor mapped to a shard that lacks it") {
+    WriteFile(dir.File("model.safetensors.index.json"),
+              R"({"weight_map": {"a": "model-00002-of-00002.safetensors"}})");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(Contains(std::string(ck.status().message()),
+                   "tensor 'a' is mapped to model-00002-of-00002.safetensors, which does not hold it"));
+  }
+  SECTION("a missing shard") {
+    WriteFile(dir.File("model.safetensors.index.json"), R"({"weight_map": {"a": "model-gone.safetensors"}})");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(Contains(std::string(ck.status().message()), "model-gone.safetensors: cannot open"));
+  }
+  SECTION("a shard path that leaves the directory") {
+    WriteFile(dir.File("model.safetensors.index.json"), R"({"weight_map": {"a": "../x.safetensors"}})");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(Contains(std::string(ck.status().message()), "not a file in the checkpoint directory"));
+  }
+  SECTION("an index without a weight_map") {
+    WriteFile(dir.File("model.safetensors.index.json"), R"({"metadata": {}})");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(Contains(std::string(ck.status().message()), "no 'weight_map' object"));
+  }
+}
+
+TEST_CASE("checkpoint: directory-level errors", "[checkpoint]") {
+  TempDir dir;
+  SECTION("no config.json") {
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(ck.status().code() == absl::StatusCode::kNotFound);
+    CHECK(Contains(std::string(ck.status().message()), "config.json: file not found"));
+  }
+  SECTION("malformed config.json") {
+    WriteFile(dir.File("config.json"), "{\"model_type\": ");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(Contains(std::string(ck.status().message()), "config.json: malformed JSON at byte"));
+  }
+  SECTION("no weights") {
+    WriteFile(dir.File("config.json"), "{}");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(Contains(std::string(ck.status().message()),
+                   "neither model.safetensors nor model.safetensors.index.json is present"));
+  }
+  SECTION("a bad block size") {
+    WriteFile(dir.File("config.json"), R"({"quantization_config": {"weight_block_size": [0, 128]}})");
+    auto ck = Checkpoint::Open(dir.path());
+    REQUIRE_FALSE(ck.ok());
+    CHECK(Contains(std::string(ck.status().message()), "weight_block_size must be two positive integers"));
+  }
+}
+
+}  // namespace
+}  // namespace ferry::model

@@ -1,0 +1,140 @@
+#include "tests/testing/synthetic.h"
+
+#include <cmath>
+#include <random>
+#include <cstdio>
+#include <stdexcept>
+#include <vector>
+
+#include "model/config.h"
+#include "tests/testing/files.h"
+
+namespace ferry::testing {
+
+nlohmann::json SmallDsaConfig() {
+  return nlohmann::json{
+      {"architectures", {"GlmMoeDsaForCausalLM"}},
+      {"model_type", "glm_moe_dsa"},
+      {"vocab_size", 96},
+      {"hidden_size", 64},
+      {"intermediate_size", 96},
+      {"moe_intermediate_size", 16},
+      {"num_hidden_layers", 4},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 4},
+      {"q_lora_rank", 48},
+      {"kv_lora_rank", 32},
+      {"qk_nope_head_dim", 16},
+      {"qk_rope_head_dim", 8},
+      {"v_head_dim", 16},
+      {"n_routed_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"n_shared_experts", 1},
+      {"n_group", 1},
+      {"topk_group", 1},
+      {"norm_topk_prob", true},
+      {"routed_scaling_factor", 2.5},
+      {"index_topk", 8},
+      {"index_head_dim", 16},
+      {"index_n_heads", 8},
+      {"indexer_types", {"full", "full", "shared", "full"}},
+      {"mlp_layer_types", {"dense", "sparse", "sparse", "sparse"}},
+      {"rms_norm_eps", 1e-5},
+      {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}},
+      {"max_position_embeddings", 4096},
+      {"eos_token_id", 1},
+      {"tie_word_embeddings", false},
+  };
+}
+
+namespace {
+
+class Gen {
+ public:
+  explicit Gen(uint32_t seed) : rng_(seed) {}
+  RawTensor Matrix(const std::string& name, int64_t rows, int64_t cols) {
+    return Fill(name, {rows, cols}, 1.5f / std::sqrt(static_cast<float>(cols)), 0.0f);
+  }
+  RawTensor Norm(const std::string& name, int64_t n) { return Fill(name, {n}, 0.1f, 1.0f); }
+  RawTensor Small(const std::string& name, int64_t n, float scale) { return Fill(name, {n}, scale, 0.0f); }
+
+ private:
+  RawTensor Fill(const std::string& name, std::vector<int64_t> shape, float scale, float offset) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = offset + scale * dist(rng_);
+    return Bf16Tensor(name, std::move(shape), v);
+  }
+  std::mt19937 rng_;
+};
+
+}  // namespace
+
+void WriteSyntheticDsa(const std::string& dir, const nlohmann::json& config, uint32_t seed, int shards) {
+  auto parsed = model::ParseModelConfig(config, "synthetic config.json");
+  if (!parsed.ok()) throw std::runtime_error(std::string(parsed.status().message()));
+  const model::ModelConfig& c = *parsed;
+  Gen g(seed);
+  std::vector<RawTensor> t;
+  const int64_t D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
+                P = c.qk_rope_head_dim, V = c.v_head_dim, QL = c.q_lora_rank;
+  t.push_back(g.Matrix("model.embed_tokens.weight", c.vocab_size, D));
+  t.push_back(g.Norm("model.norm.weight", D));
+  if (!c.tie_word_embeddings) t.push_back(g.Matrix("lm_head.weight", c.vocab_size, D));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = c.LayerPrefix(i);
+    t.push_back(g.Norm(p + "input_layernorm.weight", D));
+    t.push_back(g.Norm(p + "post_attention_layernorm.weight", D));
+    const std::string a = p + "self_attn.";
+    t.push_back(g.Matrix(a + "q_a_proj.weight", QL, D));
+    t.push_back(g.Norm(a + "q_a_layernorm.weight", QL));
+    t.push_back(g.Matrix(a + "q_b_proj.weight", H * (N + P), QL));
+    t.push_back(g.Matrix(a + "kv_a_proj_with_mqa.weight", L + P, D));
+    t.push_back(g.Norm(a + "kv_a_layernorm.weight", L));
+    t.push_back(g.Matrix(a + "kv_b_proj.weight", H * (N + V), L));
+    t.push_back(g.Matrix(a + "o_proj.weight", D, H * V));
+    if (c.indexer_types[i] == model::IndexerType::kFull) {
+      t.push_back(g.Matrix(a + "indexer.wq_b.weight", c.index_n_heads * c.index_head_dim, QL));
+      t.push_back(g.Matrix(a + "indexer.wk.weight", c.index_head_dim, D));
+      t.push_back(g.Norm(a + "indexer.k_norm.weight", c.index_head_dim));
+      t.push_back(g.Small(a + "indexer.k_norm.bias", c.index_head_dim, 0.2f));
+      t.push_back(g.Matrix(a + "indexer.weights_proj.weight", c.index_n_heads, D));
+    }
+    const std::string m = p + "mlp.";
+    auto mlp = [&](const std::string& q, int64_t inter) {
+      t.push_back(g.Matrix(q + "gate_proj.weight", inter, D));
+      t.push_back(g.Matrix(q + "up_proj.weight", inter, D));
+      t.push_back(g.Matrix(q + "down_proj.weight", D, inter));
+    };
+    if (c.mlp_types[i] == model::MlpType::kDense) {
+      mlp(m, c.intermediate_size);
+    } else {
+      t.push_back(g.Matrix(m + "gate.weight", c.n_routed_experts, D));
+      t.push_back(g.Small(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f));
+      for (int64_t e = 0; e < c.n_routed_experts; ++e) mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+      if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.moe_intermediate_size * c.n_shared_experts);
+    }
+  }
+  WriteFile(dir + "/config.json", config.dump(2));
+  if (shards <= 1) {
+    WriteSafetensors(dir + "/model.safetensors", t, {{"format", "pt"}});
+    return;
+  }
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  const size_t per = (t.size() + shards - 1) / shards;
+  for (int s = 0; s < shards; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, shards);
+    std::vector<RawTensor> part;
+    for (size_t i = s * per; i < std::min(t.size(), (s + 1) * per); ++i) {
+      part.push_back(t[i]);
+      index["weight_map"][t[i].name] = name;
+    }
+    WriteSafetensors(dir + "/" + name, part, {{"format", "pt"}});
+  }
+  WriteFile(dir + "/model.safetensors.index.json", index.dump(2));
+}
+
+}  // namespace ferry::testing

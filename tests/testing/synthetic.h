@@ -1,0 +1,20 @@
+// Random checkpoints of the real on-disk layout, for configurations no golden covers (other
+// sizes, group counts, indexer schedules, sharding).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ferry::testing {
+
+// A small glm_moe_dsa config.json to modify: 4 layers, hidden 64, 4 heads, 16 experts.
+nlohmann::json SmallDsaConfig();
+
+// Writes config.json and random bf16 weights for every tensor the config implies into `dir`,
+// as model.safetensors, or as `shards` files plus model.safetensors.index.json when shards > 1.
+// Scales follow transformers-style init so activations stay O(1) through the layers.
+void WriteSyntheticDsa(const std::string& dir, const nlohmann::json& config, uint32_t seed, int shards = 1);
+
+}  // namespace ferry::testing
