@@ -1,0 +1,58 @@
+// Device queries and memory helpers.
+#include <cuda_runtime.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::kernels::cuda {
+
+int DeviceCount() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return n;
+}
+
+absl::StatusOr<std::string> DeviceName(int index) {
+  cudaDeviceProp p{};
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&p, index));
+  return absl::StrFormat("%s, sm_%d%d, %.1f GiB", p.name, p.major, p.minor,
+                         static_cast<double>(p.totalGlobalMem) / (1ull << 30));
+}
+
+absl::StatusOr<void*> DeviceAlloc(size_t bytes) {
+  void* p = nullptr;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
+  return p;
+}
+
+absl::Status DeviceFree(void* p) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaFree(p));
+  return absl::OkStatus();
+}
+
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+  return absl::OkStatus();
+}
+
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceFill(void* dst, uint8_t byte, size_t bytes) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemset(dst, byte, bytes));
+  return absl::OkStatus();
+}
+
+absl::Status Synchronize() {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+}  // namespace ferry::kernels::cuda
