@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "model/checkpoint.h"
+#include "model/glm5_next.h"
 #include "model/glm_moe_dsa.h"
 
 namespace ferry::model {
@@ -34,19 +35,20 @@ absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t 
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir) {
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
+  std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
     case Family::kGlmMoeDsa: {
-      FERRY_ASSIGN_OR_RETURN(std::unique_ptr<GlmMoeDsa> m, GlmMoeDsa::Load(ck, cfg));
-      FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << ": "
-                      << cfg.num_layers << " layers, hidden " << cfg.hidden_size << ", vocab "
-                      << cfg.vocab_size;
-      return std::unique_ptr<CausalLM>(std::move(m));
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsa::Load(ck, cfg));
+      break;
     }
-    case Family::kGlm5Next:
-      return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": glm5_next is not served by this "
-                                                   "build's CPU reference yet"));
+    case Family::kGlm5Next: {
+      FERRY_ASSIGN_OR_RETURN(model, Glm5Next::Load(ck, cfg));
+      break;
+    }
   }
-  return absl::InternalError("unknown family");
+  FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << ": " << cfg.num_layers
+                  << " layers, hidden " << cfg.hidden_size << ", vocab " << cfg.vocab_size;
+  return model;
 }
 
 }  // namespace ferry::model

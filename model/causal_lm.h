@@ -22,6 +22,19 @@ class SequenceState {
   virtual int64_t length() const = 0;
   // Bytes of cached state held right now.
   virtual int64_t bytes() const = 0;
+  // Bytes of the part that does not grow with the tokens (glm5_next: the KDA conv tails and
+  // recurrent state of every KDA layer; 0 for glm_moe_dsa). Included in bytes().
+  virtual int64_t fixed_bytes() const { return 0; }
+  // Keeps what RewindTo(length()) will need later. A no-op for families whose every cache is
+  // per token; glm5_next copies its recurrent state (fixed_bytes() more per snapshot).
+  virtual void KeepSnapshot() {}
+  // Forgets every token at or past `position`, as if only the first `position` tokens had been
+  // fed. Per-token caches rewind anywhere; recurrent state only to a kept snapshot.
+  // Errors: OUT_OF_RANGE past length(); FAILED_PRECONDITION when no snapshot exists there
+  // (the state is then unchanged).
+  virtual absl::Status RewindTo(int64_t position) = 0;
+  // A deep copy: a kept prompt-cache state or a fork of the conversation.
+  virtual std::unique_ptr<SequenceState> Clone() const = 0;
 };
 
 // A piece of one step: `tokens` appended to `state` at positions length()...

@@ -315,6 +315,15 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const json& j, const std::string& s
     FieldReader text(j.at("text_config"), source, "text_config.");
     FERRY_RETURN_IF_ERROR(ParseText(text, c));
     FERRY_RETURN_IF_ERROR(ParseNextExtras(text, c));
+    // transformers hands a shared layer the top-k of the layer just before it; KDA layers hand
+    // on none, so a shared MLA layer must directly follow an MLA layer.
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+      if (c.layer_types[i] == AttentionType::kMla && c.indexer_types[i] == IndexerType::kShared &&
+          (i == 0 || c.layer_types[i - 1] != AttentionType::kMla)) {
+        return text.Error("indexer_types", absl::StrCat("makes MLA layer ", i, " shared, but layer ", i - 1,
+                                                        " is not an MLA layer to share with"));
+      }
+    }
     // The text model's tie flag may sit at the top level too.
     if (top.Has("tie_word_embeddings")) {
       FERRY_ASSIGN_OR_RETURN(c.tie_word_embeddings, top.Bool("tie_word_embeddings", false));

@@ -11,7 +11,25 @@ namespace ferry::model {
 namespace cpu = ferry::kernels::cpu;
 
 DsaSequence::DsaSequence(const ModelConfig& c)
-    : latent_(static_cast<size_t>(c.num_layers)), index_keys_(static_cast<size_t>(c.num_layers)) {}
+    : latent_width_(c.latent_row_width()),
+      key_width_(c.index_head_dim),
+      latent_(static_cast<size_t>(c.num_layers)),
+      index_keys_(static_cast<size_t>(c.num_layers)) {}
+
+absl::Status DsaSequence::RewindTo(int64_t position) {
+  if (position < 0 || position > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
+                                              length_, " tokens"));
+  }
+  for (auto& v : latent_) v.resize(static_cast<size_t>(position * latent_width_));
+  for (auto& v : index_keys_) {
+    if (!v.empty()) v.resize(static_cast<size_t>(position * key_width_));
+  }
+  length_ = position;
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SequenceState> DsaSequence::Clone() const { return std::make_unique<DsaSequence>(*this); }
 
 int64_t DsaSequence::bytes() const {
   int64_t n = 0;

@@ -22,9 +22,12 @@ class DsaSequence final : public SequenceState {
   explicit DsaSequence(const ModelConfig& c);
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
+  absl::Status RewindTo(int64_t position) override;
+  std::unique_ptr<SequenceState> Clone() const override;
 
  private:
   friend class GlmMoeDsa;
+  int64_t latent_width_ = 0, key_width_ = 0;
   int64_t length_ = 0;
   std::vector<std::vector<float>> latent_;
   std::vector<std::vector<float>> index_keys_;

@@ -33,6 +33,8 @@ class WeightLoader {
   // A tensor of any shape, flattened to [shape[0], rest].
   absl::StatusOr<Weight> Tensor(const std::string& name, const std::vector<int64_t>& shape) const;
   bool Has(const std::string& name) const { return ck_.Has(prefix_ + name); }
+  // The stored shape of `prefix + name`, for widths the config does not name (NOT_FOUND if absent).
+  absl::StatusOr<std::vector<int64_t>> Shape(const std::string& name) const;
 
   WeightLoader Sub(const std::string& more) const { return WeightLoader(ck_, prefix_ + more); }
   const std::string& prefix() const { return prefix_; }

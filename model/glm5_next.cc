@@ -1,0 +1,267 @@
+#include "model/glm5_next.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/cpu/ops.h"
+
+namespace ferry::model {
+
+namespace cpu = ferry::kernels::cpu;
+
+NextSequence::NextSequence(const ModelConfig& c)
+    : config_(&c),
+      latent_(static_cast<size_t>(c.num_layers)),
+      indexer_(static_cast<size_t>(c.num_layers)),
+      kda_(static_cast<size_t>(c.num_layers)) {
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.layer_types[l] == AttentionType::kKda) kda_[l] = KdaState::Zero(c);
+  }
+}
+
+int64_t NextSequence::fixed_bytes() const {
+  int64_t n = 0;
+  for (const KdaState& s : kda_) n += s.bytes();
+  return n;
+}
+
+int64_t NextSequence::bytes() const {
+  int64_t n = fixed_bytes();
+  for (const auto& v : latent_) n += static_cast<int64_t>(v.size() * sizeof(float));
+  for (const auto& ix : indexer_) n += ix.bytes();
+  for (const auto& [pos, snap] : snapshots_) {
+    for (const KdaState& s : snap) n += s.bytes();
+  }
+  return n;
+}
+
+void NextSequence::KeepSnapshot() { snapshots_[length_] = kda_; }
+
+std::vector<int64_t> NextSequence::SnapshotPositions() const {
+  std::vector<int64_t> out;
+  for (const auto& [pos, snap] : snapshots_) out.push_back(pos);
+  return out;
+}
+
+absl::Status NextSequence::RewindTo(int64_t position) {
+  if (position < 0 || position > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
+                                              length_, " tokens"));
+  }
+  if (position == length_) return absl::OkStatus();
+  auto it = snapshots_.find(position);
+  if (it == snapshots_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot rewind to position ", position, ": the KDA recurrent state cannot be rewound and has "
+        "snapshots only at [", absl::StrJoin(SnapshotPositions(), ", "), "]"));
+  }
+  const ModelConfig& c = *config_;
+  kda_ = it->second;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.layer_types[l] != AttentionType::kMla) continue;
+    latent_[l].resize(static_cast<size_t>(position * c.latent_row_width()));
+    indexer_[l].Truncate(position, c);
+  }
+  snapshots_.erase(std::next(it), snapshots_.end());
+  length_ = position;
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SequenceState> NextSequence::Clone() const { return std::make_unique<NextSequence>(*this); }
+
+absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, const ModelConfig& c) {
+  if (!c.index_kpool_always_select_tail) {
+    return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": text_config.index_kpool_always_select_tail "
+                                                 "is false; only the always-selected tail is implemented"));
+  }
+  std::unique_ptr<Glm5Next> m(new Glm5Next(c));
+  WeightLoader model(ck, c.weight_prefix);
+  FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
+  FERRY_ASSIGN_OR_RETURN(m->norm_, model.Vector("norm.weight", c.hidden_size));
+  if (c.tie_word_embeddings) {
+    m->lm_head_ = m->embed_;
+  } else {
+    FERRY_ASSIGN_OR_RETURN(m->lm_head_, WeightLoader(ck, "").Matrix("lm_head.weight", c.vocab_size, c.hidden_size));
+  }
+  int64_t visual = 0;
+  for (const std::string& name : ck.TensorNames()) visual += name.rfind("model.visual.", 0) == 0;
+  if (visual > 0) {
+    FERRY_LOG(INFO) << "glm5_next: text serving; the " << visual << " vision-tower tensors (model.visual.*) "
+                    << "are not loaded";
+  }
+  m->layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Layer& L = m->layers_[i];
+    WeightLoader lw(ck, c.LayerPrefix(i));
+    FERRY_ASSIGN_OR_RETURN(L.input_norm, lw.Vector("input_layernorm.weight", c.hidden_size));
+    FERRY_ASSIGN_OR_RETURN(L.post_norm, lw.Vector("post_attention_layernorm.weight", c.hidden_size));
+    FERRY_ASSIGN_OR_RETURN(L.hc_attn, LoadMhc(lw, "hc_attn", c));
+    FERRY_ASSIGN_OR_RETURN(L.hc_ffn, LoadMhc(lw, "hc_ffn", c));
+    L.kda = c.layer_types[i] == AttentionType::kKda;
+    if (L.kda) {
+      FERRY_ASSIGN_OR_RETURN(L.linear, LoadKda(lw.Sub("self_attn."), c));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(L.attn, LoadMla(lw.Sub("self_attn."), c, c.rms_norm_eps));
+      L.has_indexer = c.indexer_types[i] == IndexerType::kFull;
+      if (L.has_indexer) {
+        FERRY_ASSIGN_OR_RETURN(L.indexer, LoadPooledIndexer(lw.Sub("self_attn.indexer."), c));
+      }
+    }
+    L.dense = c.mlp_types[i] == MlpType::kDense;
+    if (L.dense) {
+      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c));
+    }
+  }
+  return m;
+}
+
+std::unique_ptr<SequenceState> Glm5Next::NewSequence() const { return std::make_unique<NextSequence>(config_); }
+
+absl::StatusOr<ForwardOutput> Glm5Next::Forward(std::span<const ForwardSegment> segments) {
+  return ForwardWithOptions(segments, nullptr, kKdaChunk);
+}
+
+absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const ForwardSegment> segments,
+                                                           std::vector<std::vector<float>>* hidden,
+                                                           int64_t kda_chunk) {
+  const ModelConfig& c = config_;
+  FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
+  std::vector<NextSequence*> seqs;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    auto* seq = dynamic_cast<NextSequence*>(segments[s].state);
+    if (seq == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": state is not a glm5_next sequence"));
+    }
+    seqs.push_back(seq);
+  }
+  const int64_t D = c.hidden_size, S = c.hc_mult, W = c.latent_row_width(), Di = c.index_head_dim;
+  std::vector<int64_t> pos, seg_of, seg_begin;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    seg_begin.push_back(static_cast<int64_t>(pos.size()));
+    for (size_t i = 0; i < segments[s].tokens.size(); ++i) {
+      pos.push_back(seqs[s]->length_ + static_cast<int64_t>(i));
+      seg_of.push_back(static_cast<int64_t>(s));
+    }
+  }
+  const int64_t R = static_cast<int64_t>(pos.size());
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t len = seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size());
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      if (layers_[l].kda) continue;
+      seqs[s]->latent_[l].resize(static_cast<size_t>(len * W));
+      if (!layers_[l].has_indexer) continue;
+      seqs[s]->indexer_[l].keys.resize(static_cast<size_t>(len * Di));
+      seqs[s]->indexer_[l].gates.resize(static_cast<size_t>(len * Di));
+    }
+  }
+
+  // The residual streams h [R, S, D], each starting as the embedding.
+  std::vector<float> h(static_cast<size_t>(R * S * D));
+  {
+    int64_t r = 0;
+    for (const ForwardSegment& seg : segments) {
+      for (int32_t t : seg.tokens) {
+        for (int64_t j = 0; j < S; ++j) std::copy_n(embed_.ptr() + t * D, D, h.data() + (r * S + j) * D);
+        ++r;
+      }
+    }
+  }
+  if (hidden) hidden->assign(1, h);
+
+  std::vector<float> u(static_cast<size_t>(R * D)), a(u.size()), y(u.size());
+  std::vector<float> keys(static_cast<size_t>(R * Di)), gates(keys.size());
+  std::vector<const float*> cache_of(static_cast<size_t>(R));
+  std::vector<const PooledIndexerCache*> index_of(static_cast<size_t>(R));
+  std::vector<std::vector<int32_t>> sel;
+  MhcMix mix;
+  MlaProjections proj;
+  KdaInputs kin;
+  std::vector<float> o;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const Layer& L = layers_[l];
+    MhcPre(L.hc_attn, c, h.data(), R, &mix, u.data());
+    cpu::RmsNorm(u.data(), R, D, L.input_norm.ptr(), c.rms_norm_eps, a.data());
+    if (L.kda) {
+      const int64_t C = c.linear_num_heads * c.linear_head_dim;
+      KdaProject(L.linear, c, a.data(), R, &kin);
+      o.resize(static_cast<size_t>(R * C));
+      for (size_t s = 0; s < segments.size(); ++s) {
+        const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
+        KdaRun(L.linear, c, kin, seg_begin[s], n, seqs[s]->length_, n > 1 ? kda_chunk : 0, &seqs[s]->kda_[l],
+               o.data() + seg_begin[s] * C);
+      }
+      KdaOutput(L.linear, c, kin, o.data(), R, y.data());
+    } else {
+      MlaProject(L.attn, c, a.data(), R, pos.data(), nullptr, &proj);
+      for (int64_t r = 0; r < R; ++r) {
+        NextSequence* seq = seqs[seg_of[r]];
+        std::copy_n(proj.cache_rows.data() + r * W, W, seq->latent_[l].data() + pos[r] * W);
+        cache_of[r] = seq->latent_[l].data();
+      }
+      if (L.has_indexer) {
+        PooledIndexerRows(L.indexer, c, a.data(), R, keys.data(), gates.data());
+        for (int64_t r = 0; r < R; ++r) {
+          PooledIndexerCache& ix = seqs[seg_of[r]]->indexer_[l];
+          std::copy_n(keys.data() + r * Di, Di, ix.keys.data() + pos[r] * Di);
+          std::copy_n(gates.data() + r * Di, Di, ix.gates.data() + pos[r] * Di);
+          index_of[r] = &ix;
+        }
+        for (size_t s = 0; s < segments.size(); ++s) {
+          PooledIndexerCompletePools(L.indexer, c, seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size()),
+                                     &seqs[s]->indexer_[l]);
+        }
+        PooledIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), index_of.data(), &sel);
+      }
+      // A shared layer keeps `sel` from the MLA layer just before it (the config guarantees one).
+      MlaAttend(L.attn, c, proj, R, cache_of.data(), sel, y.data());
+    }
+    MhcPost(mix, c, y.data(), R, h.data());
+
+    MhcPre(L.hc_ffn, c, h.data(), R, &mix, u.data());
+    cpu::RmsNorm(u.data(), R, D, L.post_norm.ptr(), c.rms_norm_eps, a.data());
+    if (L.dense) {
+      MlpForward(L.mlp, a.data(), R, D, c.swiglu_limit, y.data());
+    } else {
+      MoeForward(L.moe, a.data(), R, D, c.swiglu_limit, y.data());
+    }
+    MhcPost(mix, c, y.data(), R, h.data());
+    if (hidden && l + 1 < c.num_layers) hidden->push_back(h);
+  }
+
+  // Head: the unweighted mean of the streams, the final norm, lm_head.
+  std::vector<float> mean(static_cast<size_t>(R * D));
+  for (int64_t r = 0; r < R; ++r) {
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < S; ++j) acc += h[(r * S + j) * D + d];
+      mean[r * D + d] = acc / static_cast<float>(S);
+    }
+  }
+  cpu::RmsNorm(mean.data(), R, D, norm_.ptr(), c.rms_norm_eps, mean.data());
+  if (hidden) hidden->push_back(mean);
+
+  ForwardOutput out;
+  out.vocab = c.vocab_size;
+  std::vector<int64_t> rows_out;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
+    out.first_row.push_back(static_cast<int64_t>(rows_out.size()));
+    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) rows_out.push_back(seg_begin[s] + i);
+  }
+  const int64_t n_out = static_cast<int64_t>(rows_out.size());
+  std::vector<float> sel_h(static_cast<size_t>(n_out * D));
+  for (int64_t j = 0; j < n_out; ++j) std::copy_n(mean.data() + rows_out[j] * D, D, sel_h.data() + j * D);
+  out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
+  cpu::Linear(sel_h.data(), n_out, D, lm_head_.ptr(), c.vocab_size, out.logits.data());
+  for (size_t s = 0; s < segments.size(); ++s) {
+    seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
+  }
+  return out;
+}
+
+}  // namespace ferry::model

@@ -1,0 +1,87 @@
+// GLM-5.3-Flash (`glm5_next`, Glm5NextForConditionalGeneration, text model only): four
+// hyper-connected residual streams (mHC), KDA linear attention on most layers and NoPE MLA with
+// the pooled indexer on the rest, SwiGLU with a clamp on every FFN, sigmoid-routed MoE.
+// The vision tower in the checkpoint is not loaded. Math: ../shared/MODELS.md.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/causal_lm.h"
+#include "model/checkpoint.h"
+#include "model/ffn.h"
+#include "model/kda.h"
+#include "model/mhc.h"
+#include "model/mla.h"
+#include "model/pooled_indexer.h"
+
+namespace ferry::model {
+
+// Per conversation: on MLA layers the latent rows [length, L] and the indexer cache; on KDA
+// layers the recurrent state (conv tails + S), which cannot be rewound by position: RewindTo()
+// works only to the current length or to a position kept with KeepSnapshot().
+class NextSequence final : public SequenceState {
+ public:
+  explicit NextSequence(const ModelConfig& c);
+  int64_t length() const override { return length_; }
+  int64_t bytes() const override;
+  int64_t fixed_bytes() const override;
+  void KeepSnapshot() override;
+  absl::Status RewindTo(int64_t position) override;
+  std::unique_ptr<SequenceState> Clone() const override;
+  // Positions that hold a kept snapshot, ascending.
+  std::vector<int64_t> SnapshotPositions() const;
+
+ private:
+  friend class Glm5Next;
+  const ModelConfig* config_;
+  int64_t length_ = 0;
+  std::vector<std::vector<float>> latent_;       // per layer (MLA layers only)
+  std::vector<PooledIndexerCache> indexer_;      // per layer (MLA layers only)
+  std::vector<KdaState> kda_;                    // per layer (KDA layers only)
+  std::map<int64_t, std::vector<KdaState>> snapshots_;
+};
+
+class Glm5Next final : public CausalLM {
+ public:
+  // KDA chunk length of the chunked (prefill) form.
+  static constexpr int64_t kKdaChunk = 64;
+
+  static absl::StatusOr<std::unique_ptr<Glm5Next>> Load(const Checkpoint& ck, const ModelConfig& c);
+
+  const ModelConfig& config() const override { return config_; }
+  std::unique_ptr<SequenceState> NewSequence() const override;
+  absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
+
+  // As Forward(); `hidden` (if non-null) gets transformers' hidden states: [0] the embeddings
+  // copied to the streams [rows, S, D], [i] the streams after layer i - 1, and [num_layers]
+  // the stream mean after the final norm [rows, D]. `kda_chunk` overrides the chunk length of
+  // multi-token segments (0: the token-by-token recurrence everywhere).
+  absl::StatusOr<ForwardOutput> ForwardWithOptions(std::span<const ForwardSegment> segments,
+                                                   std::vector<std::vector<float>>* hidden,
+                                                   int64_t kda_chunk = kKdaChunk);
+
+ private:
+  struct Layer {
+    bool kda = false;
+    Weight input_norm, post_norm;
+    MhcWeights hc_attn, hc_ffn;
+    KdaWeights linear;
+    MlaWeights attn;
+    bool has_indexer = false;  // "shared" MLA layers reuse the previous layer's selection
+    PooledIndexerWeights indexer;
+    bool dense = false;
+    MlpWeights mlp;
+    MoeWeights moe;
+  };
+
+  explicit Glm5Next(ModelConfig c) : config_(std::move(c)) {}
+
+  ModelConfig config_;
+  Weight embed_, norm_, lm_head_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace ferry::model

@@ -1,0 +1,110 @@
+#include "model/pooled_indexer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "common/status.h"
+#include "kernels/cpu/ops.h"
+
+namespace ferry::model {
+
+namespace cpu = ferry::kernels::cpu;
+
+absl::StatusOr<PooledIndexerWeights> LoadPooledIndexer(const WeightLoader& w, const ModelConfig& c) {
+  const int64_t Hi = c.index_n_heads, Di = c.index_head_dim, D = c.hidden_size;
+  PooledIndexerWeights x;
+  FERRY_ASSIGN_OR_RETURN(x.wq_b, w.Matrix("wq_b.weight", Hi * Di, c.q_lora_rank));
+  FERRY_ASSIGN_OR_RETURN(x.wk, w.Matrix("wk.weight", Di, D));
+  FERRY_ASSIGN_OR_RETURN(x.k_norm_w, w.Vector("k_norm.weight", Di));
+  FERRY_ASSIGN_OR_RETURN(x.k_norm_b, w.Vector("k_norm.bias", Di));
+  FERRY_ASSIGN_OR_RETURN(x.weights_proj, w.Matrix("weights_proj.weight", Hi, D));
+  FERRY_ASSIGN_OR_RETURN(x.gate, w.Matrix("index_kpool_compress_gate", Di, D));
+  FERRY_ASSIGN_OR_RETURN(x.ape, w.Matrix("index_kpool_compress_ape", c.index_kpool, Di));
+  return x;
+}
+
+void PooledIndexerCache::Truncate(int64_t length, const ModelConfig& c) {
+  const int64_t Di = c.index_head_dim;
+  keys.resize(static_cast<size_t>(length * Di));
+  gates.resize(static_cast<size_t>(length * Di));
+  pools.resize(static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(pools.size()) / Di,
+                                                     length / c.index_kpool) * Di));
+}
+
+void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, int64_t rows,
+                       float* keys, float* gates) {
+  const int64_t Di = c.index_head_dim, D = c.hidden_size;
+  cpu::Linear(a, rows, D, w.wk.ptr(), Di, keys);
+  cpu::LayerNorm(keys, rows, Di, w.k_norm_w.ptr(), w.k_norm_b.ptr(), 1e-6f, keys);
+  cpu::Linear(a, rows, D, w.gate.ptr(), Di, gates);
+}
+
+void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t length,
+                                PooledIndexerCache* cache) {
+  const int64_t Di = c.index_head_dim, kp = c.index_kpool;
+  const int64_t have = static_cast<int64_t>(cache->pools.size()) / Di;
+  const int64_t want = length / kp;
+  cache->pools.resize(static_cast<size_t>(want * Di));
+  std::vector<float> logit(static_cast<size_t>(kp));
+  for (int64_t p = have; p < want; ++p) {
+    float* key = cache->pools.data() + p * Di;
+    for (int64_t ch = 0; ch < Di; ++ch) {
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < kp; ++j) {
+        logit[j] = cache->gates[(p * kp + j) * Di + ch] + w.ape.data[j * Di + ch];
+        mx = std::fmax(mx, logit[j]);
+      }
+      float den = 0.0f;
+      for (int64_t j = 0; j < kp; ++j) den += (logit[j] = std::exp(logit[j] - mx));
+      float acc = 0.0f;
+      for (int64_t j = 0; j < kp; ++j) acc += logit[j] / den * cache->keys[(p * kp + j) * Di + ch];
+      key[ch] = acc;
+    }
+  }
+}
+
+void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
+                         int64_t rows, const int64_t* pos, const PooledIndexerCache* const* cache,
+                         std::vector<std::vector<int32_t>>* sel) {
+  const int64_t Hi = c.index_n_heads, Di = c.index_head_dim, kp = c.index_kpool, D = c.hidden_size;
+  const int64_t keep = c.index_topk / kp;
+  sel->assign(static_cast<size_t>(rows), {});
+  std::vector<int64_t> sparse;
+  for (int64_t r = 0; r < rows; ++r) {
+    if ((pos[r] + 1) / kp <= keep) {
+      (*sel)[r].resize(static_cast<size_t>(pos[r] + 1));
+      std::iota((*sel)[r].begin(), (*sel)[r].end(), 0);
+    } else {
+      sparse.push_back(r);
+    }
+  }
+  if (sparse.empty()) return;
+  const int64_t n = static_cast<int64_t>(sparse.size());
+  std::vector<float> a_s(static_cast<size_t>(n * D)), cq_s(static_cast<size_t>(n * c.q_lora_rank));
+  for (int64_t j = 0; j < n; ++j) {
+    std::copy_n(a + sparse[j] * D, D, a_s.data() + j * D);
+    std::copy_n(cq + sparse[j] * c.q_lora_rank, c.q_lora_rank, cq_s.data() + j * c.q_lora_rank);
+  }
+  std::vector<float> qi(static_cast<size_t>(n * Hi * Di)), hw(static_cast<size_t>(n * Hi));
+  cpu::Linear(cq_s.data(), n, c.q_lora_rank, w.wq_b.ptr(), Hi * Di, qi.data());
+  cpu::Linear(a_s.data(), n, D, w.weights_proj.ptr(), Hi, hw.data());
+  const float head_scale = 1.0f / std::sqrt(static_cast<float>(Hi));
+  for (float& v : hw) v *= head_scale;
+  const float dot_scale = 1.0f / std::sqrt(static_cast<float>(Di));
+  std::vector<float> scores;
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t r = sparse[j];
+    const int64_t pools = (pos[r] + 1) / kp;
+    scores.resize(static_cast<size_t>(pools));
+    cpu::IndexerScoresRow(qi.data() + j * Hi * Di, hw.data() + j * Hi, Hi, Di, cache[r]->pools.data(), Di,
+                          pools, dot_scale, scores.data());
+    std::vector<int32_t>& out = (*sel)[r];
+    for (int32_t p : cpu::TopKIndices(scores.data(), pools, keep)) {
+      for (int64_t i = 0; i < kp; ++i) out.push_back(static_cast<int32_t>(p * kp + i));
+    }
+    for (int64_t t = pools * kp; t <= pos[r]; ++t) out.push_back(static_cast<int32_t>(t));
+  }
+}
+
+}  // namespace ferry::model

@@ -1,0 +1,59 @@
+// The pooled indexer of glm5_next (every MLA layer has one; there is no RoPE).
+//
+// Per token it caches ki [Di] = LayerNorm(a · wk^T; eps 1e-6) and gk [Di] = a · compress_gate^T.
+// Pools are `kpool` consecutive tokens from position 0; a pool's key, once all its tokens exist,
+//   K_p[c] = sum_j softmax_j(gk[j, c] + ape[j, c]) * ki[j, c]        (j over the pool's tokens)
+// A query at position t scores the complete pools whose last token is <= t:
+//   score(t, p) = sum_h w_h * ReLU(Di^-0.5 * qi_h · K_p),  qi = cq · wq_b^T,
+//   w = (a · weights_proj^T) * Hi^-0.5,
+// keeps the best index_topk / kpool pools (ties to the lower pool), expands each to its tokens
+// and adds the unscored tail, the (t + 1) % kpool newest tokens after the last complete pool.
+// With no more than index_topk / kpool complete pools that is every token (dense causal).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace ferry::model {
+
+struct PooledIndexerWeights {
+  Weight wq_b;          // [Hi * Di, q_lora]
+  Weight wk;            // [Di, D]
+  Weight k_norm_w;      // [Di]
+  Weight k_norm_b;      // [Di]
+  Weight weights_proj;  // [Hi, D]
+  Weight gate;          // [Di, D]  index_kpool_compress_gate
+  Weight ape;           // [kpool, Di]  index_kpool_compress_ape
+};
+
+absl::StatusOr<PooledIndexerWeights> LoadPooledIndexer(const WeightLoader& w, const ModelConfig& c);
+
+// One conversation's indexer cache for one layer.
+struct PooledIndexerCache {
+  std::vector<float> keys;   // [length, Di]
+  std::vector<float> gates;  // [length, Di]
+  std::vector<float> pools;  // [complete pools, Di]
+  // Drops everything past `length` tokens (pools that are no longer complete included).
+  void Truncate(int64_t length, const ModelConfig& c);
+  int64_t bytes() const { return static_cast<int64_t>((keys.size() + gates.size() + pools.size()) * sizeof(float)); }
+};
+
+// Computes the per-token entries of R rows: keys and gates [R, Di] each.
+void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, int64_t rows,
+                       float* keys, float* gates);
+
+// After the rows of positions < `length` are in `cache`, computes every pool that is complete
+// within `length` tokens and not yet pooled.
+void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t length,
+                                PooledIndexerCache* cache);
+
+// sel[r] = the ascending token ids row r attends to, given its cache (complete pools up to pos[r]).
+void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
+                         int64_t rows, const int64_t* pos, const PooledIndexerCache* const* cache,
+                         std::vector<std::vector<int32_t>>* sel);
+
+}  // namespace ferry::model
