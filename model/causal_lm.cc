@@ -32,22 +32,23 @@ absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp) {
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
     case Family::kGlmMoeDsa: {
-      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsa::Load(ck, cfg));
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsa::Load(ck, cfg, tp));
       break;
     }
     case Family::kGlm5Next: {
-      FERRY_ASSIGN_OR_RETURN(model, Glm5Next::Load(ck, cfg));
+      FERRY_ASSIGN_OR_RETURN(model, Glm5Next::Load(ck, cfg, tp));
       break;
     }
   }
   FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << ": " << cfg.num_layers
-                  << " layers, hidden " << cfg.hidden_size << ", vocab " << cfg.vocab_size;
+                  << " layers, hidden " << cfg.hidden_size << ", vocab " << cfg.vocab_size
+                  << (tp.world > 1 ? absl::StrCat(", tensor-parallel rank ", tp.rank, " of ", tp.world) : "");
   return model;
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 
 namespace ferry::model {
 
@@ -64,8 +65,9 @@ class CausalLM {
   virtual absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) = 0;
 };
 
-// Opens the checkpoint at `dir`, parses its config and loads the matching family.
-absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir);
+// Opens the checkpoint at `dir`, parses its config and loads the matching family: this rank's
+// tensor-parallel shard when tp.world > 1 (every rank then runs Forward() in lockstep).
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp = {});
 
 // Shared validation of Forward()'s input (empty segments, token range, duplicates).
 absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t vocab);

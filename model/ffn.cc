@@ -9,11 +9,15 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-absl::StatusOr<MlpWeights> LoadMlp(const WeightLoader& w, int64_t hidden, int64_t inter) {
+absl::StatusOr<MlpWeights> LoadMlp(const WeightLoader& w, int64_t hidden, int64_t inter,
+                                   const TensorParallel& tp) {
+  FERRY_RETURN_IF_ERROR(CheckDivisible(w.prefix() + " intermediate size", inter, tp.world));
+  const Slice rows{tp.Begin(inter), tp.End(inter), 0, -1};
+  const Slice cols{0, -1, tp.Begin(inter), tp.End(inter)};
   MlpWeights m;
-  FERRY_ASSIGN_OR_RETURN(m.gate, w.Matrix("gate_proj.weight", inter, hidden));
-  FERRY_ASSIGN_OR_RETURN(m.up, w.Matrix("up_proj.weight", inter, hidden));
-  FERRY_ASSIGN_OR_RETURN(m.down, w.Matrix("down_proj.weight", hidden, inter));
+  FERRY_ASSIGN_OR_RETURN(m.gate, w.Matrix("gate_proj.weight", inter, hidden, rows));
+  FERRY_ASSIGN_OR_RETURN(m.up, w.Matrix("up_proj.weight", inter, hidden, rows));
+  FERRY_ASSIGN_OR_RETURN(m.down, w.Matrix("down_proj.weight", hidden, inter, cols));
   return m;
 }
 
@@ -26,7 +30,7 @@ void MlpForward(const MlpWeights& m, const float* x, int64_t rows, int64_t hidde
   cpu::Linear(g.data(), rows, inter, m.down.ptr(), hidden, y);
 }
 
-absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c) {
+absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp) {
   MoeWeights m;
   const int64_t E = c.n_routed_experts;
   FERRY_ASSIGN_OR_RETURN(m.router, w.Matrix("gate.weight", E, c.hidden_size));
@@ -35,12 +39,12 @@ absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c) 
   for (int64_t e = 0; e < E; ++e) {
     FERRY_ASSIGN_OR_RETURN(MlpWeights ex,
                            LoadMlp(w.Sub(absl::StrCat("experts.", e, ".")), c.hidden_size,
-                                   c.moe_intermediate_size));
+                                   c.moe_intermediate_size, tp));
     m.experts.push_back(std::move(ex));
   }
   if (c.n_shared_experts > 0) {
     FERRY_ASSIGN_OR_RETURN(m.shared, LoadMlp(w.Sub("shared_experts."), c.hidden_size,
-                                             c.moe_intermediate_size * c.n_shared_experts));
+                                             c.moe_intermediate_size * c.n_shared_experts, tp));
     m.has_shared = true;
   }
   m.routing.n_experts = E;

@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/ops.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace ferry::model {
@@ -18,8 +19,10 @@ struct MlpWeights {
   int64_t inter() const { return gate.rows; }
 };
 
-// Loads `gate_proj`, `up_proj`, `down_proj` under the loader's prefix.
-absl::StatusOr<MlpWeights> LoadMlp(const WeightLoader& w, int64_t hidden, int64_t inter);
+// Loads `gate_proj`, `up_proj`, `down_proj` under the loader's prefix; under tensor parallelism
+// this rank's slice of the intermediate dimension (gate/up rows, down columns).
+absl::StatusOr<MlpWeights> LoadMlp(const WeightLoader& w, int64_t hidden, int64_t inter,
+                                   const TensorParallel& tp = {});
 
 // y[rows, hidden] = down(SwiGlu(gate x, up x; limit)), limit 0 = no clamp. y must not alias x.
 void MlpForward(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
@@ -35,9 +38,11 @@ struct MoeWeights {
   kernels::cpu::RoutingParams routing;
 };
 
-absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c);
+// Experts are not divided between ranks: every rank holds its intermediate slice of every
+// expert, so routing (replicated) stays global.
+absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp = {});
 
-// y[rows, hidden] = sum over each row's routed experts, ascending by expert id, of
+// y[rows, hidden] (this rank's partial sum under tensor parallelism) = sum over each row's routed experts, ascending by expert id, of
 // weight * expert(x), then + shared(x). Each row's result is independent of the other rows.
 // y must not alias x.
 void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y);

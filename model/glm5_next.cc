@@ -12,13 +12,13 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-NextSequence::NextSequence(const ModelConfig& c)
+NextSequence::NextSequence(const ModelConfig& c, int64_t kda_heads)
     : config_(&c),
       latent_(static_cast<size_t>(c.num_layers)),
       indexer_(static_cast<size_t>(c.num_layers)),
       kda_(static_cast<size_t>(c.num_layers)) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    if (c.layer_types[l] == AttentionType::kKda) kda_[l] = KdaState::Zero(c);
+    if (c.layer_types[l] == AttentionType::kKda) kda_[l] = KdaState::Zero(c, kda_heads);
   }
 }
 
@@ -72,12 +72,14 @@ absl::Status NextSequence::RewindTo(int64_t position) {
 
 std::unique_ptr<SequenceState> NextSequence::Clone() const { return std::make_unique<NextSequence>(*this); }
 
-absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, const ModelConfig& c) {
+absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, const ModelConfig& c,
+                                                         const TensorParallel& tp) {
   if (!c.index_kpool_always_select_tail) {
     return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": text_config.index_kpool_always_select_tail "
                                                  "is false; only the always-selected tail is implemented"));
   }
-  std::unique_ptr<Glm5Next> m(new Glm5Next(c));
+  FERRY_RETURN_IF_ERROR(CheckDivisible("linear_num_heads", c.linear_num_heads, tp.world));
+  std::unique_ptr<Glm5Next> m(new Glm5Next(c, tp));
   WeightLoader model(ck, c.weight_prefix);
   FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
   FERRY_ASSIGN_OR_RETURN(m->norm_, model.Vector("norm.weight", c.hidden_size));
@@ -102,9 +104,9 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
     FERRY_ASSIGN_OR_RETURN(L.hc_ffn, LoadMhc(lw, "hc_ffn", c));
     L.kda = c.layer_types[i] == AttentionType::kKda;
     if (L.kda) {
-      FERRY_ASSIGN_OR_RETURN(L.linear, LoadKda(lw.Sub("self_attn."), c));
+      FERRY_ASSIGN_OR_RETURN(L.linear, LoadKda(lw.Sub("self_attn."), c, tp));
     } else {
-      FERRY_ASSIGN_OR_RETURN(L.attn, LoadMla(lw.Sub("self_attn."), c, c.rms_norm_eps));
+      FERRY_ASSIGN_OR_RETURN(L.attn, LoadMla(lw.Sub("self_attn."), c, c.rms_norm_eps, tp));
       L.has_indexer = c.indexer_types[i] == IndexerType::kFull;
       if (L.has_indexer) {
         FERRY_ASSIGN_OR_RETURN(L.indexer, LoadPooledIndexer(lw.Sub("self_attn.indexer."), c));
@@ -112,15 +114,17 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
     }
     L.dense = c.mlp_types[i] == MlpType::kDense;
     if (L.dense) {
-      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size));
+      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size, tp));
     } else {
-      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c));
+      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c, tp));
     }
   }
   return m;
 }
 
-std::unique_ptr<SequenceState> Glm5Next::NewSequence() const { return std::make_unique<NextSequence>(config_); }
+std::unique_ptr<SequenceState> Glm5Next::NewSequence() const {
+  return std::make_unique<NextSequence>(config_, tp_.Local(config_.linear_num_heads));
+}
 
 absl::StatusOr<ForwardOutput> Glm5Next::Forward(std::span<const ForwardSegment> segments) {
   return ForwardWithOptions(segments, nullptr, kKdaChunk);
@@ -187,7 +191,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
     MhcPre(L.hc_attn, c, h.data(), R, &mix, u.data());
     cpu::RmsNorm(u.data(), R, D, L.input_norm.ptr(), c.rms_norm_eps, a.data());
     if (L.kda) {
-      const int64_t C = c.linear_num_heads * c.linear_head_dim;
+      const int64_t C = L.linear.heads * c.linear_head_dim;
       KdaProject(L.linear, c, a.data(), R, &kin);
       o.resize(static_cast<size_t>(R * C));
       for (size_t s = 0; s < segments.size(); ++s) {
@@ -220,6 +224,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
       // A shared layer keeps `sel` from the MLA layer just before it (the config guarantees one).
       MlaAttend(L.attn, c, proj, R, cache_of.data(), sel, y.data());
     }
+    FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     MhcPost(mix, c, y.data(), R, h.data());
 
     MhcPre(L.hc_ffn, c, h.data(), R, &mix, u.data());
@@ -229,6 +234,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
     } else {
       MoeForward(L.moe, a.data(), R, D, c.swiglu_limit, y.data());
     }
+    FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     MhcPost(mix, c, y.data(), R, h.data());
     if (hidden && l + 1 < c.num_layers) hidden->push_back(h);
   }

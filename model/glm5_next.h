@@ -24,7 +24,8 @@ namespace ferry::model {
 // works only to the current length or to a position kept with KeepSnapshot().
 class NextSequence final : public SequenceState {
  public:
-  explicit NextSequence(const ModelConfig& c);
+  // `kda_heads`: the KDA heads this rank holds (all of them without tensor parallelism).
+  NextSequence(const ModelConfig& c, int64_t kda_heads);
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
   int64_t fixed_bytes() const override;
@@ -49,7 +50,9 @@ class Glm5Next final : public CausalLM {
   // KDA chunk length of the chunked (prefill) form.
   static constexpr int64_t kKdaChunk = 64;
 
-  static absl::StatusOr<std::unique_ptr<Glm5Next>> Load(const Checkpoint& ck, const ModelConfig& c);
+  // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
+  static absl::StatusOr<std::unique_ptr<Glm5Next>> Load(const Checkpoint& ck, const ModelConfig& c,
+                                                        const TensorParallel& tp = {});
 
   const ModelConfig& config() const override { return config_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
@@ -77,9 +80,10 @@ class Glm5Next final : public CausalLM {
     MoeWeights moe;
   };
 
-  explicit Glm5Next(ModelConfig c) : config_(std::move(c)) {}
+  Glm5Next(ModelConfig c, const TensorParallel& tp) : config_(std::move(c)), tp_(tp) {}
 
   ModelConfig config_;
+  TensorParallel tp_;
   Weight embed_, norm_, lm_head_;
   std::vector<Layer> layers_;
 };

@@ -38,8 +38,9 @@ int64_t DsaSequence::bytes() const {
   return n;
 }
 
-absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck, const ModelConfig& c) {
-  std::unique_ptr<GlmMoeDsa> m(new GlmMoeDsa(c));
+absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck, const ModelConfig& c,
+                                                           const TensorParallel& tp) {
+  std::unique_ptr<GlmMoeDsa> m(new GlmMoeDsa(c, tp));
   WeightLoader top(ck, "");
   WeightLoader model(ck, c.weight_prefix);
   FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
@@ -57,16 +58,16 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck,
     FERRY_ASSIGN_OR_RETURN(L.input_norm, lw.Vector("input_layernorm.weight", c.hidden_size));
     FERRY_ASSIGN_OR_RETURN(L.post_norm, lw.Vector("post_attention_layernorm.weight", c.hidden_size));
     // The low-rank norms use the class default epsilon 1e-6, not rms_norm_eps.
-    FERRY_ASSIGN_OR_RETURN(L.attn, LoadMla(lw.Sub("self_attn."), c, 1e-6f));
+    FERRY_ASSIGN_OR_RETURN(L.attn, LoadMla(lw.Sub("self_attn."), c, 1e-6f, tp));
     L.has_indexer = c.indexer_types[i] == IndexerType::kFull;
     if (L.has_indexer) {
       FERRY_ASSIGN_OR_RETURN(L.indexer, LoadDsaIndexer(lw.Sub("self_attn.indexer."), c));
     }
     L.dense = c.mlp_types[i] == MlpType::kDense;
     if (L.dense) {
-      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size));
+      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size, tp));
     } else {
-      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c));
+      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c, tp));
     }
   }
   return m;
@@ -147,6 +148,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
     }
     // A shared layer reuses `sel` from the latest full layer (the config guarantees one).
     MlaAttend(L.attn, c, proj, R, cache_of.data(), sel, y.data());
+    FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
 
     cpu::RmsNorm(x.data(), R, D, L.post_norm.ptr(), c.rms_norm_eps, a.data());
@@ -155,6 +157,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
     } else {
       MoeForward(L.moe, a.data(), R, D, 0.0f, y.data());
     }
+    FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
     if (hidden && l + 1 < c.num_layers) hidden->push_back(x);
   }

@@ -35,7 +35,9 @@ class DsaSequence final : public SequenceState {
 
 class GlmMoeDsa final : public CausalLM {
  public:
-  static absl::StatusOr<std::unique_ptr<GlmMoeDsa>> Load(const Checkpoint& ck, const ModelConfig& c);
+  // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
+  static absl::StatusOr<std::unique_ptr<GlmMoeDsa>> Load(const Checkpoint& ck, const ModelConfig& c,
+                                                         const TensorParallel& tp = {});
 
   const ModelConfig& config() const override { return config_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
@@ -58,9 +60,10 @@ class GlmMoeDsa final : public CausalLM {
     MoeWeights moe;
   };
 
-  explicit GlmMoeDsa(ModelConfig c) : config_(std::move(c)) {}
+  GlmMoeDsa(ModelConfig c, const TensorParallel& tp) : config_(std::move(c)), tp_(tp) {}
 
   ModelConfig config_;
+  TensorParallel tp_;
   Weight embed_;    // [vocab, hidden]
   Weight norm_;     // [hidden]
   Weight lm_head_;  // [vocab, hidden]

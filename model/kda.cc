@@ -24,18 +24,23 @@ void L2Norm(float* x, int64_t d) {
 
 }  // namespace
 
-absl::StatusOr<KdaWeights> LoadKda(const WeightLoader& w, const ModelConfig& c) {
-  const int64_t H = c.linear_num_heads, d = c.linear_head_dim, C = H * d, D = c.hidden_size,
+absl::StatusOr<KdaWeights> LoadKda(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp) {
+  FERRY_RETURN_IF_ERROR(CheckDivisible("linear_num_heads", c.linear_num_heads, tp.world));
+  const int64_t HG = c.linear_num_heads, d = c.linear_head_dim, CG = HG * d, D = c.hidden_size,
                 K = c.linear_conv_kernel_dim;
+  const int64_t H = tp.Local(HG), h0 = tp.Begin(HG);
+  const Slice head_rows{h0, h0 + H, 0, -1};
+  const Slice chan_rows{h0 * d, (h0 + H) * d, 0, -1};
   KdaWeights k;
-  FERRY_ASSIGN_OR_RETURN(k.q_proj, w.Matrix("q_proj.weight", C, D));
-  FERRY_ASSIGN_OR_RETURN(k.k_proj, w.Matrix("k_proj.weight", C, D));
-  FERRY_ASSIGN_OR_RETURN(k.v_proj, w.Matrix("v_proj.weight", C, D));
-  FERRY_ASSIGN_OR_RETURN(k.q_conv, w.Tensor("q_conv1d.weight", {C, 1, K}));
-  FERRY_ASSIGN_OR_RETURN(k.k_conv, w.Tensor("k_conv1d.weight", {C, 1, K}));
-  FERRY_ASSIGN_OR_RETURN(k.v_conv, w.Tensor("v_conv1d.weight", {C, 1, K}));
+  k.heads = H;
+  FERRY_ASSIGN_OR_RETURN(k.q_proj, w.Matrix("q_proj.weight", CG, D, chan_rows));
+  FERRY_ASSIGN_OR_RETURN(k.k_proj, w.Matrix("k_proj.weight", CG, D, chan_rows));
+  FERRY_ASSIGN_OR_RETURN(k.v_proj, w.Matrix("v_proj.weight", CG, D, chan_rows));
+  FERRY_ASSIGN_OR_RETURN(k.q_conv, w.Tensor("q_conv1d.weight", {CG, 1, K}, chan_rows));
+  FERRY_ASSIGN_OR_RETURN(k.k_conv, w.Tensor("k_conv1d.weight", {CG, 1, K}, chan_rows));
+  FERRY_ASSIGN_OR_RETURN(k.v_conv, w.Tensor("v_conv1d.weight", {CG, 1, K}, chan_rows));
   // The config does not name the low-rank width of the decay and output gates: read it off
-  // f_a_proj and require the other three to agree.
+  // f_a_proj (the shape checks of the other three then hold it to the same width).
   FERRY_ASSIGN_OR_RETURN(std::vector<int64_t> fa_shape, w.Shape("f_a_proj.weight"));
   if (fa_shape.size() != 2 || fa_shape[0] < 1) {
     return absl::InvalidArgumentError(absl::StrCat(w.prefix(), "f_a_proj.weight: expected [rank, ", D,
@@ -43,27 +48,27 @@ absl::StatusOr<KdaWeights> LoadKda(const WeightLoader& w, const ModelConfig& c) 
   }
   const int64_t r = fa_shape[0];
   FERRY_ASSIGN_OR_RETURN(k.f_a, w.Matrix("f_a_proj.weight", r, D));
-  FERRY_ASSIGN_OR_RETURN(k.f_b, w.Matrix("f_b_proj.weight", C, r));
+  FERRY_ASSIGN_OR_RETURN(k.f_b, w.Matrix("f_b_proj.weight", CG, r, chan_rows));
   FERRY_ASSIGN_OR_RETURN(k.g_a, w.Matrix("g_a_proj.weight", r, D));
-  FERRY_ASSIGN_OR_RETURN(k.g_b, w.Matrix("g_b_proj.weight", C, r));
-  FERRY_ASSIGN_OR_RETURN(k.b_proj, w.Matrix("b_proj.weight", H, D));
-  FERRY_ASSIGN_OR_RETURN(k.a_log, w.Vector("A_log", H));
-  FERRY_ASSIGN_OR_RETURN(k.dt_bias, w.Vector("dt_bias", C));
+  FERRY_ASSIGN_OR_RETURN(k.g_b, w.Matrix("g_b_proj.weight", CG, r, chan_rows));
+  FERRY_ASSIGN_OR_RETURN(k.b_proj, w.Matrix("b_proj.weight", HG, D, head_rows));
+  FERRY_ASSIGN_OR_RETURN(k.a_log, w.Vector("A_log", HG, head_rows));
+  FERRY_ASSIGN_OR_RETURN(k.dt_bias, w.Vector("dt_bias", CG, chan_rows));
   FERRY_ASSIGN_OR_RETURN(k.o_norm, w.Vector("o_norm.weight", d));
-  FERRY_ASSIGN_OR_RETURN(k.o_proj, w.Matrix("o_proj.weight", D, C));
+  FERRY_ASSIGN_OR_RETURN(k.o_proj, w.Matrix("o_proj.weight", D, CG, Slice{0, -1, h0 * d, (h0 + H) * d}));
   return k;
 }
 
-KdaState KdaState::Zero(const ModelConfig& c) {
-  const int64_t C = c.linear_num_heads * c.linear_head_dim;
+KdaState KdaState::Zero(const ModelConfig& c, int64_t heads) {
+  const int64_t C = heads * c.linear_head_dim;
   KdaState s;
   s.conv.assign(static_cast<size_t>(3 * (c.linear_conv_kernel_dim - 1) * C), 0.0f);
-  s.s.assign(static_cast<size_t>(c.linear_num_heads * c.linear_head_dim * c.linear_head_dim), 0.0f);
+  s.s.assign(static_cast<size_t>(heads * c.linear_head_dim * c.linear_head_dim), 0.0f);
   return s;
 }
 
 void KdaProject(const KdaWeights& w, const ModelConfig& c, const float* a, int64_t rows, KdaInputs* in) {
-  const int64_t H = c.linear_num_heads, d = c.linear_head_dim, C = H * d, D = c.hidden_size;
+  const int64_t H = w.heads, d = c.linear_head_dim, C = H * d, D = c.hidden_size;
   const int64_t r = w.f_a.rows;
   in->q.resize(static_cast<size_t>(rows * C));
   in->k.resize(in->q.size());
@@ -206,7 +211,7 @@ void ChunkHead(const float* q, const float* k, const float* v, const float* g, c
 
 void KdaRun(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, int64_t begin, int64_t n,
             int64_t pos0, int64_t chunk, KdaState* state, float* o) {
-  const int64_t H = c.linear_num_heads, d = c.linear_head_dim, C = H * d, K = c.linear_conv_kernel_dim;
+  const int64_t H = w.heads, d = c.linear_head_dim, C = H * d, K = c.linear_conv_kernel_dim;
   std::vector<float> q(static_cast<size_t>(n * C)), k(q.size()), v(q.size());
   float* tails = state->conv.data();
   ConvSilu(in.q.data() + begin * C, n, C, K, w.q_conv.ptr(), tails, q.data());
@@ -243,7 +248,7 @@ void KdaRun(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, int6
 
 void KdaOutput(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, const float* o, int64_t rows,
                float* out) {
-  const int64_t H = c.linear_num_heads, d = c.linear_head_dim, C = H * d;
+  const int64_t H = w.heads, d = c.linear_head_dim, C = H * d;
   std::vector<float> normed(static_cast<size_t>(rows * C));
   cpu::RmsNorm(o, rows * H, d, w.o_norm.ptr(), c.rms_norm_eps, normed.data());
   for (int64_t i = 0; i < rows * C; ++i) normed[i] *= in.gate[i];

@@ -18,11 +18,16 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace ferry::model {
 
+// Under tensor parallelism a rank holds `heads` = H / W heads: its channels of q/k/v, the convs,
+// the decay (f_b, dt_bias, A_log), beta, the output gate (g_b), and its columns of o_proj;
+// f_a, g_a and o_norm are replicated. Each rank keeps only its heads' recurrent state.
 struct KdaWeights {
+  int64_t heads = 0;                    // heads held by this rank (C below is heads * d)
   Weight q_proj, k_proj, v_proj;        // [C, D]
   Weight q_conv, k_conv, v_conv;        // [C, K]
   Weight f_a, f_b;                      // [r, D], [C, r]
@@ -34,13 +39,14 @@ struct KdaWeights {
   Weight o_proj;                        // [D, C]
 };
 
-absl::StatusOr<KdaWeights> LoadKda(const WeightLoader& w, const ModelConfig& c);
+absl::StatusOr<KdaWeights> LoadKda(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp = {});
 
 // One conversation's recurrent state of one KDA layer.
 struct KdaState {
   std::vector<float> conv;  // [3 (q, k, v), K - 1, C], oldest input first
   std::vector<float> s;     // [H, d, d]
-  static KdaState Zero(const ModelConfig& c);
+  // The zero state for `heads` heads (this rank's share).
+  static KdaState Zero(const ModelConfig& c, int64_t heads);
   int64_t bytes() const { return static_cast<int64_t>((conv.size() + s.size()) * sizeof(float)); }
 };
 
@@ -62,7 +68,7 @@ void KdaProject(const KdaWeights& w, const ModelConfig& c, const float* a, int64
 void KdaRun(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, int64_t begin, int64_t n,
             int64_t pos0, int64_t chunk, KdaState* state, float* o);
 
-// out [R, D] = o_proj(RMSNorm_head(o) * gate).
+// out [R, D] = o_proj(RMSNorm_head(o) * gate) (this rank's partial sum under tensor parallelism).
 void KdaOutput(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, const float* o, int64_t rows,
                float* out);
 

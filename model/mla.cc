@@ -10,18 +10,25 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, float norm_eps) {
-  const int64_t H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
+absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, float norm_eps,
+                                   const TensorParallel& tp) {
+  FERRY_RETURN_IF_ERROR(CheckDivisible("num_attention_heads", c.num_heads, tp.world));
+  const int64_t H = tp.Local(c.num_heads), h0 = tp.Begin(c.num_heads), L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
                 V = c.v_head_dim;
   MlaWeights m;
+  m.heads = H;
   m.norm_eps = norm_eps;
   FERRY_ASSIGN_OR_RETURN(m.q_a, w.Matrix("q_a_proj.weight", c.q_lora_rank, c.hidden_size));
   FERRY_ASSIGN_OR_RETURN(m.q_a_norm, w.Vector("q_a_layernorm.weight", c.q_lora_rank));
-  FERRY_ASSIGN_OR_RETURN(m.q_b, w.Matrix("q_b_proj.weight", H * (N + P), c.q_lora_rank));
+  const int64_t HG = c.num_heads;  // the checkpoint's (global) head count
+  FERRY_ASSIGN_OR_RETURN(m.q_b, w.Matrix("q_b_proj.weight", HG * (N + P), c.q_lora_rank,
+                                         Slice{h0 * (N + P), (h0 + H) * (N + P), 0, -1}));
   FERRY_ASSIGN_OR_RETURN(m.kv_a, w.Matrix("kv_a_proj_with_mqa.weight", L + P, c.hidden_size));
   FERRY_ASSIGN_OR_RETURN(m.kv_a_norm, w.Vector("kv_a_layernorm.weight", L));
-  FERRY_ASSIGN_OR_RETURN(Weight kv_b, w.Matrix("kv_b_proj.weight", H * (N + V), L));
-  FERRY_ASSIGN_OR_RETURN(m.o_proj, w.Matrix("o_proj.weight", c.hidden_size, H * V));
+  FERRY_ASSIGN_OR_RETURN(Weight kv_b, w.Matrix("kv_b_proj.weight", HG * (N + V), L,
+                                                Slice{h0 * (N + V), (h0 + H) * (N + V), 0, -1}));
+  FERRY_ASSIGN_OR_RETURN(m.o_proj, w.Matrix("o_proj.weight", c.hidden_size, HG * V,
+                                            Slice{0, -1, h0 * V, (h0 + H) * V}));
   // Split kv_b per head into W_UK (transposed, so q_abs is a Linear over q_nope) and W_UV.
   m.w_uk_t = Weight{std::vector<float>(static_cast<size_t>(H * L * N)), H * L, N};
   m.w_uv = Weight{std::vector<float>(static_cast<size_t>(H * V * L)), H * V, L};
@@ -37,7 +44,7 @@ absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, 
 
 void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64_t rows,
                 const int64_t* pos, const float* inv_freq, MlaProjections* out) {
-  const int64_t H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
+  const int64_t H = w.heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
                 QL = c.q_lora_rank, D = c.hidden_size;
   out->cq.resize(static_cast<size_t>(rows * QL));
   cpu::Linear(a, rows, D, w.q_a.ptr(), QL, out->cq.data());
@@ -74,7 +81,7 @@ void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64
 
 void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
                const float* const* cache, const std::vector<std::vector<int32_t>>& sel, float* out) {
-  const int64_t H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
+  const int64_t H = w.heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
                 V = c.v_head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(N + P));
   std::vector<float> o_lat(static_cast<size_t>(H * L));

@@ -14,11 +14,16 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace ferry::model {
 
+// Under tensor parallelism a rank holds `heads` = H / W of the heads: its rows of q_b and kv_b
+// and its columns of o_proj; q_a, kv_a and the norms are replicated, so every rank computes the
+// same cache rows.
 struct MlaWeights {
+  int64_t heads = 0;  // heads held by this rank
   Weight q_a;        // [q_lora, hidden]
   Weight q_a_norm;   // [q_lora]
   Weight q_b;        // [H * (N + P), q_lora]
@@ -33,14 +38,15 @@ struct MlaWeights {
 // Loads `q_a_proj`, `q_a_layernorm`, `q_b_proj`, `kv_a_proj_with_mqa`, `kv_a_layernorm`,
 // `kv_b_proj`, `o_proj` under the loader's prefix ("...self_attn."). `norm_eps` is the
 // epsilon of the two low-rank norms (1e-6 for glm_moe_dsa, rms_norm_eps for glm5_next).
-absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, float norm_eps);
+absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, float norm_eps,
+                                   const TensorParallel& tp = {});
 
 // Per-row projections of one layer for a batch of R rows.
 struct MlaProjections {
   std::vector<float> cq;          // [R, q_lora]  (the indexer reads it too)
   std::vector<float> cache_rows;  // [R, L + P]   new cache rows, to be written at each row's position
-  std::vector<float> q_abs;       // [R, H, L]
-  std::vector<float> q_pe;        // [R, H, P]
+  std::vector<float> q_abs;       // [R, heads, L]
+  std::vector<float> q_pe;        // [R, heads, P]
 };
 
 // a [R, hidden] (the layer's normed input), pos [R] absolute positions, inv_freq [P / 2].
@@ -48,7 +54,8 @@ void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64
                 const int64_t* pos, const float* inv_freq, MlaProjections* out);
 
 // For each row r: attention of its q_abs / q_pe over the cache rows `sel[r]` (ascending ids) of
-// the cache at `cache[r]` (row stride L + P), then W_UV and o_proj, into out [R, hidden].
+// the cache at `cache[r]` (row stride L + P), then W_UV and o_proj, into out [R, hidden]
+// (this rank's partial sum under tensor parallelism).
 // REQUIRES: every sel[r] is non-empty and names rows already written.
 void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
                const float* const* cache, const std::vector<std::vector<int32_t>>& sel, float* out);

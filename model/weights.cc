@@ -5,12 +5,15 @@
 
 namespace ferry::model {
 
-absl::StatusOr<Weight> WeightLoader::Tensor(const std::string& name,
-                                            const std::vector<int64_t>& shape) const {
+absl::StatusOr<Weight> WeightLoader::Tensor(const std::string& name, const std::vector<int64_t>& shape,
+                                            const Slice& slice) const {
   Weight w;
-  FERRY_ASSIGN_OR_RETURN(w.data, ck_.LoadF32(prefix_ + name, shape));
-  w.rows = shape.empty() ? 1 : shape[0];
-  w.cols = w.rows == 0 ? 0 : static_cast<int64_t>(w.data.size()) / w.rows;
+  FERRY_ASSIGN_OR_RETURN(w.data, ck_.LoadF32(prefix_ + name, shape, slice));
+  int64_t rows = shape.empty() ? 1 : shape[0];
+  int64_t cols = 1;
+  for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
+  w.rows = (slice.row_end < 0 ? rows : slice.row_end) - slice.row_begin;
+  w.cols = (slice.col_end < 0 ? cols : slice.col_end) - slice.col_begin;
   return w;
 }
 
@@ -22,12 +25,13 @@ absl::StatusOr<std::vector<int64_t>> WeightLoader::Shape(const std::string& name
   return t->shape;
 }
 
-absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols) const {
-  return Tensor(name, {rows, cols});
+absl::StatusOr<Weight> WeightLoader::Matrix(const std::string& name, int64_t rows, int64_t cols,
+                                            const Slice& slice) const {
+  return Tensor(name, {rows, cols}, slice);
 }
 
-absl::StatusOr<Weight> WeightLoader::Vector(const std::string& name, int64_t n) const {
-  return Tensor(name, {n});
+absl::StatusOr<Weight> WeightLoader::Vector(const std::string& name, int64_t n, const Slice& slice) const {
+  return Tensor(name, {n}, slice);
 }
 
 }  // namespace ferry::model

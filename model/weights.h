@@ -26,12 +26,14 @@ class WeightLoader {
  public:
   WeightLoader(const Checkpoint& ck, std::string prefix) : ck_(ck), prefix_(std::move(prefix)) {}
 
-  // A [rows, cols] matrix `prefix + name`.
-  absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols) const;
-  // A [n] vector.
-  absl::StatusOr<Weight> Vector(const std::string& name, int64_t n) const;
-  // A tensor of any shape, flattened to [shape[0], rest].
-  absl::StatusOr<Weight> Tensor(const std::string& name, const std::vector<int64_t>& shape) const;
+  // A [rows, cols] matrix `prefix + name` (or the window `slice` of it).
+  absl::StatusOr<Weight> Matrix(const std::string& name, int64_t rows, int64_t cols,
+                                const Slice& slice = {}) const;
+  // A [n] vector (or elements [slice.row_begin, slice.row_end) of it).
+  absl::StatusOr<Weight> Vector(const std::string& name, int64_t n, const Slice& slice = {}) const;
+  // A tensor of any shape, flattened to [shape[0], rest], optionally a window of that view.
+  absl::StatusOr<Weight> Tensor(const std::string& name, const std::vector<int64_t>& shape,
+                                const Slice& slice = {}) const;
   bool Has(const std::string& name) const { return ck_.Has(prefix_ + name); }
   // The stored shape of `prefix + name`, for widths the config does not name (NOT_FOUND if absent).
   absl::StatusOr<std::vector<int64_t>> Shape(const std::string& name) const;

@@ -24,6 +24,7 @@ ModelConfig SmallKda() {
 // Conv weights and per-token inputs drawn at random; g spans the whole (-5, 0) range.
 void RandomInputs(const ModelConfig& c, int64_t n, std::mt19937& rng, KdaWeights* w, KdaInputs* in) {
   const int64_t H = c.linear_num_heads, C = H * c.linear_head_dim, K = c.linear_conv_kernel_dim;
+  w->heads = H;
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
   for (Weight* cw : {&w->q_conv, &w->k_conv, &w->v_conv}) {
@@ -55,11 +56,11 @@ TEST_CASE("KDA: chunked form equals the recurrence, whatever the chunk alignment
   KdaWeights w;
   KdaInputs in;
   RandomInputs(c, n, rng, &w, &in);
-  KdaState rec = KdaState::Zero(c);
+  KdaState rec = KdaState::Zero(c, c.linear_num_heads);
   std::vector<float> o_rec(n * C);
   KdaRun(w, c, in, 0, n, 5, 0, &rec, o_rec.data());
   for (int64_t chunk : {1, 3, 16, 64}) {
-    KdaState st = KdaState::Zero(c);
+    KdaState st = KdaState::Zero(c, c.linear_num_heads);
     std::vector<float> o(n * C);
     KdaRun(w, c, in, 0, n, 5, chunk, &st, o.data());
     INFO("chunk " << chunk);
@@ -68,7 +69,7 @@ TEST_CASE("KDA: chunked form equals the recurrence, whatever the chunk alignment
     CHECK(st.conv == rec.conv);
   }
   // Split in two calls: the state carries over exactly as in one call.
-  KdaState st = KdaState::Zero(c);
+  KdaState st = KdaState::Zero(c, c.linear_num_heads);
   std::vector<float> o(n * C);
   KdaRun(w, c, in, 0, 30, 5, 0, &st, o.data());
   KdaRun(w, c, in, 30, n - 30, 35, 0, &st, o.data() + 30 * C);
@@ -83,7 +84,7 @@ TEST_CASE("KDA: the recurrence follows the gated delta rule", "[kda]") {
   KdaWeights w;
   KdaInputs in;
   RandomInputs(c, n, rng, &w, &in);
-  KdaState st = KdaState::Zero(c);
+  KdaState st = KdaState::Zero(c, c.linear_num_heads);
   std::vector<float> o(n * C);
   KdaRun(w, c, in, 0, n, 0, 0, &st, o.data());
   // float64: conv + SiLU, l2 norms, q scale, then S <- diag(e^g) S; S += k (beta (v - S^T k))^T; o = S^T q.

@@ -1,0 +1,44 @@
+// Tensor parallelism inside a model family (Megatron-style, as the serving design splits it):
+// attention heads (MLA and KDA) and FFN intermediate dimensions are split across W ranks;
+// embeddings, norms, routers, indexers and hyper-connections are replicated; each rank's
+// partial output of attention (o_proj, row-split) and of the FFN (down_proj, row-split) is
+// summed over the ranks, one reduction after each.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace ferry::model {
+
+// Sums a buffer over the ranks of a tensor-parallel group.
+class Collective {
+ public:
+  virtual ~Collective() = default;
+  // data[n] <- the sum over all ranks' data[n], in a fixed rank order, so every rank gets the
+  // same bits and a repeated run reproduces them. Every rank calls it with the same n, in the
+  // same sequence of calls.
+  virtual absl::Status AllReduceSum(float* data, int64_t n) = 0;
+};
+
+struct TensorParallel {
+  int rank = 0;
+  int world = 1;
+  Collective* comm = nullptr;  // REQUIRES: non-null when world > 1; not owned
+
+  // The [begin, end) of `n` items that this rank holds. REQUIRES: n % world == 0.
+  int64_t Begin(int64_t n) const { return n / world * rank; }
+  int64_t End(int64_t n) const { return n / world * (rank + 1); }
+  int64_t Local(int64_t n) const { return n / world; }
+
+  // Sums `data` over the ranks (no-op on one rank).
+  absl::Status Reduce(float* data, int64_t n) const {
+    return world > 1 ? comm->AllReduceSum(data, n) : absl::OkStatus();
+  }
+};
+
+// OK when `n` of `what` splits evenly over `world` ranks; otherwise INVALID_ARGUMENT with numbers.
+absl::Status CheckDivisible(const std::string& what, int64_t n, int world);
+
+}  // namespace ferry::model
