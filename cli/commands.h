@@ -6,5 +6,6 @@ namespace ferry::cli {
 
 int RunCheckGolden();
 int RunGenerate();
+int RunPlan();
 
 }  // namespace ferry::cli

@@ -19,4 +19,16 @@ ABSL_DECLARE_FLAG(double, top_p);
 ABSL_DECLARE_FLAG(uint64_t, seed);
 ABSL_DECLARE_FLAG(std::string, stop_token_ids);
 ABSL_DECLARE_FLAG(bool, ignore_eos);
+// plan
+ABSL_DECLARE_FLAG(std::string, config);
+ABSL_DECLARE_FLAG(int64_t, ranks);
+ABSL_DECLARE_FLAG(int64_t, context);
+ABSL_DECLARE_FLAG(int64_t, parallel);
+ABSL_DECLARE_FLAG(double, room_gib);
+ABSL_DECLARE_FLAG(std::string, kv_pages);
+ABSL_DECLARE_FLAG(int64_t, page_size);
+ABSL_DECLARE_FLAG(double, cache_gib);
+ABSL_DECLARE_FLAG(int64_t, mtp_layers);
+ABSL_DECLARE_FLAG(std::string, kv_cache);
+ABSL_DECLARE_FLAG(double, fixed_mib);
 ABSL_DECLARE_FLAG(bool, verbose);

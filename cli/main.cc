@@ -21,6 +21,10 @@ constexpr char kUsage[] =
     "  generate --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--temperature T] [--top-k K]\n"
     "           [--top-p P] [--seed S] [--stop-token-ids ...] [--ignore-eos]\n"
     "      generate in-process; prints the new token ids, comma-separated, on stdout\n"
+    "  plan (--model DIR | --config FILE) --ranks W --context N --parallel P --room-gib G\n"
+    "       [--kv-pages auto|on|off] [--page-size 512] [--cache-gib 16] [--mtp-layers 0]\n"
+    "       [--kv-cache bf16|fp8] [--fixed-mib X]\n"
+    "      the KV memory plan a rank would use (reads config.json only); exits 1 when refused\n"
     "\n"
     "Dashes and underscores in flag names are interchangeable.";
 
@@ -59,6 +63,7 @@ int main(int argc, char** argv) {
 
   if (sub == "check-golden") return ferry::cli::RunCheckGolden();
   if (sub == "generate") return ferry::cli::RunGenerate();
+  if (sub == "plan") return ferry::cli::RunPlan();
   fprintf(stderr, "ferry: unknown subcommand '%s'\n\n%s\n", sub.c_str(), kUsage);
   return 2;
 }

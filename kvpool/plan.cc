@@ -1,0 +1,204 @@
+#include "kvpool/plan.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ferry::kvpool {
+namespace {
+
+bool IsPowerOfTwo(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+absl::Status CheckInput(const PlanInput& in) {
+  auto out_of = [](absl::string_view what, int64_t v, int64_t lo, int64_t hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is ", v, "; use ", lo, " to ", hi));
+  };
+  if (in.room_bytes < 0 || in.room_bytes > kMaxRoomBytes) {
+    return out_of("the room (bytes a rank)", in.room_bytes, 0, kMaxRoomBytes);
+  }
+  if (in.bytes_per_token.latent < 0 || in.bytes_per_token.replicated < 0 ||
+      in.bytes_per_token.total() < 1 || in.bytes_per_token.total() > kMaxBytesPerToken) {
+    return out_of("bytes a token", in.bytes_per_token.total(), 1, kMaxBytesPerToken);
+  }
+  if (!IsPowerOfTwo(in.page_size) || in.page_size < kMinPageSize || in.page_size > kMaxPageSize) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--page-size is ", in.page_size, "; use a power of two from ", kMinPageSize, " to ",
+        kMaxPageSize, " tokens"));
+  }
+  if (in.fixed_bytes < 0 || in.fixed_bytes > kMaxFixedBytes) {
+    return out_of("the fixed bytes a stream", in.fixed_bytes, 0, kMaxFixedBytes);
+  }
+  if (in.lanes < 1 || in.lanes > kMaxLanes) return out_of("--parallel", in.lanes, 1, kMaxLanes);
+  if (in.context < 1 || in.context > kMaxContext) {
+    return out_of("--context", in.context, 1, kMaxContext);
+  }
+  if (in.cache_budget_bytes < 0 || in.cache_budget_bytes > kMaxRoomBytes) {
+    return out_of("the prompt cache budget (bytes)", in.cache_budget_bytes, 0, kMaxRoomBytes);
+  }
+  return absl::OkStatus();
+}
+
+// "--context N needs X GiB for the engine's own window ...": not even one stream fits.
+absl::Status RefuseContext(const PlanInput& in, int64_t window_bytes, absl::string_view what,
+                           int64_t longest) {
+  std::string remedy = longest > 0 ? absl::StrCat("lower --context to ", longest, " or less")
+                                   : std::string("the budget holds no window; free memory");
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "--context ", in.context, " needs ", FormatGiB(window_bytes), " GiB for the engine's own ",
+      what, ", and the CUDA memory budget leaves ", FormatGiB(in.room_bytes), " GiB: ", remedy));
+}
+
+absl::StatusOr<Plan> PlanWindows(const PlanInput& in, Plan p) {
+  const int64_t bpt = in.bytes_per_token.total();
+  const int64_t window = in.context * bpt;
+  if (window > in.room_bytes) {
+    return RefuseContext(in, window, "window", in.room_bytes / bpt);
+  }
+  const int64_t stream = window + in.fixed_bytes;  // every stream past the engine's own
+  const int64_t left = in.room_bytes - window;
+  const int64_t need = (in.lanes - 1) * stream;
+  if (need > left) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--parallel ", in.lanes, " needs ", FormatGiB(need), " GiB for its streams at a ",
+        in.context, "-token window, and the CUDA memory budget leaves ", FormatGiB(left),
+        " GiB: serve --parallel ", p.windows_would_hold, ", or lower --context"));
+  }
+  p.window_streams = in.lanes;
+  p.tokens = in.lanes * in.context;
+  p.fixed_bytes_total = (in.lanes - 1) * in.fixed_bytes;
+  p.stream_bytes = window + need;
+  const int64_t rest = left - need;
+  p.cache_bytes = std::min(rest, in.cache_budget_bytes);
+  p.unused_bytes = rest - p.cache_bytes;
+  return p;
+}
+
+absl::StatusOr<Plan> PlanPages(const PlanInput& in, Plan p) {
+  const int64_t P = in.page_size;
+  const int64_t pb = p.page_bytes;
+  const int64_t f = in.fixed_bytes;
+  const int64_t L = in.lanes;
+  const int64_t wp = p.window_pages;
+  const int64_t window = wp * pb;
+  const int64_t R = in.room_bytes;
+  if (window > R) {
+    // The longest context whose ceil(context / P) + 1 pages fit.
+    const int64_t pages = R / pb;
+    return RefuseContext(in, window, absl::StrCat("window of ", wp, " pages"),
+                         pages >= 2 ? (pages - 1) * P : 0);
+  }
+  // Steps 1 and 3 are what every plan needs: the engine's window, a page and a state a lane.
+  const int64_t lane = pb + f;
+  const int64_t least = window + (L - 1) * lane;
+  if (least > R) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--parallel ", L, " needs ", FormatGiB(least), " GiB for its streams on ", P,
+        "-token pages at a ", in.context, "-token window (", wp,
+        " pages for the engine's own window, then ", FormatMiB(f), " MiB of state and a page for "
+        "each of the ", L - 1, " others), and the CUDA memory budget leaves ", FormatGiB(R),
+        " GiB: serve --parallel ", 1 + (R - window) / lane, ", or lower --context"));
+  }
+  // Step 2, the seed's n; then no more windows than leave step 3 its pages and states (each
+  // window in place of a lane's page costs wp - 1 more pages).
+  const int64_t n_seed = 1 + (R - window) / (window + f);
+  const int64_t n_fit = 1 + (R - least) / ((wp - 1) * pb);
+  const int64_t n = std::min({L, n_seed, n_fit});
+  p.window_streams = n;
+  p.pages_windows = n * wp;
+  p.pages_lanes = L - n;
+  p.fixed_bytes_total = (L - 1) * f;
+  int64_t rest = R - (p.pages_windows + p.pages_lanes) * pb - p.fixed_bytes_total;
+  assert(rest >= 0);
+
+  // Step 4, the floor: the rows the windows layout would hold in this room.
+  const int64_t floor_pages = CeilDiv(p.windows_would_hold * in.context, P);
+  const int64_t have = p.pages_windows + p.pages_lanes;
+  if (have < floor_pages) {
+    p.pages_floor = std::min(floor_pages - have, rest / pb);
+    rest -= p.pages_floor * pb;
+  }
+  // Steps 5 and 6.
+  p.cache_bytes = std::min(rest, in.cache_budget_bytes);
+  rest -= p.cache_bytes;
+  p.pages_shared = rest / pb;
+  p.unused_bytes = rest - p.pages_shared * pb;
+  p.pages = have + p.pages_floor + p.pages_shared;
+  p.tokens = p.pages * P;
+  p.stream_bytes = p.pages * pb + p.fixed_bytes_total;
+  assert(p.stream_bytes + p.cache_bytes + p.unused_bytes == R);
+  return p;
+}
+
+}  // namespace
+
+const char* KvPagesName(KvPages k) {
+  switch (k) {
+    case KvPages::kAuto: return "auto";
+    case KvPages::kOn: return "on";
+    case KvPages::kOff: return "off";
+  }
+  return "?";
+}
+
+const char* LayoutName(Layout l) { return l == Layout::kWindows ? "windows" : "pages"; }
+
+absl::StatusOr<KvPages> ParseKvPages(absl::string_view s) {
+  if (s == "auto") return KvPages::kAuto;
+  if (s == "on") return KvPages::kOn;
+  if (s == "off") return KvPages::kOff;
+  return absl::InvalidArgumentError(absl::StrCat("--kv-pages is '", s, "'; use auto, on or off"));
+}
+
+absl::StatusOr<Layout> ResolveLayout(KvPages mode, int64_t ranks, CacheDtype dtype) {
+  if (ranks < 1) return absl::InvalidArgumentError(absl::StrCat("--ranks is ", ranks, "; use 1 or more"));
+  switch (mode) {
+    case KvPages::kOff: return Layout::kWindows;
+    case KvPages::kOn:
+      if (dtype == CacheDtype::kFp8) {
+        return absl::InvalidArgumentError(
+            "--kv-pages on needs a bf16 cache: FP8 rows on pages are not built; use --kv-cache "
+            "bf16, or --kv-pages off");
+      }
+      return Layout::kPages;
+    case KvPages::kAuto:
+      return ranks >= 2 && dtype == CacheDtype::kBf16 ? Layout::kPages : Layout::kWindows;
+  }
+  return absl::InvalidArgumentError("unknown --kv-pages mode");
+}
+
+int64_t WindowsThatFit(const PlanInput& in) {
+  const int64_t window = in.context * in.bytes_per_token.total();
+  if (window > in.room_bytes) return 0;
+  return std::min(in.lanes, 1 + (in.room_bytes - window) / (window + in.fixed_bytes));
+}
+
+absl::StatusOr<Plan> ComputePlan(const PlanInput& in) {
+  if (absl::Status s = CheckInput(in); !s.ok()) return s;
+  Plan p;
+  p.layout = in.layout;
+  p.lanes = in.lanes;
+  p.context = in.context;
+  p.page_size = in.page_size;
+  p.page_bytes = in.page_size * in.bytes_per_token.total();
+  p.room_bytes = in.room_bytes;
+  p.windows_would_hold = WindowsThatFit(in);
+  if (in.layout == Layout::kWindows) return PlanWindows(in, p);
+  p.window_pages = CeilDiv(in.context, in.page_size) + 1;
+  return PlanPages(in, p);
+}
+
+std::string FormatGiB(int64_t bytes) {
+  return absl::StrFormat("%.2f", static_cast<double>(bytes) / static_cast<double>(kGiB));
+}
+
+std::string FormatMiB(int64_t bytes) {
+  return absl::StrFormat("%.2f", static_cast<double>(bytes) / static_cast<double>(kMiB));
+}
+
+}  // namespace ferry::kvpool
