@@ -1,0 +1,275 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace ferry::coordinator {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerOptions opts, StepRunner* runner, SchedulerObserver* observer)
+    : opts_(opts), runner_(runner), observer_(observer) {}
+
+Scheduler::~Scheduler() { Stop(""); }
+
+absl::Status Scheduler::Submit(std::shared_ptr<Request> r) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!serving_ || stopping_) {
+      return absl::UnavailableError(absl::StrCat("the server is not serving", failure_.empty() ? "" : ": ", failure_));
+    }
+    if (live_.count(r->id)) {
+      return absl::AlreadyExistsError(absl::StrCat("request id '", r->id, "' is already live"));
+    }
+    if (static_cast<int64_t>(waiting_.size()) >= opts_.max_queue) {
+      return absl::ResourceExhaustedError(absl::StrCat("the admission queue is full: ", waiting_.size(),
+                                                       " requests wait (--max-queue ", opts_.max_queue,
+                                                       "); retry later"));
+    }
+    waiting_.push_back(r);
+    live_[r->id] = r;
+  }
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+bool Scheduler::Abort(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  it->second->abort_requested = true;
+  cv_.notify_all();
+  return true;
+}
+
+SchedulerSnapshot Scheduler::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SchedulerSnapshot s;
+  s.running = running_count_;
+  s.waiting = static_cast<int64_t>(waiting_.size());
+  s.steps = steps_;
+  s.live_tokens = live_tokens_;
+  s.serving = serving_;
+  s.failure = failure_;
+  return s;
+}
+
+void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, const std::string& error) {
+  const Clock::time_point now = Clock::now();
+  RequestEvent e;
+  e.finished = true;
+  e.reason = reason;
+  e.error = error;
+  if (!r->stream) e.tokens = r->generated;
+  e.usage.prompt_tokens = static_cast<int64_t>(r->prompt.size());
+  e.usage.completion_tokens = static_cast<int64_t>(r->generated.size());
+  e.timings.queue_seconds = Seconds((r->first_scheduled ? *r->first_scheduled : now) - r->arrival);
+  e.timings.time_to_first_token_seconds = r->first_token ? Seconds(*r->first_token - r->arrival) : 0.0;
+  e.timings.e2e_seconds = Seconds(now - r->arrival);
+  if (observer_) observer_->OnFinish(*r, reason, e.timings.e2e_seconds);
+  r->events.Push(std::move(e));
+  if (r->seq_id != 0) release_.push_back(r->seq_id);
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(r->id);
+}
+
+void Scheduler::FailAll(const std::string& error) {
+  std::vector<std::shared_ptr<Request>> all = running_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    all.insert(all.end(), waiting_.begin(), waiting_.end());
+    waiting_.clear();
+  }
+  running_.clear();
+  for (auto& r : all) Finish(r, error.empty() ? FinishReason::kAbort : FinishReason::kError, error);
+  std::lock_guard<std::mutex> lock(mu_);
+  running_count_ = 0;
+  live_tokens_ = 0;
+}
+
+bool Scheduler::RunOnce() {
+  // 1. Aborts, on running and waiting requests alike.
+  for (size_t i = 0; i < running_.size();) {
+    if (running_[i]->abort_requested) {
+      auto r = running_[i];
+      running_.erase(running_.begin() + static_cast<long>(i));
+      Finish(r, FinishReason::kAbort);
+    } else {
+      ++i;
+    }
+  }
+  std::vector<std::shared_ptr<Request>> aborted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if ((*it)->abort_requested) {
+        aborted.push_back(*it);
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& r : aborted) Finish(r, FinishReason::kAbort);
+
+  // 2. Build the step: decode rows first, then prefill chunks, then admissions.
+  worker::Step step;
+  step.step_id = next_step_id_;
+  int64_t budget = opts_.max_batch_tokens;
+  std::vector<std::shared_ptr<Request>> in_step;
+  auto add_segment = [&](const std::shared_ptr<Request>& r) {
+    worker::StepSegment seg;
+    seg.seq_id = r->seq_id;
+    seg.start = r->fed;
+    seg.sampling = r->sampling;
+    seg.seed = r->seed;
+    const int64_t prompt_len = static_cast<int64_t>(r->prompt.size());
+    if (r->fed < prompt_len) {
+      const int64_t n = std::min(budget, prompt_len - r->fed);
+      seg.tokens.assign(r->prompt.begin() + r->fed, r->prompt.begin() + r->fed + n);
+      seg.sample = r->fed + n == prompt_len;
+    } else {
+      seg.tokens = {r->generated.back()};
+      seg.sample = true;
+    }
+    budget -= static_cast<int64_t>(seg.tokens.size());
+    step.segments.push_back(std::move(seg));
+    in_step.push_back(r);
+  };
+  for (auto& r : running_) {
+    if (budget <= 0) break;
+    if (r->fed >= static_cast<int64_t>(r->prompt.size())) add_segment(r);
+  }
+  for (auto& r : running_) {
+    if (budget <= 0) break;
+    if (r->fed < static_cast<int64_t>(r->prompt.size())) add_segment(r);
+  }
+  while (budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_running) {
+    std::shared_ptr<Request> r;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (waiting_.empty()) break;
+      r = waiting_.front();
+      waiting_.pop_front();
+    }
+    r->seq_id = next_seq_id_++;
+    r->first_scheduled = Clock::now();
+    if (observer_) observer_->OnScheduled(*r, Seconds(*r->first_scheduled - r->arrival));
+    running_.push_back(r);
+    add_segment(r);
+  }
+  step.release = std::move(release_);
+  release_.clear();
+  if (step.segments.empty() && step.release.empty()) return false;
+
+  // 3. Run it on every rank.
+  ++next_step_id_;
+  const Clock::time_point t0 = Clock::now();
+  absl::StatusOr<std::vector<int32_t>> tokens = runner_->RunStep(step);
+  const Clock::time_point t1 = Clock::now();
+  if (!tokens.ok()) {
+    const std::string why = absl::StrCat("step ", step.step_id, " failed: ", tokens.status().message());
+    FERRY_LOG(ERROR) << why << "; the scheduler stops serving";
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      serving_ = false;
+      failure_ = why;
+    }
+    FailAll(why);
+    return false;
+  }
+
+  // 4. Hand out the sampled tokens and finish what is done.
+  int64_t step_tokens = 0;
+  size_t next_token = 0;
+  std::vector<std::shared_ptr<Request>> done;
+  std::vector<FinishReason> reasons;
+  for (size_t s = 0; s < step.segments.size(); ++s) {
+    const worker::StepSegment& seg = step.segments[s];
+    const auto& r = in_step[s];
+    step_tokens += static_cast<int64_t>(seg.tokens.size());
+    r->fed += static_cast<int64_t>(seg.tokens.size());
+    if (!seg.sample) continue;
+    if (next_token >= tokens->size()) {
+      // A runner that returns too few tokens is a broken invariant of the control plane.
+      FailAll(absl::StrCat("step ", step.step_id, " returned ", tokens->size(), " tokens for more sampled segments"));
+      std::lock_guard<std::mutex> lock(mu_);
+      serving_ = false;
+      return false;
+    }
+    const int32_t tok = (*tokens)[next_token++];
+    r->generated.push_back(tok);
+    if (!r->first_token) {
+      r->first_token = t1;
+      if (observer_) observer_->OnFirstToken(*r, Seconds(t1 - r->arrival));
+    } else if (observer_) {
+      observer_->OnToken(*r, Seconds(t1 - *r->last_token));
+    }
+    r->last_token = t1;
+    if (r->stream) {
+      RequestEvent e;
+      e.tokens = {tok};
+      r->events.Push(std::move(e));
+    }
+    const int64_t total = static_cast<int64_t>(r->prompt.size() + r->generated.size());
+    if (std::find(r->stop_token_ids.begin(), r->stop_token_ids.end(), tok) != r->stop_token_ids.end()) {
+      done.push_back(r);
+      reasons.push_back(FinishReason::kStop);
+    } else if (static_cast<int64_t>(r->generated.size()) >= r->max_tokens || total >= opts_.max_context) {
+      done.push_back(r);
+      reasons.push_back(FinishReason::kLength);
+    }
+  }
+  for (size_t i = 0; i < done.size(); ++i) {
+    running_.erase(std::find(running_.begin(), running_.end(), done[i]));
+    Finish(done[i], reasons[i]);
+  }
+  int64_t live_tokens = 0;
+  for (const auto& r : running_) live_tokens += r->fed;
+  int64_t waiting = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++steps_;
+    running_count_ = static_cast<int64_t>(running_.size());
+    live_tokens_ = live_tokens;
+    waiting = static_cast<int64_t>(waiting_.size());
+  }
+  if (observer_) {
+    observer_->OnStep(step_tokens, static_cast<int64_t>(running_.size()), waiting, Seconds(t1 - t0), live_tokens);
+  }
+  return true;
+}
+
+void Scheduler::Loop() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_ || !serving_) break;
+    }
+    if (RunOnce()) continue;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_ || !serving_) break;
+    // Idle: wait for a submission or an abort (aborts of waiting requests need a pass too).
+    cv_.wait_for(lock, std::chrono::milliseconds(50));
+  }
+}
+
+void Scheduler::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void Scheduler::Stop(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  FailAll(reason);
+}
+
+}  // namespace ferry::coordinator

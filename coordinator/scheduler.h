@@ -1,0 +1,109 @@
+// The continuous-batching scheduler. Each step mixes one decode row for every running request
+// that has a pending token with chunks of prompts being prefilled, under a token budget; new
+// requests are admitted first-come first-served while lanes and budget allow. Sampling happens
+// once, on rank 0 of the worker group, and the token goes back to every rank in the next step.
+//
+// Thread safety: Submit(), Abort() and Snapshot() may be called from any thread; the step loop
+// (Start() or RunOnce()) runs on one thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/request.h"
+#include "worker/step.h"
+
+namespace ferry::coordinator {
+
+// Runs one step on every rank and returns rank 0's sampled tokens (one per segment with
+// `sample`, in order). An error means the group can no longer serve (a rank died or failed).
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+  virtual absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) = 0;
+};
+
+// Hooks the scheduler calls as things happen (metrics). All optional.
+class SchedulerObserver {
+ public:
+  virtual ~SchedulerObserver() = default;
+  virtual void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, int64_t live_tokens) {}
+  virtual void OnFirstToken(const Request& r, double ttft_seconds) {}
+  virtual void OnToken(const Request& r, double inter_token_seconds) {}
+  virtual void OnScheduled(const Request& r, double queue_seconds) {}
+  virtual void OnFinish(const Request& r, FinishReason reason, double e2e_seconds) {}
+};
+
+struct SchedulerOptions {
+  int64_t max_batch_tokens = 256;  // tokens a step may carry (decode rows + prefill chunks)
+  int64_t max_running = 16;        // requests holding a lane at once (--parallel)
+  int64_t max_queue = 64;          // requests waiting for a lane; past it Submit() refuses
+  int64_t max_context = 4096;      // prompt + generated tokens a request may reach
+};
+
+struct SchedulerSnapshot {
+  int64_t running = 0;
+  int64_t waiting = 0;
+  int64_t steps = 0;
+  int64_t live_tokens = 0;  // tokens held in the workers' state by running requests
+  bool serving = true;
+  std::string failure;
+};
+
+class Scheduler {
+ public:
+  Scheduler(SchedulerOptions opts, StepRunner* runner, SchedulerObserver* observer = nullptr);
+  ~Scheduler();
+
+  // Queues a request. RESOURCE_EXHAUSTED when max_queue requests already wait (the request is
+  // not queued); UNAVAILABLE once the scheduler has stopped; ALREADY_EXISTS for a live id.
+  absl::Status Submit(std::shared_ptr<Request> r);
+  // Marks a live request for abort; false when no live request has that id.
+  bool Abort(const std::string& id);
+
+  // Runs the step loop on its own thread until Stop().
+  void Start();
+  // Stops the loop; every live request ends with `reason` (error unless empty: abort).
+  void Stop(const std::string& reason);
+  // Runs one step if there is work; false when idle. For tests and the loop.
+  bool RunOnce();
+
+  SchedulerSnapshot Snapshot() const;
+  const SchedulerOptions& options() const { return opts_; }
+
+ private:
+  void Finish(const std::shared_ptr<Request>& r, FinishReason reason, const std::string& error = {});
+  void FailAll(const std::string& error);
+  void Loop();
+
+  const SchedulerOptions opts_;
+  StepRunner* runner_;
+  SchedulerObserver* observer_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Request>> waiting_;             // GUARDED_BY(mu_)
+  std::map<std::string, std::shared_ptr<Request>> live_;     // GUARDED_BY(mu_): waiting + running
+  bool stopping_ = false;                                    // GUARDED_BY(mu_)
+  bool serving_ = true;                                      // GUARDED_BY(mu_)
+  std::string failure_;                                      // GUARDED_BY(mu_)
+  int64_t steps_ = 0;                                        // GUARDED_BY(mu_)
+  int64_t running_count_ = 0, live_tokens_ = 0;              // GUARDED_BY(mu_): copies for Snapshot()
+
+  // Step-loop state (loop thread only).
+  std::vector<std::shared_ptr<Request>> running_;
+  std::vector<uint64_t> release_;
+  uint64_t next_seq_id_ = 1;
+  uint64_t next_step_id_ = 1;
+  std::thread thread_;
+};
+
+}  // namespace ferry::coordinator

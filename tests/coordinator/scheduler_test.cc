@@ -1,0 +1,206 @@
+// The continuous-batching scheduler against a real model on one in-process rank: batching
+// gives each request what it gets alone, and the queue bound, aborts, stop conditions and a
+// failing worker group behave as the API promises.
+#include "coordinator/scheduler.h"
+
+#include <memory>
+#include <random>
+#include <string>
+
+#include "model/causal_lm.h"
+#include "model/generate.h"
+#include "tests/catch.h"
+#include "worker/step_executor.h"
+
+namespace ferry::coordinator {
+namespace {
+
+const std::string kDsa = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
+const std::string kNext = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny";
+
+class LocalRunner final : public StepRunner {
+ public:
+  explicit LocalRunner(const std::string& dir) {
+    auto m = model::LoadCausalLM(dir);
+    REQUIRE(m.ok());
+    exec_ = std::make_unique<worker::StepExecutor>(std::move(*m), 0);
+  }
+  absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override {
+    ++steps;
+    if (fail) return absl::UnavailableError("rank 1 died");
+    max_tokens_in_step = std::max<int64_t>(max_tokens_in_step, [&] {
+      int64_t n = 0;
+      for (const auto& s : step.segments) n += static_cast<int64_t>(s.tokens.size());
+      return n;
+    }());
+    return exec_->Execute(step);
+  }
+  worker::StepExecutor& exec() { return *exec_; }
+  int64_t steps = 0;
+  int64_t max_tokens_in_step = 0;
+  bool fail = false;
+
+ private:
+  std::unique_ptr<worker::StepExecutor> exec_;
+};
+
+std::shared_ptr<Request> MakeRequest(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens,
+                                     bool stream = false) {
+  auto r = std::make_shared<Request>();
+  r->id = id;
+  r->prompt = std::move(prompt);
+  r->max_tokens = max_tokens;
+  r->stream = stream;
+  return r;
+}
+
+// Drains a finished request's events: its tokens and its end.
+RequestEvent Collect(Request& r, std::vector<int32_t>* streamed) {
+  while (true) {
+    auto e = r.events.Pop(std::chrono::milliseconds(0));
+    REQUIRE(e.has_value());
+    if (!e->finished) {
+      streamed->insert(streamed->end(), e->tokens.begin(), e->tokens.end());
+      continue;
+    }
+    return *e;
+  }
+}
+
+void RunUntilIdle(Scheduler& s) {
+  for (int i = 0; i < 10000 && s.RunOnce(); ++i) {
+  }
+}
+
+void ConcurrentEqualsAlone(const std::string& dir) {
+  LocalRunner runner(dir);
+  SchedulerOptions opts;
+  opts.max_batch_tokens = 37;  // forces prompts into chunks that share steps with decodes
+  opts.max_running = 16;
+  Scheduler sched(opts, &runner);
+  auto alone_model = model::LoadCausalLM(dir);
+  REQUIRE(alone_model.ok());
+  std::mt19937 rng(5);
+  std::vector<std::shared_ptr<Request>> reqs;
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 60);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    const int64_t max_tokens = 1 + rng() % 10;
+    model::GenerateOptions g;
+    g.max_tokens = max_tokens;
+    g.ignore_eos = true;
+    auto res = model::Generate(**alone_model, prompt, g);
+    REQUIRE(res.ok());
+    alone.push_back(res->tokens);
+    reqs.push_back(MakeRequest("r" + std::to_string(i), prompt, max_tokens, i % 2 == 0));
+    REQUIRE(sched.Submit(reqs.back()).ok());
+  }
+  RunUntilIdle(sched);
+  CHECK(runner.max_tokens_in_step <= 37);
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> streamed;
+    RequestEvent end = Collect(*reqs[i], &streamed);
+    INFO("request " << i);
+    CHECK(end.reason == FinishReason::kLength);
+    CHECK((reqs[i]->stream ? streamed : end.tokens) == alone[i]);
+    CHECK(end.usage.prompt_tokens == static_cast<int64_t>(reqs[i]->prompt.size()));
+    CHECK(end.usage.completion_tokens == static_cast<int64_t>(alone[i].size()));
+  }
+  CHECK(sched.Snapshot().running == 0);
+  CHECK(runner.exec().live_sequences() == 0);  // every state was released
+}
+
+TEST_CASE("scheduler: 16 concurrent requests equal each alone (glm_moe_dsa)", "[scheduler]") {
+  ConcurrentEqualsAlone(kDsa);
+}
+
+TEST_CASE("scheduler: 16 concurrent requests equal each alone (glm5_next)", "[scheduler]") {
+  ConcurrentEqualsAlone(kNext);
+}
+
+TEST_CASE("scheduler: a full queue refuses at once", "[scheduler]") {
+  LocalRunner runner(kDsa);
+  SchedulerOptions opts;
+  opts.max_queue = 2;
+  Scheduler sched(opts, &runner);
+  REQUIRE(sched.Submit(MakeRequest("a", {5, 6}, 3)).ok());
+  REQUIRE(sched.Submit(MakeRequest("b", {5, 6}, 3)).ok());
+  absl::Status st = sched.Submit(MakeRequest("c", {5, 6}, 3));
+  CHECK(st.code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(st.message()).find("2 requests wait (--max-queue 2)") != std::string::npos);
+  CHECK(sched.Submit(MakeRequest("a", {5}, 1)).code() == absl::StatusCode::kAlreadyExists);
+  RunUntilIdle(sched);
+  CHECK(sched.Submit(MakeRequest("c", {5, 6}, 3)).ok());  // room again
+}
+
+TEST_CASE("scheduler: an abort ends the request within one step and frees its state", "[scheduler]") {
+  LocalRunner runner(kDsa);
+  Scheduler sched(SchedulerOptions{}, &runner);
+  auto r = MakeRequest("x", {5, 6, 7, 8}, 1000, true);
+  auto other = MakeRequest("y", {9, 10}, 3);
+  REQUIRE(sched.Submit(r).ok());
+  REQUIRE(sched.Submit(other).ok());
+  REQUIRE(sched.RunOnce());
+  REQUIRE(sched.RunOnce());
+  CHECK(sched.Snapshot().running == 2);
+  CHECK(sched.Abort("x"));
+  CHECK_FALSE(sched.Abort("nope"));
+  REQUIRE(sched.RunOnce());
+  std::vector<int32_t> streamed;
+  RequestEvent end = Collect(*r, &streamed);
+  CHECK(end.reason == FinishReason::kAbort);
+  CHECK(streamed.size() == 2);  // the two steps before the abort
+  RunUntilIdle(sched);
+  CHECK(sched.Snapshot().running == 0);
+  CHECK(runner.exec().live_sequences() == 0);
+  CHECK_FALSE(sched.Abort("x"));
+}
+
+TEST_CASE("scheduler: stop tokens and the context limit end a request", "[scheduler]") {
+  LocalRunner runner(kDsa);
+  SchedulerOptions opts;
+  opts.max_context = 10;
+  Scheduler sched(opts, &runner);
+  // Greedy from this prompt: find its first token, then ask to stop on it.
+  auto probe = MakeRequest("probe", {5, 6, 7, 8}, 3);
+  REQUIRE(sched.Submit(probe).ok());
+  RunUntilIdle(sched);
+  std::vector<int32_t> none;
+  const RequestEvent p = Collect(*probe, &none);
+  REQUIRE(p.tokens.size() == 3);
+  auto stop = MakeRequest("stop", {5, 6, 7, 8}, 50);
+  stop->stop_token_ids = {p.tokens[1]};
+  auto ctx = MakeRequest("ctx", {5, 6, 7, 8}, 50);
+  REQUIRE(sched.Submit(stop).ok());
+  REQUIRE(sched.Submit(ctx).ok());
+  RunUntilIdle(sched);
+  const RequestEvent s = Collect(*stop, &none);
+  CHECK(s.reason == FinishReason::kStop);
+  CHECK(s.tokens == std::vector<int32_t>{p.tokens[0], p.tokens[1]});
+  const RequestEvent c = Collect(*ctx, &none);
+  CHECK(c.reason == FinishReason::kLength);
+  CHECK(c.tokens.size() == 6);  // 4 + 6 = the 10-token context
+}
+
+TEST_CASE("scheduler: a failing worker group ends every request with an error", "[scheduler]") {
+  LocalRunner runner(kDsa);
+  Scheduler sched(SchedulerOptions{}, &runner);
+  auto a = MakeRequest("a", {5, 6}, 10), b = MakeRequest("b", {7}, 10);
+  REQUIRE(sched.Submit(a).ok());
+  REQUIRE(sched.RunOnce());
+  REQUIRE(sched.Submit(b).ok());
+  runner.fail = true;
+  CHECK_FALSE(sched.RunOnce());
+  std::vector<int32_t> none;
+  for (auto* r : {a.get(), b.get()}) {
+    RequestEvent e = Collect(*r, &none);
+    CHECK(e.reason == FinishReason::kError);
+    CHECK(e.error.find("rank 1 died") != std::string::npos);
+  }
+  CHECK_FALSE(sched.Snapshot().serving);
+  CHECK(sched.Submit(MakeRequest("c", {5}, 1)).code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ferry::coordinator

@@ -1,0 +1,68 @@
+#include "worker/step_executor.h"
+
+#include <random>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace ferry::worker {
+
+uint64_t SamplingStreamSeed(uint64_t seed, int64_t position) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(position) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+StepExecutor::StepExecutor(std::unique_ptr<model::CausalLM> model, int rank) : model_(std::move(model)), rank_(rank) {}
+
+int64_t StepExecutor::state_bytes() const {
+  int64_t n = 0;
+  for (const auto& [id, s] : seqs_) n += s->bytes();
+  return n;
+}
+
+absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
+  // Validate the whole step before touching any state.
+  std::set<uint64_t> released(step.release.begin(), step.release.end());
+  for (const StepSegment& seg : step.segments) {
+    auto it = seqs_.find(seg.seq_id);
+    const int64_t have = (it == seqs_.end() || released.count(seg.seq_id)) ? 0 : it->second->length();
+    if (seg.start != have) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, " starts at ",
+                                                     seg.start, " but this rank holds ", have, " of its tokens"));
+    }
+  }
+  for (uint64_t id : step.release) seqs_.erase(id);
+  if (step.segments.empty()) return std::vector<int32_t>{};
+
+  std::vector<model::ForwardSegment> fwd;
+  std::vector<uint64_t> created;
+  for (const StepSegment& seg : step.segments) {
+    auto it = seqs_.find(seg.seq_id);
+    if (it == seqs_.end()) {
+      it = seqs_.emplace(seg.seq_id, model_->NewSequence()).first;
+      created.push_back(seg.seq_id);
+    }
+    fwd.push_back(model::ForwardSegment{it->second.get(), seg.tokens, false});
+  }
+  auto out = model_->Forward(fwd);
+  if (!out.ok()) {
+    for (uint64_t id : created) seqs_.erase(id);
+    return out.status();
+  }
+  std::vector<int32_t> tokens;
+  if (rank_ != 0) return tokens;
+  for (size_t s = 0; s < step.segments.size(); ++s) {
+    const StepSegment& seg = step.segments[s];
+    if (!seg.sample) continue;
+    const float* logits = out->logits.data() + out->first_row[s] * out->vocab;
+    const int64_t position = seg.start + static_cast<int64_t>(seg.tokens.size());
+    std::mt19937_64 rng(SamplingStreamSeed(seg.seed, position));
+    tokens.push_back(kernels::cpu::SampleToken(logits, out->vocab, seg.sampling, rng));
+  }
+  return tokens;
+}
+
+}  // namespace ferry::worker

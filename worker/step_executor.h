@@ -1,0 +1,45 @@
+// Executes the coordinator's steps on one rank: holds each conversation's state by sequence id,
+// runs one batched forward per step and, on rank 0, samples the requested tokens.
+// Plain C++ (no gRPC), so it runs the same in the worker process and in in-process tests.
+//
+// Thread safety: not thread-safe; the worker's step loop drives it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/causal_lm.h"
+#include "worker/step.h"
+
+namespace ferry::worker {
+
+class StepExecutor {
+ public:
+  StepExecutor(std::unique_ptr<model::CausalLM> model, int rank);
+
+  // Drops the released conversations, creates new ones (a segment at start 0 with an unknown id),
+  // runs the step, and returns the sampled tokens (rank 0; empty elsewhere), one per segment
+  // with `sample`, in segment order. The token drawn for a position depends only on the logits,
+  // the sampling parameters, the seed and the position, never on the rest of the batch.
+  // Errors (no state changes): INVALID_ARGUMENT for a segment whose start is not the
+  // conversation's length, or a token outside the vocabulary.
+  absl::StatusOr<std::vector<int32_t>> Execute(const Step& step);
+
+  int64_t live_sequences() const { return static_cast<int64_t>(seqs_.size()); }
+  int64_t state_bytes() const;
+  const model::CausalLM& model() const { return *model_; }
+
+ private:
+  std::unique_ptr<model::CausalLM> model_;
+  int rank_;
+  std::map<uint64_t, std::unique_ptr<model::SequenceState>> seqs_;
+};
+
+// The random stream of a request at one position: a splitmix of (seed, position), so a draw is
+// reproducible whatever else shares the step.
+uint64_t SamplingStreamSeed(uint64_t seed, int64_t position);
+
+}  // namespace ferry::worker
