@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "model/causal_lm.h"
@@ -28,10 +29,53 @@ bool ParseIds(const std::string& text, const char* what, std::vector<int32_t>* o
 
 }  // namespace
 
+// `generate --server`: one Generate call; the ids go to stdout as they arrive (streaming) or at
+// the end, comma-separated, and nothing else does.
+int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prompt, const model::GenerateOptions& opt) {
+  ferry::v1::GenerateRequest req;
+  req.set_request_id(absl::GetFlag(FLAGS_request_id));
+  for (int32_t t : prompt) req.add_prompt_token_ids(t);
+  ferry::v1::SamplingParams* sp = req.mutable_sampling();
+  sp->set_temperature(opt.sampling.temperature);
+  sp->set_top_k(opt.sampling.top_k);
+  sp->set_top_p(opt.sampling.top_p);
+  sp->set_seed(opt.seed);
+  sp->set_max_tokens(static_cast<int32_t>(opt.max_tokens));
+  for (int32_t t : opt.stop_token_ids) sp->add_stop_token_ids(t);
+  sp->set_ignore_eos(opt.ignore_eos);
+  req.set_stream(absl::GetFlag(FLAGS_stream));
+  bool first = true;
+  auto print = [&](const std::vector<int32_t>& ids) {
+    for (int32_t t : ids) {
+      printf(first ? "%d" : ",%d", t);
+      first = false;
+    }
+    fflush(stdout);
+  };
+  auto res = GenerateRemote(server, req,
+                            std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1000)),
+                            print);
+  if (!res.ok()) {
+    if (!first) printf("\n");
+    fprintf(stderr, "ferry generate: %s\n", std::string(res.status().message()).c_str());
+    return res.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+  }
+  print(std::vector<int32_t>(res->token_ids().begin(), res->token_ids().end()));
+  printf("\n");
+  static const char* kReasons[] = {"unspecified", "stop", "length", "abort", "error"};
+  const int reason = res->finish_reason();
+  fprintf(stderr, "finish_reason: %s, %d prompt + %d generated tokens, ttft %.3f s, e2e %.3f s%s%s\n",
+          reason >= 0 && reason <= 4 ? kReasons[reason] : "?", res->usage().prompt_tokens(),
+          res->usage().completion_tokens(), res->timings().time_to_first_token_seconds(), res->timings().e2e_seconds(),
+          res->error().empty() ? "" : "; error: ", res->error().c_str());
+  return reason == ferry::v1::FINISH_REASON_STOP || reason == ferry::v1::FINISH_REASON_LENGTH ? 0 : 1;
+}
+
 int RunGenerate() {
   const std::string dir = absl::GetFlag(FLAGS_model);
-  if (dir.empty()) {
-    fprintf(stderr, "ferry generate: --model DIR is required\n");
+  const std::string server = absl::GetFlag(FLAGS_server);
+  if (dir.empty() == server.empty()) {
+    fprintf(stderr, "ferry generate: give either --model DIR (in-process) or --server HOST:PORT\n");
     return 2;
   }
   model::GenerateOptions opt;
@@ -60,6 +104,7 @@ int RunGenerate() {
             opt.sampling.top_p);
     return 2;
   }
+  if (!server.empty()) return GenerateOnServer(server, prompt, opt);
   auto model = model::LoadCausalLM(dir);
   if (!model.ok()) {
     fprintf(stderr, "ferry generate: %s\n", std::string(model.status().message()).c_str());

@@ -61,7 +61,7 @@ int RunPlan() {
   in.layout = *layout;
   in.bytes_per_token = *bpt;
   in.page_size = absl::GetFlag(FLAGS_page_size);
-  in.lanes = absl::GetFlag(FLAGS_parallel);
+  in.lanes = absl::GetFlag(FLAGS_parallel) > 0 ? absl::GetFlag(FLAGS_parallel) : 1;
   in.context = absl::GetFlag(FLAGS_context);
   if (in.context == 0) in.context = config->max_position_embeddings;
   const double room_gib = absl::GetFlag(FLAGS_room_gib);

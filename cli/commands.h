@@ -6,6 +6,7 @@ namespace ferry::cli {
 
 int RunCheckGolden();
 int RunGenerate();
+int RunServe();
 int RunPlan();
 
 }  // namespace ferry::cli

@@ -17,9 +17,10 @@ ABSL_FLAG(uint64_t, seed, 0, "generate: random seed for sampling");
 ABSL_FLAG(std::string, stop_token_ids, "", "generate: extra stop token ids, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "generate: do not stop at the model's end-of-sequence tokens");
 ABSL_FLAG(std::string, config, "", "plan: a config.json to read instead of --model DIR's");
-ABSL_FLAG(int64_t, ranks, 1, "plan: tensor-parallel width W (ranks, one GPU each)");
-ABSL_FLAG(int64_t, context, 0, "plan: window, tokens a stream (0: the model's max_position_embeddings)");
-ABSL_FLAG(int64_t, parallel, 1, "plan: lanes, streams served at once (the engine's own included)");
+ABSL_FLAG(int64_t, ranks, 1, "plan, serve: tensor-parallel width W (ranks, one GPU each)");
+ABSL_FLAG(int64_t, context, 0, "plan, serve: window, tokens a stream (0: the model's max_position_embeddings)");
+ABSL_FLAG(int64_t, parallel, 0,
+          "plan: lanes, streams served at once (the engine's own included; 0: 1); serve: requests at once (0: 16)");
 ABSL_FLAG(double, room_gib, -1, "plan: GiB a rank has for KV after weights and workspace (smallest rank)");
 ABSL_FLAG(std::string, kv_pages, "auto", "plan: KV layout: auto (pages from 2 ranks, bf16), on, off");
 ABSL_FLAG(int64_t, page_size, 512, "plan: tokens a KV page, a power of two from 16 to 1024");
@@ -28,4 +29,14 @@ ABSL_FLAG(int64_t, mtp_layers, 0, "plan: MTP layers served (each caches rows lik
 ABSL_FLAG(std::string, kv_cache, "bf16", "plan: latent cache format: bf16 or fp8");
 ABSL_FLAG(double, fixed_mib, -1,
           "plan: fixed state a stream, MiB a rank (-1: the model's KDA state over --ranks)");
+ABSL_FLAG(std::string, server, "", "generate: the coordinator's address (host:port); empty: run --model in-process");
+ABSL_FLAG(bool, stream, false, "generate --server: stream tokens as they are generated");
+ABSL_FLAG(std::string, request_id, "", "generate --server: client request id (default: assigned by the server)");
+ABSL_FLAG(double, timeout_s, 600, "generate --server: deadline of the request (seconds)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address the coordinator binds to");
+ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port of the coordinator");
+ABSL_FLAG(int32_t, metrics_port, 9400, "serve: HTTP port of /metrics (0: none)");
+ABSL_FLAG(int64_t, max_batch_tokens, 256, "serve: tokens one step may carry");
+ABSL_FLAG(int64_t, max_queue, 64, "serve: requests that may wait for a lane");
+ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");

@@ -8,6 +8,7 @@
 #include "absl/flags/usage.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/args.h"
 #include "common/log.h"
 
 namespace {
@@ -21,24 +22,17 @@ constexpr char kUsage[] =
     "  generate --model DIR --prompt-ids 1,2,3 [--max-tokens N] [--temperature T] [--top-k K]\n"
     "           [--top-p P] [--seed S] [--stop-token-ids ...] [--ignore-eos]\n"
     "      generate in-process; prints the new token ids, comma-separated, on stdout\n"
+    "  generate --server HOST:PORT --prompt-ids 1,2,3 [--max-tokens N] [sampling flags] [--stream]\n"
+    "      the same against a running server (ferry serve)\n"
+    "  serve --model DIR --ranks N [--port 50051] [--metrics-port 9400] [--host 127.0.0.1]\n"
+    "        [--parallel 16] [--max-batch-tokens 256] [--max-queue 64] [--context N]\n"
+    "      launch ferry-coordinator and N local ferry-worker ranks; stop them on ^C\n"
     "  plan (--model DIR | --config FILE) --ranks W --context N --parallel P --room-gib G\n"
     "       [--kv-pages auto|on|off] [--page-size 512] [--cache-gib 16] [--mtp-layers 0]\n"
     "       [--kv-cache bf16|fp8] [--fixed-mib X]\n"
     "      the KV memory plan a rank would use (reads config.json only); exits 1 when refused\n"
     "\n"
     "Dashes and underscores in flag names are interchangeable.";
-
-// absl flag names use underscores; accept the dashed spelling users type (--max-tokens).
-std::string NormaliseFlag(const char* arg) {
-  std::string s(arg);
-  if (s.rfind("--", 0) != 0) return s;
-  size_t end = s.find('=');
-  if (end == std::string::npos) end = s.size();
-  for (size_t i = 2; i < end; ++i) {
-    if (s[i] == '-') s[i] = '_';
-  }
-  return s;
-}
 
 }  // namespace
 
@@ -50,10 +44,9 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string sub = argv[1];
-  std::vector<std::string> args{std::string(argv[0]) + " " + sub};
-  for (int i = 2; i < argc; ++i) args.push_back(NormaliseFlag(argv[i]));
-  std::vector<char*> cargs;
-  for (std::string& a : args) cargs.push_back(a.data());
+  std::vector<std::string> args = ferry::NormaliseFlagArgs(argc, argv, /*first=*/2);
+  args[0] = std::string(argv[0]) + " " + sub;
+  std::vector<char*> cargs = ferry::ArgvOf(args);
   std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
   if (rest.size() > 1) {
     fprintf(stderr, "ferry %s: unexpected argument '%s'\n", sub.c_str(), rest[1]);
@@ -63,6 +56,7 @@ int main(int argc, char** argv) {
 
   if (sub == "check-golden") return ferry::cli::RunCheckGolden();
   if (sub == "generate") return ferry::cli::RunGenerate();
+  if (sub == "serve") return ferry::cli::RunServe();
   if (sub == "plan") return ferry::cli::RunPlan();
   fprintf(stderr, "ferry: unknown subcommand '%s'\n\n%s\n", sub.c_str(), kUsage);
   return 2;

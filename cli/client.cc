@@ -1,0 +1,88 @@
+#include "cli/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "ferry/v1/ferry.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+
+namespace ferry::cli {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
+  const std::string msg = s.error_message();
+  switch (s.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT: return absl::InvalidArgumentError(msg);
+    case grpc::StatusCode::RESOURCE_EXHAUSTED: return absl::ResourceExhaustedError(msg);
+    case grpc::StatusCode::UNAVAILABLE: return absl::UnavailableError(absl::StrCat(address, ": ", msg));
+    case grpc::StatusCode::DEADLINE_EXCEEDED: return absl::DeadlineExceededError(msg);
+    case grpc::StatusCode::ALREADY_EXISTS: return absl::AlreadyExistsError(msg);
+    case grpc::StatusCode::CANCELLED: return absl::CancelledError(msg);
+    default: return absl::InternalError(absl::StrCat("gRPC status ", s.error_code(), ": ", msg));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  auto stub = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  grpc::health::v1::HealthCheckRequest req;
+  grpc::health::v1::HealthCheckResponse resp;
+  grpc::Status st = stub->Check(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st, address);
+  return resp.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+}
+
+absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, const ferry::v1::GenerateRequest& req,
+                                                   std::chrono::milliseconds deadline,
+                                                   const std::function<void(const std::vector<int32_t>&)>& on_chunk) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auto stub = ferry::v1::Ferry::NewStub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+  auto reader = stub->Generate(&ctx, req);
+  ferry::v1::GenerateResponse resp;
+  ferry::v1::Finished finished;
+  bool got_finished = false;
+  while (reader->Read(&resp)) {
+    if (resp.has_chunk()) {
+      on_chunk(std::vector<int32_t>(resp.chunk().token_ids().begin(), resp.chunk().token_ids().end()));
+    } else if (resp.has_finished()) {
+      finished = resp.finished();
+      got_finished = true;
+    }
+  }
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) return FromGrpc(st, address);
+  if (!got_finished) return absl::InternalError("the stream ended without a finished message");
+  return finished;
+}
+
+absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address) {
+  auto stub = ferry::v1::Ferry::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ferry::v1::ServerInfo info;
+  grpc::Status st = stub->GetServerInfo(&ctx, ferry::v1::GetServerInfoRequest(), &info);
+  if (!st.ok()) return FromGrpc(st, address);
+  return info;
+}
+
+absl::StatusOr<bool> AbortRemote(const std::string& address, const std::string& request_id) {
+  auto stub = ferry::v1::Ferry::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ferry::v1::AbortRequest req;
+  req.set_request_id(request_id);
+  ferry::v1::AbortResponse resp;
+  grpc::Status st = stub->Abort(&ctx, req, &resp);
+  if (!st.ok()) return FromGrpc(st, address);
+  return resp.found();
+}
+
+}  // namespace ferry::cli

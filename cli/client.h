@@ -1,0 +1,28 @@
+// gRPC client helpers of the `ferry` CLI: health checks and generation against a coordinator.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ferry/v1/ferry.pb.h"
+
+namespace ferry::cli {
+
+// The coordinator's overall health: SERVING (true), NOT_SERVING (false); an error when it
+// cannot be reached within `timeout`.
+absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout);
+
+// Runs one Generate call; `on_chunk` gets each streamed chunk's tokens. Returns the final
+// message. gRPC errors come back as absl::Status with the server's message.
+absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, const ferry::v1::GenerateRequest& req,
+                                                   std::chrono::milliseconds deadline,
+                                                   const std::function<void(const std::vector<int32_t>&)>& on_chunk);
+
+absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address);
+// True when a live request had that id.
+absl::StatusOr<bool> AbortRemote(const std::string& address, const std::string& request_id);
+
+}  // namespace ferry::cli

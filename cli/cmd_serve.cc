@@ -1,0 +1,190 @@
+// `ferry serve`: launches ferry-coordinator and N local ferry-worker processes, waits until the
+// coordinator reports SERVING, and supervises them: SIGINT/SIGTERM shut all of them down
+// cleanly; any process that dies makes serve say which and why, stop the others and exit 1.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "cli/client.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+
+namespace ferry::cli {
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void OnSignal(int sig) { g_signal = sig; }
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  bool exited = false;
+  int status = 0;
+};
+
+std::string SelfDir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  std::string path(buf);
+  return path.substr(0, path.rfind('/'));
+}
+
+pid_t Spawn(const std::vector<std::string>& argv) {
+  const pid_t pid = fork();
+  if (pid != 0) return pid;
+  // The child stays in our process group (a terminal ^C reaches everyone) and the kernel
+  // sends it SIGTERM if serve itself dies.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  fprintf(stderr, "ferry serve: cannot run %s: %s\n", args[0], strerror(errno));
+  _exit(127);
+}
+
+std::string Describe(int status) {
+  if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return absl::StrCat("was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+  return "stopped";
+}
+
+// Reaps whatever exited; returns the first child found dead this call, or nullptr.
+Child* Reap(std::vector<Child>& children) {
+  Child* first = nullptr;
+  for (Child& c : children) {
+    if (c.exited) continue;
+    int status = 0;
+    if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
+      c.exited = true;
+      c.status = status;
+      if (!first) first = &c;
+    }
+  }
+  return first;
+}
+
+bool WaitAll(std::vector<Child>& children, std::chrono::milliseconds within) {
+  const auto deadline = std::chrono::steady_clock::now() + within;
+  while (true) {
+    Reap(children);
+    bool all = true;
+    for (const Child& c : children) all = all && c.exited;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// SIGTERM to the coordinator first (it tells the workers to exit), then to everyone left;
+// SIGKILL whatever is still there after `grace`. children[0] is the coordinator.
+void StopAll(std::vector<Child>& children, std::chrono::milliseconds grace) {
+  if (!children[0].exited) kill(children[0].pid, SIGTERM);
+  if (WaitAll(children, grace / 2)) return;
+  for (Child& c : children) {
+    if (!c.exited) kill(c.pid, SIGTERM);
+  }
+  if (WaitAll(children, grace / 2)) return;
+  for (Child& c : children) {
+    if (!c.exited) {
+      fprintf(stderr, "ferry serve: %s (pid %d) did not stop in time; killing it\n", c.name.c_str(), c.pid);
+      kill(c.pid, SIGKILL);
+      waitpid(c.pid, &c.status, 0);
+      c.exited = true;
+    }
+  }
+}
+
+}  // namespace
+
+int RunServe() {
+  std::string model = absl::GetFlag(FLAGS_model);
+  // Workers resolve the path the coordinator hands them from their own working directory.
+  if (!model.empty() && model[0] != '/') {
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) != nullptr) model = std::string(cwd) + "/" + model;
+  }
+  const int64_t ranks = absl::GetFlag(FLAGS_ranks);
+  if (model.empty() || ranks < 1) {
+    fprintf(stderr, "ferry serve: --model DIR and --ranks >= 1 are required\n");
+    return 2;
+  }
+  const int64_t parallel = absl::GetFlag(FLAGS_parallel) > 0 ? absl::GetFlag(FLAGS_parallel) : 16;
+  const std::string host = absl::GetFlag(FLAGS_host);
+  const std::string address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
+  const std::string dir = SelfDir();
+
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  std::vector<Child> children;
+  children.push_back(Child{"the coordinator",
+                           Spawn({dir + "/ferry-coordinator", "--model=" + model, absl::StrCat("--ranks=", ranks),
+                                  "--host=" + host, absl::StrCat("--port=", absl::GetFlag(FLAGS_port)),
+                                  absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port)),
+                                  absl::StrCat("--parallel=", parallel),
+                                  absl::StrCat("--max_batch_tokens=", absl::GetFlag(FLAGS_max_batch_tokens)),
+                                  absl::StrCat("--max_queue=", absl::GetFlag(FLAGS_max_queue)),
+                                  absl::StrCat("--context=", absl::GetFlag(FLAGS_context))})});
+  for (int64_t r = 0; r < ranks; ++r) {
+    children.push_back(Child{absl::StrCat("worker rank ", r),
+                             Spawn({dir + "/ferry-worker", "--coordinator=" + address, absl::StrCat("--rank=", r),
+                                    absl::StrCat("--world=", ranks)})});
+  }
+
+  // Up: poll the coordinator's health until it serves, a process dies, or time runs out.
+  const auto up_deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_ready_timeout_s) * 1000));
+  bool serving = false;
+  while (!serving && g_signal == 0) {
+    if (Child* dead = Reap(children)) {
+      fprintf(stderr, "ferry serve: %s (pid %d) %s while starting; stopping the others\n", dead->name.c_str(),
+              dead->pid, Describe(dead->status).c_str());
+      StopAll(children, std::chrono::seconds(10));
+      return 1;
+    }
+    if (std::chrono::steady_clock::now() > up_deadline) {
+      fprintf(stderr, "ferry serve: not serving after %.0f s; stopping\n", absl::GetFlag(FLAGS_ready_timeout_s));
+      StopAll(children, std::chrono::seconds(10));
+      return 1;
+    }
+    auto st = CheckServing(address, std::chrono::milliseconds(200));
+    serving = st.ok() && *st;
+    if (!serving) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (serving) {
+    fprintf(stderr, "ferry serve: serving %s on %s with %lld rank(s)%s\n", model.c_str(), address.c_str(),
+            static_cast<long long>(ranks),
+            absl::GetFlag(FLAGS_metrics_port) > 0
+                ? absl::StrCat("; metrics on http://", host, ":", absl::GetFlag(FLAGS_metrics_port), "/metrics").c_str()
+                : "");
+  }
+  // Supervise.
+  while (g_signal == 0) {
+    if (Child* dead = Reap(children)) {
+      fprintf(stderr, "ferry serve: %s (pid %d) %s; stopping the others\n", dead->name.c_str(), dead->pid,
+              Describe(dead->status).c_str());
+      StopAll(children, std::chrono::seconds(10));
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  fprintf(stderr, "ferry serve: %s: shutting down\n", strsignal(g_signal));
+  StopAll(children, std::chrono::seconds(15));
+  return 0;
+}
+
+}  // namespace ferry::cli

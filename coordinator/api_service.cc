@@ -1,0 +1,186 @@
+#include "coordinator/api_service.h"
+
+#include <atomic>
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace ferry::coordinator {
+namespace {
+
+namespace pb = ferry::v1;
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  grpc::StatusCode code = grpc::StatusCode::INTERNAL;
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
+    case absl::StatusCode::kResourceExhausted: code = grpc::StatusCode::RESOURCE_EXHAUSTED; break;
+    case absl::StatusCode::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case absl::StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
+    case absl::StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
+    case absl::StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    default: break;
+  }
+  return grpc::Status(code, std::string(s.message()));
+}
+
+pb::FinishReason ToProto(FinishReason r) {
+  switch (r) {
+    case FinishReason::kStop: return pb::FINISH_REASON_STOP;
+    case FinishReason::kLength: return pb::FINISH_REASON_LENGTH;
+    case FinishReason::kAbort: return pb::FINISH_REASON_ABORT;
+    case FinishReason::kError: return pb::FINISH_REASON_ERROR;
+  }
+  return pb::FINISH_REASON_ERROR;
+}
+
+std::atomic<uint64_t> g_next_id{1};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest& req,
+                                                      const model::ModelConfig& config, int64_t max_context) {
+  const int64_t vocab = config.vocab_size;
+  const int64_t n = req.prompt_token_ids_size();
+  if (n == 0) return absl::InvalidArgumentError("prompt_token_ids is empty; give at least one token id");
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = req.prompt_token_ids(static_cast<int>(i));
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("prompt_token_ids[", i, "] = ", t,
+                                                     " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  if (n >= max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n, " tokens; the context holds ", max_context,
+                                                   ", which leaves no room to generate"));
+  }
+  const pb::SamplingParams& sp = req.sampling();
+  if (!(sp.temperature() >= 0.0f) || std::isinf(sp.temperature())) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.temperature is ", sp.temperature(), "; it must be a finite value >= 0"));
+  }
+  if (sp.has_top_p() && !(sp.top_p() > 0.0f && sp.top_p() <= 1.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.top_p is ", sp.top_p(), "; it must be in (0, 1]"));
+  }
+  if (sp.top_k() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.top_k is ", sp.top_k(), "; it must be >= 0 (0: no limit)"));
+  }
+  int64_t max_tokens = max_context - n;
+  if (sp.has_max_tokens()) {
+    if (sp.max_tokens() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.max_tokens is ", sp.max_tokens(), "; it must be >= 1"));
+    }
+    if (n + sp.max_tokens() > max_context) {
+      return absl::InvalidArgumentError(absl::StrCat("the prompt (", n, " tokens) + max_tokens (", sp.max_tokens(),
+                                                     ") = ", n + sp.max_tokens(), " exceeds the context length ",
+                                                     max_context));
+    }
+    max_tokens = sp.max_tokens();
+  }
+  for (int i = 0; i < sp.stop_token_ids_size(); ++i) {
+    const int32_t t = sp.stop_token_ids(i);
+    if (t < 0 || t >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("sampling.stop_token_ids[", i, "] = ", t,
+                                                     " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  if (req.request_id().size() > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("request_id is ", req.request_id().size(), " bytes; at most 256"));
+  }
+  auto r = std::make_shared<Request>();
+  r->id = req.request_id().empty() ? absl::StrCat("ferry-", g_next_id.fetch_add(1)) : req.request_id();
+  r->prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
+  r->sampling.temperature = sp.temperature();
+  r->sampling.top_k = sp.top_k();
+  r->sampling.top_p = sp.has_top_p() ? sp.top_p() : 1.0f;
+  r->seed = sp.has_seed() ? sp.seed() : std::random_device{}();
+  r->max_tokens = max_tokens;
+  r->stop_token_ids.assign(sp.stop_token_ids().begin(), sp.stop_token_ids().end());
+  if (!sp.ignore_eos()) {
+    r->stop_token_ids.insert(r->stop_token_ids.end(), config.eos_token_ids.begin(), config.eos_token_ids.end());
+  }
+  r->stream = req.stream();
+  return r;
+}
+
+ApiService::ApiService(const model::ModelConfig& config, std::string model_path, Scheduler* scheduler,
+                       const ControlService* control)
+    : config_(config), model_path_(std::move(model_path)), scheduler_(scheduler), control_(control) {}
+
+grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
+                                  grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  auto built = BuildRequest(*req, config_, scheduler_->options().max_context);
+  if (!built.ok()) return ToGrpc(built.status());
+  std::shared_ptr<Request> r = *built;
+  if (absl::Status st = scheduler_->Submit(r); !st.ok()) return ToGrpc(st);
+  bool aborted = false;
+  while (true) {
+    std::optional<RequestEvent> e = r->events.Pop(std::chrono::milliseconds(20));
+    if (!e) {
+      // Client cancellation and deadlines abort the request; its end still comes as an event.
+      if (ctx->IsCancelled() && !aborted) {
+        aborted = scheduler_->Abort(r->id);
+      }
+      continue;
+    }
+    pb::GenerateResponse resp;
+    resp.set_request_id(r->id);
+    if (!e->finished) {
+      for (int32_t t : e->tokens) resp.mutable_chunk()->add_token_ids(t);
+      if (!ctx->IsCancelled() && !writer->Write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
+      continue;
+    }
+    pb::Finished* f = resp.mutable_finished();
+    f->set_finish_reason(ToProto(e->reason));
+    for (int32_t t : e->tokens) f->add_token_ids(t);
+    f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(e->usage.prompt_tokens));
+    f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(e->usage.completion_tokens));
+    f->mutable_usage()->set_cached_tokens(static_cast<int32_t>(e->usage.cached_tokens));
+    f->mutable_timings()->set_queue_seconds(e->timings.queue_seconds);
+    f->mutable_timings()->set_time_to_first_token_seconds(e->timings.time_to_first_token_seconds);
+    f->mutable_timings()->set_e2e_seconds(e->timings.e2e_seconds);
+    f->set_error(e->error);
+    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the request");
+    writer->Write(resp);
+    return grpc::Status::OK;
+  }
+}
+
+grpc::Status ApiService::Abort(grpc::ServerContext*, const pb::AbortRequest* req, pb::AbortResponse* resp) {
+  resp->set_found(scheduler_->Abort(req->request_id()));
+  return grpc::Status::OK;
+}
+
+grpc::Status ApiService::GetModelInfo(grpc::ServerContext*, const pb::GetModelInfoRequest*, pb::ModelInfo* resp) {
+  resp->set_model_path(model_path_);
+  resp->set_family(model::FamilyName(config_.family));
+  resp->set_vocab_size(static_cast<int32_t>(config_.vocab_size));
+  resp->set_max_context(scheduler_->options().max_context);
+  for (int32_t t : config_.eos_token_ids) resp->add_eos_token_ids(t);
+  resp->set_num_layers(static_cast<int32_t>(config_.num_layers));
+  resp->set_hidden_size(static_cast<int32_t>(config_.hidden_size));
+  return grpc::Status::OK;
+}
+
+grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServerInfoRequest*, pb::ServerInfo* resp) {
+  const SchedulerSnapshot s = scheduler_->Snapshot();
+  resp->set_world_size(control_->world());
+  resp->set_running_requests(static_cast<int32_t>(s.running));
+  resp->set_waiting_requests(static_cast<int32_t>(s.waiting));
+  resp->set_max_queue(static_cast<int32_t>(scheduler_->options().max_queue));
+  resp->set_max_batch_tokens(static_cast<int32_t>(scheduler_->options().max_batch_tokens));
+  resp->set_steps(s.steps);
+  resp->set_version("ferry 0.1");
+  const std::vector<RankState> ranks = control_->Ranks();
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    pb::RankInfo* ri = resp->add_ranks();
+    ri->set_rank(static_cast<int32_t>(k));
+    ri->set_state(ranks[k].dead ? "dead" : ranks[k].ready ? "serving" : "starting");
+    ri->set_last_step_seconds(ranks[k].last_step_seconds);
+    ri->set_pid(ranks[k].pid);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace ferry::coordinator

@@ -1,0 +1,75 @@
+// The control plane's server side (ferry.control.v1.Control) and the StepRunner that drives the
+// workers through it: every step is written to each rank's stream, then each rank's result is
+// read back; rank 0's carries the sampled tokens.
+//
+// Thread safety: the gRPC handlers run on gRPC's threads; RunStep() and Shutdown() on the
+// scheduler's (one at a time). A stream is written and read only by RunStep()/Shutdown() once
+// its rank is ready; its handler just keeps the call open and watches for cancellation.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "coordinator/scheduler.h"
+#include "ferry/v1/control.grpc.pb.h"
+
+namespace ferry::coordinator {
+
+class Metrics;
+
+struct RankState {
+  bool registered = false;
+  bool ready = false;
+  bool dead = false;
+  int64_t pid = 0;
+  std::string address;
+  int64_t room_bytes = 0;
+  double last_step_seconds = 0;
+  std::string death;  // why it is dead
+  grpc::ServerReaderWriter<ferry::control::v1::CoordinatorMessage, ferry::control::v1::WorkerMessage>* stream =
+      nullptr;
+};
+
+class ControlService final : public ferry::control::v1::Control::Service, public StepRunner {
+ public:
+  ControlService(std::string model_path, int world, std::chrono::seconds register_timeout, Metrics* metrics);
+
+  grpc::Status Register(grpc::ServerContext* ctx, const ferry::control::v1::RegisterRequest* req,
+                        ferry::control::v1::RegisterResponse* resp) override;
+  grpc::Status Steps(grpc::ServerContext* ctx,
+                     grpc::ServerReaderWriter<ferry::control::v1::CoordinatorMessage, ferry::control::v1::WorkerMessage>*
+                         stream) override;
+
+  // Waits until every rank is ready, a rank dies, or `timeout` passes.
+  absl::Status WaitReady(std::chrono::seconds timeout);
+  absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override;
+  // Tells every ready worker to exit and releases the handlers.
+  void Shutdown(const std::string& reason);
+
+  // Called (outside the lock) when a rank is found dead.
+  void OnRankDeath(std::function<void(int rank, const std::string& why)> fn) { on_death_ = std::move(fn); }
+  std::vector<RankState> Ranks() const;
+  int world() const { return world_; }
+
+ private:
+  void MarkDead(int rank, const std::string& why);
+
+  const std::string model_path_;
+  const int world_;
+  const std::chrono::seconds register_timeout_;
+  Metrics* metrics_;
+  std::function<void(int, const std::string&)> on_death_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<RankState> ranks_;  // GUARDED_BY(mu_)
+  bool shutdown_ = false;         // GUARDED_BY(mu_)
+};
+
+}  // namespace ferry::coordinator

@@ -1,0 +1,161 @@
+// ferry-coordinator: the public gRPC API, the control plane for the workers, the scheduler and
+// the Prometheus metrics of one Ferry deployment.
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/args.h"
+#include "common/log.h"
+#include "coordinator/api_service.h"
+#include "coordinator/control_service.h"
+#include "coordinator/metrics.h"
+#include "coordinator/scheduler.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+ABSL_FLAG(std::string, model, "", "Checkpoint directory (the coordinator reads only config.json)");
+ABSL_FLAG(int32_t, ranks, 1, "Worker ranks (tensor-parallel width) to wait for");
+ABSL_FLAG(std::string, host, "127.0.0.1", "Address the gRPC and metrics servers bind to");
+ABSL_FLAG(int32_t, port, 50051, "gRPC port of the public API and the control plane");
+ABSL_FLAG(int32_t, metrics_port, 9400, "HTTP port of /metrics (0: no metrics server)");
+ABSL_FLAG(int64_t, max_batch_tokens, 256, "Tokens one step may carry (decode rows + prefill chunks)");
+ABSL_FLAG(int64_t, parallel, 16, "Requests holding a lane at once");
+ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a lane; past it requests get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, context, 0, "Context length in tokens (prompt + generated); 0: the model's max_position_embeddings");
+ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to register and load (seconds)");
+ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
+
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+void OnSignal(int sig) { g_signal = sig; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ferry;
+  absl::SetProgramUsageMessage("ferry-coordinator --model DIR --ranks N [--port P] [--metrics-port M] ...");
+  std::vector<std::string> args = NormaliseFlagArgs(argc, argv);
+  std::vector<char*> cargs = ArgvOf(args);
+  absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
+  if (absl::GetFlag(FLAGS_verbose)) SetMinLogLevel(LogLevel::kDebug);
+
+  const std::string dir = absl::GetFlag(FLAGS_model);
+  const int world = absl::GetFlag(FLAGS_ranks);
+  if (dir.empty() || world < 1) {
+    fprintf(stderr, "ferry-coordinator: --model DIR and --ranks >= 1 are required\n");
+    return 2;
+  }
+  auto json = model::ReadJsonFile(dir + "/config.json");
+  if (!json.ok()) {
+    fprintf(stderr, "ferry-coordinator: %s\n", std::string(json.status().message()).c_str());
+    return 2;
+  }
+  auto config = model::ParseModelConfig(*json, dir + "/config.json");
+  if (!config.ok()) {
+    fprintf(stderr, "ferry-coordinator: %s\n", std::string(config.status().message()).c_str());
+    return 2;
+  }
+  coordinator::SchedulerOptions opts;
+  opts.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  opts.max_running = absl::GetFlag(FLAGS_parallel);
+  opts.max_queue = absl::GetFlag(FLAGS_max_queue);
+  opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
+  if (opts.max_batch_tokens < 1 || opts.max_running < 1 || opts.max_queue < 0 || opts.max_context < 2) {
+    fprintf(stderr, "ferry-coordinator: need --max-batch-tokens >= 1, --parallel >= 1, --max-queue >= 0, --context >= 2\n");
+    return 2;
+  }
+
+  coordinator::Metrics metrics(world, opts.max_running * opts.max_context);
+  const std::string host = absl::GetFlag(FLAGS_host);
+  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
+    absl::Status st = metrics.Expose(absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port)));
+    if (!st.ok()) {
+      fprintf(stderr, "ferry-coordinator: %s\n", std::string(st.message()).c_str());
+      return 2;
+    }
+  }
+  coordinator::ControlService control(dir, world, std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
+  coordinator::Scheduler scheduler(opts, &control, &metrics);
+  coordinator::ApiService api(*config, dir, &scheduler, &control);
+
+  std::atomic<int> dead_rank{-1};
+  control.OnRankDeath([&](int rank, const std::string&) { dead_rank = rank; });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
+  int bound_port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(&api);
+  builder.RegisterService(&control);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || bound_port == 0) {
+    fprintf(stderr, "ferry-coordinator: cannot listen on %s (port taken?)\n", address.c_str());
+    return 2;
+  }
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(false);
+  FERRY_LOG(INFO) << "listening on " << address << "; waiting for " << world << " worker rank(s)";
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  std::thread waiter;
+  std::atomic<int> ready{0};  // 1 ready, -1 failed
+  std::string ready_error;
+  waiter = std::thread([&] {
+    absl::Status st = control.WaitReady(std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)));
+    if (!st.ok()) {
+      ready_error = std::string(st.message());
+      ready = -1;
+      return;
+    }
+    scheduler.Start();
+    health->SetServingStatus(true);
+    FERRY_LOG(INFO) << "serving " << model::FamilyName(config->family) << " on " << world << " rank(s): context "
+                    << opts.max_context << ", --parallel " << opts.max_running << ", " << opts.max_batch_tokens
+                    << " tokens a step";
+    ready = 1;
+  });
+
+  int exit_code = 0;
+  bool not_serving_logged = false;
+  while (g_signal == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (ready == -1) {
+      FERRY_LOG(ERROR) << "workers did not come up: " << ready_error;
+      exit_code = 1;
+      break;
+    }
+    const bool failed = dead_rank >= 0 || (ready == 1 && !scheduler.Snapshot().serving);
+    if (failed && !not_serving_logged) {
+      // Keep answering (health NOT_SERVING, UNAVAILABLE for new requests) until told to stop.
+      health->SetServingStatus(false);
+      const std::string why = dead_rank >= 0 ? absl::StrCat("rank ", dead_rank.load(), " died")
+                                             : scheduler.Snapshot().failure;
+      FERRY_LOG(ERROR) << "not serving any more: " << why;
+      // Ends every live request with an error; new ones get UNAVAILABLE from now on.
+      scheduler.Stop(why);
+      not_serving_logged = true;
+      exit_code = 1;
+    }
+  }
+  if (g_signal != 0) FERRY_LOG(INFO) << "signal " << g_signal << ": shutting down";
+  health->SetServingStatus(false);
+  if (waiter.joinable()) waiter.join();
+  scheduler.Stop("the server is shutting down");
+  control.Shutdown("the coordinator is shutting down");
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return g_signal != 0 && exit_code == 0 ? 0 : exit_code;
+}

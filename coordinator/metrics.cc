@@ -1,0 +1,105 @@
+#include "coordinator/metrics.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace ferry::coordinator {
+namespace {
+
+using prometheus::Histogram;
+
+// vLLM's buckets, so existing dashboards and alerts read these as they read vLLM's.
+const Histogram::BucketBoundaries kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+                                                   1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0};
+const Histogram::BucketBoundaries kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                                  0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const Histogram::BucketBoundaries kRequestBuckets = {0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,  15.0, 20.0,
+                                                      30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+const Histogram::BucketBoundaries kIterationTokenBuckets = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+const Histogram::BucketBoundaries kStepBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                   0.1,    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+
+}  // namespace
+
+// ALL_METRICS: every family the coordinator exports is built here and nowhere else.
+Metrics::Metrics(int world, int64_t token_capacity)
+    : registry_(std::make_shared<prometheus::Registry>()), token_capacity_(token_capacity) {
+  auto& r = *registry_;
+  running_ = &prometheus::BuildGauge().Name("ferry:num_requests_running")
+                  .Help("Requests holding a lane (in prefill or decode)").Register(r).Add({});
+  waiting_ = &prometheus::BuildGauge().Name("ferry:num_requests_waiting")
+                  .Help("Requests waiting in the admission queue").Register(r).Add({});
+  kv_usage_ = &prometheus::BuildGauge().Name("ferry:kv_cache_usage_perc")
+                   .Help("Fraction of the lanes' token capacity held by running requests (1 = full)")
+                   .Register(r).Add({});
+  prompt_tokens_ = &prometheus::BuildCounter().Name("ferry:prompt_tokens_total")
+                        .Help("Prompt tokens of finished requests").Register(r).Add({});
+  generation_tokens_ = &prometheus::BuildCounter().Name("ferry:generation_tokens_total")
+                            .Help("Tokens generated").Register(r).Add({});
+  success_ = &prometheus::BuildCounter().Name("ferry:request_success_total")
+                  .Help("Finished requests by finish reason").Register(r);
+  for (const char* reason : {"stop", "length", "abort", "error"}) success_->Add({{"finished_reason", reason}});
+  ttft_ = &prometheus::BuildHistogram().Name("ferry:time_to_first_token_seconds")
+               .Help("Arrival to first generated token").Register(r).Add({}, kTtftBuckets);
+  itl_ = &prometheus::BuildHistogram().Name("ferry:inter_token_latency_seconds")
+              .Help("Time between two generated tokens of a request").Register(r).Add({}, kItlBuckets);
+  e2e_ = &prometheus::BuildHistogram().Name("ferry:e2e_request_latency_seconds")
+              .Help("Arrival to finish").Register(r).Add({}, kRequestBuckets);
+  queue_ = &prometheus::BuildHistogram().Name("ferry:request_queue_time_seconds")
+                .Help("Arrival to first scheduled step").Register(r).Add({}, kRequestBuckets);
+  iteration_tokens_ = &prometheus::BuildHistogram().Name("ferry:iteration_tokens_total")
+                           .Help("Tokens in one step (decode rows + prefill chunks)")
+                           .Register(r).Add({}, kIterationTokenBuckets);
+  auto& step_family = prometheus::BuildHistogram().Name("ferry:rank_step_time_seconds")
+                          .Help("Time a rank spent executing a step").Register(r);
+  auto& bytes_family = prometheus::BuildCounter().Name("ferry:rank_dataplane_bytes_total")
+                           .Help("Bytes a rank sent over the data plane").Register(r);
+  for (int k = 0; k < world; ++k) {
+    rank_step_.push_back(&step_family.Add({{"rank", absl::StrCat(k)}}, kStepBuckets));
+    rank_bytes_.push_back(&bytes_family.Add({{"rank", absl::StrCat(k)}}));
+  }
+}
+
+absl::Status Metrics::Expose(const std::string& address) {
+  try {
+    exposer_ = std::make_unique<prometheus::Exposer>(address);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", address, ": ", e.what()));
+  }
+  exposer_->RegisterCollectable(registry_);
+  return absl::OkStatus();
+}
+
+void Metrics::OnStep(int64_t tokens, int64_t running, int64_t waiting, double, int64_t live_tokens) {
+  iteration_tokens_->Observe(static_cast<double>(tokens));
+  running_->Set(static_cast<double>(running));
+  waiting_->Set(static_cast<double>(waiting));
+  kv_usage_->Set(token_capacity_ > 0 ? static_cast<double>(live_tokens) / static_cast<double>(token_capacity_) : 0.0);
+}
+
+void Metrics::OnFirstToken(const Request&, double ttft) {
+  ttft_->Observe(ttft);
+  generation_tokens_->Increment();
+}
+
+void Metrics::OnToken(const Request&, double itl) {
+  itl_->Observe(itl);
+  generation_tokens_->Increment();
+}
+
+void Metrics::OnScheduled(const Request&, double queue_seconds) { queue_->Observe(queue_seconds); }
+
+void Metrics::OnFinish(const Request& r, FinishReason reason, double e2e) {
+  success_->Add({{"finished_reason", FinishReasonName(reason)}}).Increment();
+  prompt_tokens_->Increment(static_cast<double>(r.prompt.size()));
+  e2e_->Observe(e2e);
+}
+
+void Metrics::OnRankStep(int rank, double seconds, int64_t bytes) {
+  if (rank < 0 || rank >= static_cast<int>(rank_step_.size())) return;
+  rank_step_[rank]->Observe(seconds);
+  rank_bytes_[rank]->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::OnQueueChange(int64_t waiting) { waiting_->Set(static_cast<double>(waiting)); }
+
+}  // namespace ferry::coordinator

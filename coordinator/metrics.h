@@ -1,0 +1,66 @@
+// The coordinator's Prometheus metrics, with the names and buckets vLLM users already scrape,
+// under the prefix `ferry:`. Declared in one place (metrics.cc, ALL_METRICS) and exposed over
+// HTTP at /metrics.
+//
+// Derived values:
+//   kv_cache_usage_perc = tokens held in the workers' state by running requests
+//                         / (max_running * max_context)   (the token capacity of the lanes;
+//                         the paged pool's real occupancy replaces it with kvpool)
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "absl/status/statusor.h"
+#include "coordinator/scheduler.h"
+
+namespace ferry::coordinator {
+
+class Metrics final : public SchedulerObserver {
+ public:
+  // `world` ranks get per-rank series; `token_capacity` is the denominator of kv_cache_usage_perc.
+  Metrics(int world, int64_t token_capacity);
+
+  // Serves /metrics on `address` ("0.0.0.0:9400"). Errors: UNAVAILABLE when the port is taken.
+  absl::Status Expose(const std::string& address);
+  std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
+
+  // SchedulerObserver
+  void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, int64_t live_tokens) override;
+  void OnFirstToken(const Request& r, double ttft_seconds) override;
+  void OnToken(const Request& r, double inter_token_seconds) override;
+  void OnScheduled(const Request& r, double queue_seconds) override;
+  void OnFinish(const Request& r, FinishReason reason, double e2e_seconds) override;
+
+  // Per-rank step time and data-plane bytes, as each worker reports them.
+  void OnRankStep(int rank, double seconds, int64_t dataplane_bytes);
+  void OnQueueChange(int64_t waiting);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  int64_t token_capacity_;
+
+  prometheus::Gauge* running_;
+  prometheus::Gauge* waiting_;
+  prometheus::Gauge* kv_usage_;
+  prometheus::Counter* prompt_tokens_;
+  prometheus::Counter* generation_tokens_;
+  prometheus::Family<prometheus::Counter>* success_;
+  prometheus::Histogram* ttft_;
+  prometheus::Histogram* itl_;
+  prometheus::Histogram* e2e_;
+  prometheus::Histogram* queue_;
+  prometheus::Histogram* iteration_tokens_;
+  std::vector<prometheus::Histogram*> rank_step_;
+  std::vector<prometheus::Counter*> rank_bytes_;
+};
+
+}  // namespace ferry::coordinator

@@ -1,0 +1,288 @@
+// The serving system as users run it: `ferry serve` (coordinator + worker processes on
+// loopback, UCX between the ranks), driven through the gRPC API and the metrics endpoint.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "cli/client.h"
+#include "model/causal_lm.h"
+#include "model/generate.h"
+#include "model/golden.h"
+#include "tests/catch.h"
+#include "tests/testing/server_process.h"
+
+namespace ferry {
+namespace {
+
+using ferry::testing::Server;
+using ferry::v1::GenerateRequest;
+
+const std::string kDsa = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
+const std::string kNext = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny";
+
+GenerateRequest Greedy(const std::vector<int32_t>& prompt, int max_tokens, const std::string& id = "") {
+  GenerateRequest req;
+  req.set_request_id(id);
+  for (int32_t t : prompt) req.add_prompt_token_ids(t);
+  req.mutable_sampling()->set_max_tokens(max_tokens);
+  req.mutable_sampling()->set_ignore_eos(true);
+  return req;
+}
+
+absl::StatusOr<v1::Finished> Run(const std::string& address, const GenerateRequest& req,
+                                 std::vector<int32_t>* streamed = nullptr, int timeout_ms = 60000) {
+  return cli::GenerateRemote(address, req, std::chrono::milliseconds(timeout_ms),
+                             [&](const std::vector<int32_t>& ids) {
+                               if (streamed) streamed->insert(streamed->end(), ids.begin(), ids.end());
+                             });
+}
+
+// Polls `pred` for up to `ms` milliseconds.
+template <typename Pred>
+bool Eventually(Pred pred, int ms = 5000) {
+  for (int i = 0; i < ms / 10; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+TEST_CASE("serve: every golden prompt at 1, 2 and 4 ranks gives the golden tokens", "[serve]") {
+  for (const std::string& dir : {kDsa, kNext}) {
+    auto goldens = model::ReadGolden(dir + "/golden.safetensors");
+    REQUIRE(goldens.ok());
+    for (int ranks : {1, 2, 4}) {
+      Server server(dir, ranks);
+      INFO(dir << " at " << ranks << " ranks: " << server.process().Log());
+      REQUIRE(server.serving());
+      for (const model::GoldenPrompt& g : *goldens) {
+        auto res = Run(server.address(), Greedy(g.ids, static_cast<int>(g.greedy.size())));
+        REQUIRE(res.ok());
+        CHECK(std::vector<int32_t>(res->token_ids().begin(), res->token_ids().end()) == g.greedy);
+        CHECK(res->finish_reason() == v1::FINISH_REASON_LENGTH);
+        CHECK(res->usage().prompt_tokens() == static_cast<int32_t>(g.ids.size()));
+      }
+    }
+  }
+}
+
+TEST_CASE("serve: 16 concurrent requests give exactly what each gives alone", "[serve]") {
+  Server server(kNext, 2, {"--max-batch-tokens", "40"});
+  REQUIRE(server.serving());
+  auto local = model::LoadCausalLM(kNext);
+  REQUIRE(local.ok());
+  std::mt19937 rng(9);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 70);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    const int n = 1 + static_cast<int>(rng() % 12);
+    model::GenerateOptions opt;
+    opt.max_tokens = n;
+    opt.ignore_eos = true;
+    auto res = model::Generate(**local, prompt, opt);
+    REQUIRE(res.ok());
+    alone.push_back(res->tokens);
+    reqs.push_back(Greedy(prompt, n));
+    reqs.back().set_stream(i % 2 == 0);
+  }
+  std::vector<std::vector<int32_t>> got(16);
+  std::vector<std::string> errors(16);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 16; ++i) {
+    threads.emplace_back([&, i] {
+      std::vector<int32_t> streamed;
+      auto res = Run(server.address(), reqs[i], &streamed);
+      if (!res.ok()) {
+        errors[i] = std::string(res.status().message());
+        return;
+      }
+      got[i] = reqs[i].stream() ? streamed : std::vector<int32_t>(res->token_ids().begin(), res->token_ids().end());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 16; ++i) {
+    INFO("request " << i << " " << errors[i]);
+    CHECK(errors[i].empty());
+    CHECK(got[i] == alone[i]);
+  }
+}
+
+TEST_CASE("serve: cancellation and Abort end a request within a step and free it", "[serve]") {
+  Server server(kDsa, 2);
+  REQUIRE(server.serving());
+  const std::vector<int32_t> prompt = {5, 6, 7, 8};
+  // A client deadline cancels the call; the request is aborted on the server.
+  GenerateRequest slow = Greedy(prompt, 4000, "slow");
+  slow.set_stream(true);
+  auto res = Run(server.address(), slow, nullptr, 300);
+  CHECK(res.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK(Eventually([&] { return testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()),
+                                                     "ferry:request_success_total{finished_reason=\"abort\"}") == 1; }));
+  CHECK(Eventually([&] { return cli::GetServerInfo(server.address())->running_requests() == 0; }));
+  CHECK(testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:kv_cache_usage_perc") == 0);
+
+  // Abort by id.
+  std::atomic<bool> done{false};
+  absl::StatusOr<v1::Finished> aborted;
+  std::thread t([&] {
+    aborted = Run(server.address(), Greedy(prompt, 4000, "victim"));
+    done = true;
+  });
+  REQUIRE(Eventually([&] { return cli::GetServerInfo(server.address())->running_requests() == 1; }));
+  auto found = cli::AbortRemote(server.address(), "victim");
+  REQUIRE(found.ok());
+  CHECK(*found);
+  CHECK(Eventually([&] { return done.load(); }, 2000));
+  t.join();
+  REQUIRE(aborted.ok());
+  CHECK(aborted->finish_reason() == v1::FINISH_REASON_ABORT);
+  CHECK(aborted->usage().completion_tokens() < 4000);
+  CHECK(cli::GetServerInfo(server.address())->running_requests() == 0);
+  CHECK_FALSE(*cli::AbortRemote(server.address(), "victim"));
+}
+
+TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and serving goes on", "[serve]") {
+  Server server(kDsa, 1, {"--context", "64"});
+  REQUIRE(server.serving());
+  auto expect = [&](GenerateRequest req, const std::string& what) {
+    auto res = Run(server.address(), req);
+    REQUIRE_FALSE(res.ok());
+    CHECK(res.status().code() == absl::StatusCode::kInvalidArgument);
+    INFO(res.status().message());
+    CHECK(std::string(res.status().message()).find(what) != std::string::npos);
+  };
+  expect(Greedy({}, 4), "prompt_token_ids is empty");
+  expect(Greedy({5, 384}, 4), "prompt_token_ids[1] = 384 is outside the vocabulary [0, 384)");
+  expect(Greedy({5, -2}, 4), "prompt_token_ids[1] = -2");
+  expect(Greedy(std::vector<int32_t>(60, 5), 10), "the prompt (60 tokens) + max_tokens (10) = 70 exceeds the context length 64");
+  expect(Greedy(std::vector<int32_t>(64, 5), 1), "the prompt has 64 tokens; the context holds 64");
+  expect(Greedy({5}, 0), "sampling.max_tokens is 0; it must be >= 1");
+  GenerateRequest t = Greedy({5}, 4);
+  t.mutable_sampling()->set_temperature(-1);
+  expect(t, "sampling.temperature is -1");
+  GenerateRequest p = Greedy({5}, 4);
+  p.mutable_sampling()->set_top_p(1.5f);
+  expect(p, "sampling.top_p is 1.5; it must be in (0, 1]");
+  GenerateRequest k = Greedy({5}, 4);
+  k.mutable_sampling()->set_top_k(-3);
+  expect(k, "sampling.top_k is -3");
+  GenerateRequest s = Greedy({5}, 4);
+  s.mutable_sampling()->add_stop_token_ids(999);
+  expect(s, "sampling.stop_token_ids[0] = 999");
+  auto ok = Run(server.address(), Greedy({5, 6}, 3));
+  REQUIRE(ok.ok());
+  CHECK(ok->token_ids_size() == 3);
+}
+
+TEST_CASE("serve: a full admission queue answers RESOURCE_EXHAUSTED at once", "[serve]") {
+  Server server(kDsa, 1, {"--parallel", "1", "--max-queue", "1"});
+  REQUIRE(server.serving());
+  std::thread a([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "a")); });
+  REQUIRE(Eventually([&] { return cli::GetServerInfo(server.address())->running_requests() == 1; }));
+  std::thread b([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "b")); });
+  REQUIRE(Eventually([&] { return cli::GetServerInfo(server.address())->waiting_requests() == 1; }));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto c = Run(server.address(), Greedy({5, 6}, 4, "c"));
+  CHECK(c.status().code() == absl::StatusCode::kResourceExhausted);
+  CHECK(std::string(c.status().message()).find("--max-queue 1") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+  CHECK(*cli::AbortRemote(server.address(), "b"));
+  CHECK(*cli::AbortRemote(server.address(), "a"));
+  a.join();
+  b.join();
+  auto d = Run(server.address(), Greedy({5, 6}, 2, "d"));
+  CHECK(d.ok());
+}
+
+TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
+  Server server(kDsa, 2);
+  REQUIRE(server.serving());
+  const std::string before = testing::ScrapeMetrics(server.metrics_port());
+  REQUIRE_FALSE(before.empty());
+  for (const char* name : {"ferry:num_requests_running", "ferry:num_requests_waiting", "ferry:kv_cache_usage_perc",
+                           "ferry:prompt_tokens_total", "ferry:generation_tokens_total",
+                           "ferry:time_to_first_token_seconds_count", "ferry:inter_token_latency_seconds_count",
+                           "ferry:e2e_request_latency_seconds_count", "ferry:request_queue_time_seconds_count",
+                           "ferry:iteration_tokens_total_count", "ferry:rank_step_time_seconds_count{rank=\"1\"}",
+                           "ferry:rank_dataplane_bytes_total{rank=\"1\"}"}) {
+    INFO(name);
+    CHECK(testing::MetricValue(before, name) >= 0);
+  }
+  REQUIRE(Run(server.address(), Greedy({5, 6, 7}, 5)).ok());
+  const std::string after = testing::ScrapeMetrics(server.metrics_port());
+  auto delta = [&](const std::string& series) {
+    return testing::MetricValue(after, series) - testing::MetricValue(before, series);
+  };
+  CHECK(delta("ferry:generation_tokens_total") == 5);
+  CHECK(delta("ferry:prompt_tokens_total") == 3);
+  CHECK(delta("ferry:request_success_total{finished_reason=\"length\"}") == 1);
+  CHECK(delta("ferry:time_to_first_token_seconds_count") == 1);
+  CHECK(delta("ferry:inter_token_latency_seconds_count") == 4);
+  CHECK(delta("ferry:e2e_request_latency_seconds_count") == 1);
+  CHECK(delta("ferry:iteration_tokens_total_count") >= 5);
+  CHECK(delta("ferry:rank_dataplane_bytes_total{rank=\"1\"}") > 0);
+}
+
+TEST_CASE("serve: a killed worker is reported, serve exits non-zero", "[serve]") {
+  Server server(kDsa, 2);
+  REQUIRE(server.serving());
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  REQUIRE(info->ranks_size() == 2);
+  kill(static_cast<pid_t>(info->ranks(1).pid()), SIGKILL);
+  int status = 0;
+  REQUIRE(server.process().Wait(std::chrono::seconds(15), &status));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(server.process().Log().find("worker rank 1 (pid " + std::to_string(info->ranks(1).pid()) +
+                                    ") was killed by signal 9") != std::string::npos);
+}
+
+TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails requests instead of hanging",
+          "[serve]") {
+  const int port = testing::FreePort();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const std::string bin = testing::BinDir();
+  testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "2", "--port", std::to_string(port),
+                          "--metrics-port", "0"},
+                         "/tmp/ferry-coord-test.log");
+  testing::Process w0({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--world", "2"},
+                      "/tmp/ferry-w0-test.log");
+  testing::Process w1({bin + "/ferry-worker", "--coordinator", address, "--rank", "1", "--world", "2"},
+                      "/tmp/ferry-w1-test.log");
+  REQUIRE(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
+                     30000));
+  std::atomic<bool> done{false};
+  absl::StatusOr<v1::Finished> inflight;
+  std::thread t([&] {
+    inflight = Run(address, Greedy({5, 6}, 4000));
+    done = true;
+  });
+  REQUIRE(Eventually([&] { return cli::GetServerInfo(address)->running_requests() == 1; }));
+  w1.Signal(SIGKILL);
+  CHECK(Eventually([&] { return done.load(); }, 15000));
+  t.join();
+  // The request ends with an error (a finished message or an error status), never a hang.
+  if (inflight.ok()) {
+    CHECK(inflight->finish_reason() == v1::FINISH_REASON_ERROR);
+    CHECK_FALSE(inflight->error().empty());
+  }
+  CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && !*s; }));
+  auto late = Run(address, Greedy({5}, 2));
+  CHECK(late.status().code() == absl::StatusCode::kUnavailable);
+  auto info = cli::GetServerInfo(address);
+  REQUIRE(info.ok());
+  CHECK(info->ranks(1).state() == "dead");
+  coord.Signal(SIGTERM);
+  int status;
+  CHECK(coord.Wait(std::chrono::seconds(10), &status));
+}
+
+}  // namespace
+}  // namespace ferry

@@ -1,0 +1,162 @@
+#include "tests/testing/server_process.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include "cli/client.h"
+
+namespace ferry::testing {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string BinDir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("readlink /proc/self/exe failed");
+  buf[n] = '\0';
+  std::string p(buf);
+  return p.substr(0, p.rfind('/'));
+}
+
+Process::Process(const std::vector<std::string>& argv, const std::string& log_path) : log_path_(log_path) {
+  pid_ = fork();
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    setpgid(0, 0);  // its own group: a test's signals do not reach the test runner
+    int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 2);
+      dup2(fd, 1);
+    }
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+}
+
+Process::~Process() {
+  if (!reaped_ && pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+}
+
+void Process::Signal(int sig) {
+  if (!reaped_) kill(pid_, sig);
+}
+
+bool Process::Wait(std::chrono::milliseconds timeout, int* status) {
+  if (reaped_) return true;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid_, status, WNOHANG) == pid_) {
+      reaped_ = true;
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+std::string Process::Log() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Server::Server(const std::string& model_dir, int ranks, const std::vector<std::string>& extra) {
+  const int port = FreePort();
+  metrics_port_ = FreePort();
+  address_ = "127.0.0.1:" + std::to_string(port);
+  char tmpl[] = "/tmp/ferry-serve-XXXXXX.log";
+  int fd = mkstemps(tmpl, 4);
+  close(fd);
+  log_ = tmpl;
+  std::vector<std::string> argv = {BinDir() + "/ferry", "serve", "--model", model_dir, "--ranks", std::to_string(ranks),
+                                   "--port", std::to_string(port), "--metrics-port", std::to_string(metrics_port_)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  proc_ = std::make_unique<Process>(argv, log_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto st = cli::CheckServing(address_, std::chrono::milliseconds(200));
+    if (st.ok() && *st) {
+      serving_ = true;
+      return;
+    }
+    int status;
+    if (proc_->Wait(std::chrono::milliseconds(0), &status)) return;  // died while starting
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+Server::~Server() {
+  proc_->Signal(SIGTERM);
+  int status;
+  if (!proc_->Wait(std::chrono::seconds(10), &status)) proc_->Signal(SIGKILL);
+  proc_.reset();
+  std::remove(log_.c_str());
+}
+
+std::string ScrapeMetrics(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return "";
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return "";
+  }
+  std::string out;
+  char buf[65536];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fd);
+  const size_t body = out.find("\r\n\r\n");
+  return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+double MetricValue(const std::string& body, const std::string& series) {
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+}  // namespace ferry::testing

@@ -1,0 +1,67 @@
+// Real Ferry processes for integration tests: `ferry serve` (or the daemons directly) on
+// loopback ports, a /metrics scrape, and cleanup that never leaves a process behind.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ferry::testing {
+
+// A loopback TCP port that was free a moment ago.
+int FreePort();
+
+// The directory holding ferry, ferry-coordinator and ferry-worker.
+std::string BinDir();
+
+// A child process with its stderr captured to a file.
+class Process {
+ public:
+  Process(const std::vector<std::string>& argv, const std::string& log_path);
+  ~Process();  // SIGKILL if still running, then reap
+  Process(const Process&) = delete;
+  Process& operator=(const Process&) = delete;
+
+  pid_t pid() const { return pid_; }
+  // Sends `sig`.
+  void Signal(int sig);
+  // Waits up to `timeout` for the exit; true with the wait status in *status when it exited.
+  bool Wait(std::chrono::milliseconds timeout, int* status);
+  std::string Log() const;
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+  std::string log_path_;
+};
+
+// `ferry serve --model dir --ranks n` on free ports, started and waited for (SERVING).
+class Server {
+ public:
+  Server(const std::string& model_dir, int ranks, const std::vector<std::string>& extra = {});
+  ~Server();  // SIGTERM, then SIGKILL after 10 s
+
+  const std::string& address() const { return address_; }
+  int metrics_port() const { return metrics_port_; }
+  Process& process() { return *proc_; }
+  bool serving() const { return serving_; }
+
+ private:
+  std::string address_;
+  int metrics_port_ = 0;
+  std::string log_;
+  std::unique_ptr<Process> proc_;
+  bool serving_ = false;
+};
+
+// GET http://127.0.0.1:port/metrics; the body, or "" on failure.
+std::string ScrapeMetrics(int port);
+// The value of an exposition line "name{labels} value" (labels exactly as written, or none);
+// -1 when absent.
+double MetricValue(const std::string& body, const std::string& series);
+
+}  // namespace ferry::testing
