@@ -142,7 +142,11 @@ int RunServe() {
   for (int64_t r = 0; r < ranks; ++r) {
     children.push_back(Child{absl::StrCat("worker rank ", r),
                              Spawn({dir + "/ferry-worker", "--coordinator=" + address, absl::StrCat("--rank=", r),
-                                    absl::StrCat("--world=", ranks)})});
+                                    absl::StrCat("--world=", ranks), "--metrics_host=" + host,
+                                    // Rank r's own /metrics on the port after the coordinator's (+1 + r).
+                                    absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
+                                                                        ? absl::GetFlag(FLAGS_metrics_port) + 1 + r
+                                                                        : 0)})});
   }
 
   // Up: poll the coordinator's health until it serves, a process dies, or time runs out.

@@ -35,7 +35,8 @@
 // Destroying an incomplete receive cancels it (ucp_request_cancel). UCX cannot cancel a send,
 // so destroying an incomplete send keeps progressing it for up to one second and then
 // force-closes the endpoint to that peer (the only way to guarantee UCX stops reading the
-// buffer): later transfers with that peer fail with UNAVAILABLE.
+// buffer): later transfers with that peer fail with UNAVAILABLE. (The peer is not told: it
+// finds out through its own timeouts.)
 //
 // Shutdown (the destructor): endpoints are closed with a flush (bounded to a few seconds, then
 // abandoned), then the worker and context are destroyed.

@@ -1,11 +1,37 @@
 #!/usr/bin/env bash
-# The quick start: builds Ferry (installing what is missing), loads the embedded tiny GLM-5
-# checkpoint (tests/data/glm-dsa-tiny) in-process and prints a greedy continuation of a prompt.
-# Extra arguments go to `ferry generate` (e.g. --prompt-ids 1,2,3 --max-tokens 32).
+# The quick start: builds Ferry (installing what is missing), serves the embedded tiny GLM-5
+# checkpoint (tests/data/glm-dsa-tiny) on 2 local ranks with `ferry serve`, generates a
+# continuation through the gRPC API with `ferry generate --server`, and stops the server.
+# Extra arguments go to `ferry generate` (e.g. --prompt-ids 1,2,3 --max-tokens 32 --stream).
+# Environment: FERRY_PORT (default 50051), FERRY_METRICS_PORT (default 9400).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${FERRY_BUILD_DIR:-$root/build}"
 "$root/scripts/build.sh" >&2
-model="$root/tests/data/glm-dsa-tiny"
-echo "prompt: 17,42,99,123,7,256,31 -> continuation:" >&2
-exec "$build/bin/ferry" generate --model "$model" --prompt-ids 17,42,99,123,7,256,31 --max-tokens 16 "$@"
+
+port="${FERRY_PORT:-50051}"
+metrics_port="${FERRY_METRICS_PORT:-9400}"
+log="$(mktemp /tmp/ferry-serve-XXXXXX.log)"
+"$build/bin/ferry" serve --model "$root/tests/data/glm-dsa-tiny" --ranks 2 \
+  --port "$port" --metrics-port "$metrics_port" 2>"$log" &
+serve_pid=$!
+cleanup() {
+  kill -TERM "$serve_pid" 2>/dev/null || true
+  wait "$serve_pid" 2>/dev/null || true
+  rm -f "$log"
+}
+trap cleanup EXIT
+
+for _ in $(seq 1 600); do
+  if grep -q "ferry serve: serving" "$log"; then break; fi
+  if ! kill -0 "$serve_pid" 2>/dev/null; then
+    cat "$log" >&2
+    echo "run.sh: ferry serve exited before serving" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+grep "ferry serve: serving" "$log" >&2 || { cat "$log" >&2; echo "run.sh: not serving after 60 s" >&2; exit 1; }
+
+echo "prompt: 17,42,99,123,7,256,31 -> continuation (greedy, 16 tokens):" >&2
+"$build/bin/ferry" generate --server "127.0.0.1:$port" --prompt-ids 17,42,99,123,7,256,31 --max-tokens 16 "$@"

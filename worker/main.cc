@@ -4,10 +4,16 @@
 // 2 for bad flags or a model that cannot load.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
 #include <grpcpp/grpcpp.h>
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -25,6 +31,8 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC a
 ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the group (the coordinator's --ranks)");
 ABSL_FLAG(int32_t, connect_timeout_s, 60, "Seconds to wait for the coordinator and the peers (seconds)");
+ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: none)");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
 namespace {
@@ -36,8 +44,13 @@ class DataPlaneCollective final : public ferry::model::Collective {
  public:
   explicit DataPlaneCollective(ferry::dataplane::DataPlane* dp) : dp_(dp) {}
   absl::Status AllReduceSum(float* data, int64_t n) override {
-    // Each rank sends its buffer to each peer (see dataplane/collectives.h).
-    bytes_ += static_cast<int64_t>(n) * static_cast<int64_t>(sizeof(float)) * (dp_->world() - 1);
+    // Reduce-scatter then all-gather (dataplane/collectives.h): this rank sends every other
+    // rank's slice once, then its own summed slice to each of the W - 1 others.
+    const int64_t w = dp_->world(), c = (n + w - 1) / w;
+    auto slice = [&](int64_t q) { return std::max<int64_t>(0, std::min((q + 1) * c, n) - q * c); };
+    int64_t floats = (w - 1) * slice(dp_->rank());
+    for (int64_t q = 0; q < w; ++q) floats += q == dp_->rank() ? 0 : slice(q);
+    bytes_ += floats * static_cast<int64_t>(sizeof(float));
     return ferry::dataplane::AllReduceSum(*dp_, data, static_cast<size_t>(n), kTag);
   }
   int64_t TakeBytes() { return std::exchange(bytes_, 0); }
@@ -111,6 +124,34 @@ int main(int argc, char** argv) {
   }
   worker::StepExecutor exec(std::move(*model), rank);
 
+  // This rank's own metrics (the coordinator aggregates the same step times per rank).
+  auto registry = std::make_shared<prometheus::Registry>();
+  const prometheus::Labels labels{{"rank", absl::StrCat(rank)}};
+  auto& step_time = prometheus::BuildHistogram().Name("ferry_worker:step_time_seconds")
+                        .Help("Time this rank spent executing a step").Register(*registry)
+                        .Add(labels, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                              0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0});
+  auto& dp_bytes = prometheus::BuildCounter().Name("ferry_worker:dataplane_bytes_total")
+                       .Help("Bytes this rank sent over the data plane").Register(*registry).Add(labels);
+  auto& step_tokens = prometheus::BuildCounter().Name("ferry_worker:step_tokens_total")
+                          .Help("Tokens this rank ran through the model").Register(*registry).Add(labels);
+  auto& live = prometheus::BuildGauge().Name("ferry_worker:live_sequences")
+                   .Help("Conversations whose state this rank holds").Register(*registry).Add(labels);
+  auto& state_bytes = prometheus::BuildGauge().Name("ferry_worker:state_bytes")
+                          .Help("Bytes of conversation state this rank holds").Register(*registry).Add(labels);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
+    const std::string where = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(where);
+      exposer->RegisterCollectable(registry);
+    } catch (const std::exception& e) {
+      // Metrics are not worth failing the group for: say so and serve without them.
+      FERRY_LOG(WARNING) << "rank " << rank << ": cannot serve /metrics on " << where << ": " << e.what();
+      exposer.reset();
+    }
+  }
+
   grpc::ClientContext ctx;
   auto stream = stub->Steps(&ctx);
   cpb::WorkerMessage hello;
@@ -146,12 +187,20 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<int32_t>> tokens = exec.Execute(step);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const int64_t sent = collective.TakeBytes();
+    int64_t ntok = 0;
+    for (const worker::StepSegment& seg : step.segments) ntok += static_cast<int64_t>(seg.tokens.size());
+    step_time.Observe(secs);
+    dp_bytes.Increment(static_cast<double>(sent));
+    step_tokens.Increment(static_cast<double>(ntok));
+    live.Set(static_cast<double>(exec.live_sequences()));
+    state_bytes.Set(static_cast<double>(exec.state_bytes()));
     cpb::WorkerMessage out;
     cpb::StepResult* res = out.mutable_result();
     res->set_step_id(step.step_id);
     res->set_rank(rank);
     res->set_step_seconds(secs);
-    res->set_dataplane_bytes(collective.TakeBytes());
+    res->set_dataplane_bytes(sent);
     if (tokens.ok()) {
       for (int32_t t : *tokens) res->add_tokens(t);
     } else {

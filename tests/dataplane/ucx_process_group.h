@@ -14,6 +14,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -143,8 +144,7 @@ inline bool ReadBlob(const std::string& in, size_t& pos, std::string* out) {
 
 // Kills and reaps the children still listed, whatever path the parent leaves by.
 struct ChildGuard {
-  std::vector<pid_t> pids;     // -1 once reaped
-  std::vector<int>* exit_codes = nullptr;
+  std::vector<pid_t> pids;  // -1 once reaped
   ~ChildGuard() {
     for (size_t i = 0; i < pids.size(); ++i) {
       if (pids[i] <= 0) continue;
@@ -195,6 +195,7 @@ inline std::vector<RankReport> RunUcxRanks(int world, const RankBody& body,
   // the test framework had buffered once more per child.
   std::fflush(stdout);
   std::fflush(stderr);
+  const pid_t parent = ::getpid();
   for (int r = 0; r < world; ++r) {
     pid_t pid = ::fork();
     if (pid < 0) {
@@ -202,6 +203,9 @@ inline std::vector<RankReport> RunUcxRanks(int world, const RankBody& body,
       return reports;  // the guard kills and reaps the ones started
     }
     if (pid == 0) {
+      // Die with the test process, even when it is killed before it can reap us.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) _exit(4);
       for (int q = 0; q < world; ++q) {
         ::close(parent_fd[q]);
         if (q != r) ::close(child_fd[q]);
@@ -215,7 +219,7 @@ inline std::vector<RankReport> RunUcxRanks(int world, const RankBody& body,
     fd = -1;
   }
 
-  // Reads frames from every child until each has sent one of kind `want` (or a report, or EOF).
+  // What each child sent that is not yet parsed into frames.
   std::vector<std::string> inbox(world);
   std::vector<bool> eof(world, false);
   auto next_frame = [&](int r, std::string* frame) {
@@ -241,7 +245,7 @@ inline std::vector<RankReport> RunUcxRanks(int world, const RankBody& body,
     reports[r].status = absl::Status(static_cast<absl::StatusCode>(code), message);
     if (secs.size() == sizeof(double)) std::memcpy(&reports[r].seconds, secs.data(), sizeof(double));
   };
-  // Polls until every child in `open` produced a frame or closed; returns the frames.
+  // Polls until every child produced its next frame or closed (or the deadline passed).
   auto gather = [&](std::vector<std::string>& frames) {
     frames.assign(world, std::string());
     std::vector<bool> have(world, false);

@@ -227,6 +227,11 @@ TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
   CHECK(delta("ferry:e2e_request_latency_seconds_count") == 1);
   CHECK(delta("ferry:iteration_tokens_total_count") >= 5);
   CHECK(delta("ferry:rank_dataplane_bytes_total{rank=\"1\"}") > 0);
+  // Each worker serves its own /metrics on the port after the coordinator's (+1 + rank).
+  const std::string w1 = testing::ScrapeMetrics(server.metrics_port() + 2);
+  CHECK(testing::MetricValue(w1, "ferry_worker:step_time_seconds_count{rank=\"1\"}") >= 5);
+  CHECK(testing::MetricValue(w1, "ferry_worker:dataplane_bytes_total{rank=\"1\"}") > 0);
+  CHECK(testing::MetricValue(w1, "ferry_worker:live_sequences{rank=\"1\"}") == 0);
 }
 
 TEST_CASE("serve: a killed worker is reported, serve exits non-zero", "[serve]") {
