@@ -5,6 +5,7 @@
 
 #include "common/status.h"
 #include "kernels/cpu/ops.h"
+#include "model/indexer_queries.h"
 
 namespace ferry::model {
 
@@ -48,16 +49,9 @@ void DsaIndexerSelect(const DsaIndexerWeights& w, const ModelConfig& c, const fl
   }
   if (sparse.empty()) return;
   const int64_t n = static_cast<int64_t>(sparse.size());
-  std::vector<float> a_s(static_cast<size_t>(n * c.hidden_size)), cq_s(static_cast<size_t>(n * c.q_lora_rank));
-  for (int64_t j = 0; j < n; ++j) {
-    std::copy_n(a + sparse[j] * c.hidden_size, c.hidden_size, a_s.data() + j * c.hidden_size);
-    std::copy_n(cq + sparse[j] * c.q_lora_rank, c.q_lora_rank, cq_s.data() + j * c.q_lora_rank);
-  }
-  std::vector<float> qi(static_cast<size_t>(n * Hi * Di)), hw(static_cast<size_t>(n * Hi));
-  cpu::Linear(cq_s.data(), n, c.q_lora_rank, w.wq_b.ptr(), Hi * Di, qi.data());
-  cpu::Linear(a_s.data(), n, c.hidden_size, w.weights_proj.ptr(), Hi, hw.data());
-  const float head_scale = 1.0f / std::sqrt(static_cast<float>(Hi));
-  for (float& v : hw) v *= head_scale;
+  IndexerQueries iq = ComputeIndexerQueries(w.wq_b, w.weights_proj, c, a, cq, sparse);
+  std::vector<float>& qi = iq.qi;
+  const std::vector<float>& hw = iq.w;
   const float dot_scale = 1.0f / std::sqrt(static_cast<float>(Di));
   std::vector<float> scores;
   for (int64_t j = 0; j < n; ++j) {

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "kernels/cpu/ops.h"
+#include "model/step_rows.h"
 
 namespace ferry::model {
 
@@ -135,24 +136,15 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
                                                            int64_t kda_chunk) {
   const ModelConfig& c = config_;
   FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
-  std::vector<NextSequence*> seqs;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    auto* seq = dynamic_cast<NextSequence*>(segments[s].state);
-    if (seq == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": state is not a glm5_next sequence"));
-    }
-    seqs.push_back(seq);
-  }
+  FERRY_ASSIGN_OR_RETURN(std::vector<NextSequence*> seqs, CastStates<NextSequence>(segments, "glm5_next"));
+  std::vector<int64_t> lengths;
+  for (const NextSequence* seq : seqs) lengths.push_back(seq->length_);
+  const StepRows rows = PlanStepRows(segments, lengths);
+  const std::vector<int64_t>& pos = rows.pos;
+  const std::vector<int64_t>& seg_of = rows.seg_of;
+  const std::vector<int64_t>& seg_begin = rows.seg_begin;
+  const int64_t R = rows.count();
   const int64_t D = c.hidden_size, S = c.hc_mult, W = c.latent_row_width(), Di = c.index_head_dim;
-  std::vector<int64_t> pos, seg_of, seg_begin;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    seg_begin.push_back(static_cast<int64_t>(pos.size()));
-    for (size_t i = 0; i < segments[s].tokens.size(); ++i) {
-      pos.push_back(seqs[s]->length_ + static_cast<int64_t>(i));
-      seg_of.push_back(static_cast<int64_t>(s));
-    }
-  }
-  const int64_t R = static_cast<int64_t>(pos.size());
   for (size_t s = 0; s < segments.size(); ++s) {
     const int64_t len = seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size());
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -167,12 +159,10 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
   // The residual streams h [R, S, D], each starting as the embedding.
   std::vector<float> h(static_cast<size_t>(R * S * D));
   {
-    int64_t r = 0;
-    for (const ForwardSegment& seg : segments) {
-      for (int32_t t : seg.tokens) {
-        for (int64_t j = 0; j < S; ++j) std::copy_n(embed_.ptr() + t * D, D, h.data() + (r * S + j) * D);
-        ++r;
-      }
+    std::vector<float> x(static_cast<size_t>(R * D));
+    GatherEmbeddings(segments, embed_, x.data());
+    for (int64_t r = 0; r < R; ++r) {
+      for (int64_t j = 0; j < S; ++j) std::copy_n(x.data() + r * D, D, h.data() + (r * S + j) * D);
     }
   }
   if (hidden) hidden->assign(1, h);
@@ -251,19 +241,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
   cpu::RmsNorm(mean.data(), R, D, norm_.ptr(), c.rms_norm_eps, mean.data());
   if (hidden) hidden->push_back(mean);
 
-  ForwardOutput out;
-  out.vocab = c.vocab_size;
-  std::vector<int64_t> rows_out;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
-    out.first_row.push_back(static_cast<int64_t>(rows_out.size()));
-    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) rows_out.push_back(seg_begin[s] + i);
-  }
-  const int64_t n_out = static_cast<int64_t>(rows_out.size());
-  std::vector<float> sel_h(static_cast<size_t>(n_out * D));
-  for (int64_t j = 0; j < n_out; ++j) std::copy_n(mean.data() + rows_out[j] * D, D, sel_h.data() + j * D);
-  out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
-  cpu::Linear(sel_h.data(), n_out, D, lm_head_.ptr(), c.vocab_size, out.logits.data());
+  ForwardOutput out = ProjectLogits(segments, rows, mean.data(), lm_head_);
   for (size_t s = 0; s < segments.size(); ++s) {
     seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
   }

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cpu/ops.h"
+#include "model/step_rows.h"
 
 namespace ferry::model {
 
@@ -85,24 +86,14 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
                                                            std::vector<std::vector<float>>* hidden) {
   const ModelConfig& c = config_;
   FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
-  std::vector<DsaSequence*> seqs;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    auto* seq = dynamic_cast<DsaSequence*>(segments[s].state);
-    if (seq == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": state is not a glm_moe_dsa sequence"));
-    }
-    seqs.push_back(seq);
-  }
-
+  FERRY_ASSIGN_OR_RETURN(std::vector<DsaSequence*> seqs, CastStates<DsaSequence>(segments, "glm_moe_dsa"));
+  std::vector<int64_t> lengths;
+  for (const DsaSequence* seq : seqs) lengths.push_back(seq->length_);
+  const StepRows rows = PlanStepRows(segments, lengths);
+  const std::vector<int64_t>& pos = rows.pos;
+  const std::vector<int64_t>& seg_of = rows.seg_of;
+  const int64_t R = rows.count();
   const int64_t D = c.hidden_size, W = c.latent_row_width(), Di = c.index_head_dim;
-  std::vector<int64_t> pos, seg_of;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    for (size_t i = 0; i < segments[s].tokens.size(); ++i) {
-      pos.push_back(seqs[s]->length_ + static_cast<int64_t>(i));
-      seg_of.push_back(static_cast<int64_t>(s));
-    }
-  }
-  const int64_t R = static_cast<int64_t>(pos.size());
 
   // Grow every cache to hold this step's rows; row p of a cache is position p.
   for (size_t s = 0; s < segments.size(); ++s) {
@@ -114,12 +105,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
   }
 
   std::vector<float> x(static_cast<size_t>(R * D));
-  {
-    int64_t r = 0;
-    for (const ForwardSegment& seg : segments) {
-      for (int32_t t : seg.tokens) std::copy_n(embed_.ptr() + t * D, D, x.data() + (r++) * D);
-    }
-  }
+  GatherEmbeddings(segments, embed_, x.data());
   if (hidden) hidden->assign(1, x);
 
   std::vector<float> a(x.size()), y(x.size());
@@ -162,31 +148,10 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
     if (hidden && l + 1 < c.num_layers) hidden->push_back(x);
   }
 
-  // Final norm and lm_head on the rows whose logits were asked for.
-  ForwardOutput out;
-  out.vocab = c.vocab_size;
-  std::vector<int64_t> rows_out;
-  {
-    int64_t r = 0;
-    for (const ForwardSegment& seg : segments) {
-      const int64_t n = static_cast<int64_t>(seg.tokens.size());
-      out.first_row.push_back(static_cast<int64_t>(rows_out.size()));
-      for (int64_t i = seg.all_logits ? 0 : n - 1; i < n; ++i) rows_out.push_back(r + i);
-      r += n;
-    }
-  }
-  if (hidden) {
-    std::vector<float> normed(x.size());
-    cpu::RmsNorm(x.data(), R, D, norm_.ptr(), c.rms_norm_eps, normed.data());
-    hidden->push_back(std::move(normed));
-  }
-  const int64_t n_out = static_cast<int64_t>(rows_out.size());
-  std::vector<float> h(static_cast<size_t>(n_out * D));
-  for (int64_t j = 0; j < n_out; ++j) std::copy_n(x.data() + rows_out[j] * D, D, h.data() + j * D);
-  cpu::RmsNorm(h.data(), n_out, D, norm_.ptr(), c.rms_norm_eps, h.data());
-  out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
-  cpu::Linear(h.data(), n_out, D, lm_head_.ptr(), c.vocab_size, out.logits.data());
-
+  // Final norm, then lm_head on the rows whose logits were asked for.
+  cpu::RmsNorm(x.data(), R, D, norm_.ptr(), c.rms_norm_eps, x.data());
+  if (hidden) hidden->push_back(x);
+  ForwardOutput out = ProjectLogits(segments, rows, x.data(), lm_head_);
   for (size_t s = 0; s < segments.size(); ++s) {
     seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
   }

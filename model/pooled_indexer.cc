@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "kernels/cpu/ops.h"
+#include "model/indexer_queries.h"
 
 namespace ferry::model {
 
@@ -67,7 +68,7 @@ void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig
 void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
                          int64_t rows, const int64_t* pos, const PooledIndexerCache* const* cache,
                          std::vector<std::vector<int32_t>>* sel) {
-  const int64_t Hi = c.index_n_heads, Di = c.index_head_dim, kp = c.index_kpool, D = c.hidden_size;
+  const int64_t Hi = c.index_n_heads, Di = c.index_head_dim, kp = c.index_kpool;
   const int64_t keep = c.index_topk / kp;
   sel->assign(static_cast<size_t>(rows), {});
   std::vector<int64_t> sparse;
@@ -81,16 +82,9 @@ void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, co
   }
   if (sparse.empty()) return;
   const int64_t n = static_cast<int64_t>(sparse.size());
-  std::vector<float> a_s(static_cast<size_t>(n * D)), cq_s(static_cast<size_t>(n * c.q_lora_rank));
-  for (int64_t j = 0; j < n; ++j) {
-    std::copy_n(a + sparse[j] * D, D, a_s.data() + j * D);
-    std::copy_n(cq + sparse[j] * c.q_lora_rank, c.q_lora_rank, cq_s.data() + j * c.q_lora_rank);
-  }
-  std::vector<float> qi(static_cast<size_t>(n * Hi * Di)), hw(static_cast<size_t>(n * Hi));
-  cpu::Linear(cq_s.data(), n, c.q_lora_rank, w.wq_b.ptr(), Hi * Di, qi.data());
-  cpu::Linear(a_s.data(), n, D, w.weights_proj.ptr(), Hi, hw.data());
-  const float head_scale = 1.0f / std::sqrt(static_cast<float>(Hi));
-  for (float& v : hw) v *= head_scale;
+  const IndexerQueries iq = ComputeIndexerQueries(w.wq_b, w.weights_proj, c, a, cq, sparse);
+  const std::vector<float>& qi = iq.qi;
+  const std::vector<float>& hw = iq.w;
   const float dot_scale = 1.0f / std::sqrt(static_cast<float>(Di));
   std::vector<float> scores;
   for (int64_t j = 0; j < n; ++j) {

@@ -1,0 +1,48 @@
+#include "model/step_rows.h"
+
+#include <algorithm>
+
+#include "kernels/cpu/ops.h"
+
+namespace ferry::model {
+
+StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const int64_t> lengths) {
+  StepRows rows;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    rows.seg_begin.push_back(rows.count());
+    for (size_t i = 0; i < segments[s].tokens.size(); ++i) {
+      rows.pos.push_back(lengths[s] + static_cast<int64_t>(i));
+      rows.seg_of.push_back(static_cast<int64_t>(s));
+    }
+  }
+  return rows;
+}
+
+void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x) {
+  const int64_t D = embed.cols;
+  int64_t r = 0;
+  for (const ForwardSegment& seg : segments) {
+    for (int32_t t : seg.tokens) std::copy_n(embed.ptr() + t * D, D, x + (r++) * D);
+  }
+}
+
+ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const StepRows& rows, const float* normed,
+                            const Weight& lm_head) {
+  const int64_t D = lm_head.cols, V = lm_head.rows;
+  ForwardOutput out;
+  out.vocab = V;
+  std::vector<int64_t> picked;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
+    out.first_row.push_back(static_cast<int64_t>(picked.size()));
+    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) picked.push_back(rows.seg_begin[s] + i);
+  }
+  const int64_t n_out = static_cast<int64_t>(picked.size());
+  std::vector<float> h(static_cast<size_t>(n_out * D));
+  for (int64_t j = 0; j < n_out; ++j) std::copy_n(normed + picked[j] * D, D, h.data() + j * D);
+  out.logits.resize(static_cast<size_t>(n_out * V));
+  kernels::cpu::Linear(h.data(), n_out, D, lm_head.ptr(), V, out.logits.data());
+  return out;
+}
+
+}  // namespace ferry::model

@@ -1,0 +1,51 @@
+// The bookkeeping every family's batched Forward() shares: which row of the step is which
+// token of which conversation, the embedding gather, and the lm_head on the rows whose logits
+// were asked for.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "model/causal_lm.h"
+#include "model/weights.h"
+
+namespace ferry::model {
+
+// Row r of a step is token pos[r] of segment seg_of[r]; segment s's rows start at seg_begin[s].
+struct StepRows {
+  std::vector<int64_t> pos;
+  std::vector<int64_t> seg_of;
+  std::vector<int64_t> seg_begin;
+  int64_t count() const { return static_cast<int64_t>(pos.size()); }
+};
+
+// lengths[s]: segment s's conversation length before the step.
+StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const int64_t> lengths);
+
+// x [R, hidden] <- the embedding row of every token of every segment, in order.
+void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x);
+
+// Logits [rows asked for, vocab] = normed · lm_head^T over each segment's last row (or all its
+// rows with all_logits); normed [R, hidden] is the final-normed hidden state of every row.
+ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const StepRows& rows, const float* normed,
+                            const Weight& lm_head);
+
+// Each segment's state as the family's own type T. INVALID_ARGUMENT naming the segment when a
+// state belongs to another family.
+template <typename T>
+absl::StatusOr<std::vector<T*>> CastStates(std::span<const ForwardSegment> segments, const char* family) {
+  std::vector<T*> out;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    T* state = dynamic_cast<T*>(segments[s].state);
+    if (state == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": state is not a ", family, " sequence"));
+    }
+    out.push_back(state);
+  }
+  return out;
+}
+
+}  // namespace ferry::model
