@@ -10,6 +10,12 @@ PageBooks::PageBooks(int64_t num_pages) : refs_(static_cast<size_t>(num_pages), 
   for (int64_t p = 0; p < num_pages; ++p) free_.insert(free_.end(), static_cast<int32_t>(p));
 }
 
+void PageBooks::Grow(int64_t more) {
+  const int64_t first = num_pages();
+  refs_.resize(static_cast<size_t>(first + more), 0);
+  for (int64_t p = first; p < first + more; ++p) free_.insert(free_.end(), static_cast<int32_t>(p));
+}
+
 absl::StatusOr<std::vector<int32_t>> PageBooks::Allocate(int64_t n) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("cannot allocate ", n, " pages"));
   if (n > free_pages()) {

@@ -41,6 +41,9 @@ class PageBooks {
   // a free or unknown page (then nothing changes).
   absl::Status Release(std::span<const int32_t> pages);
 
+  // Adds `more` free pages with the next ids (a pool that grows on demand).
+  void Grow(int64_t more);
+
   // Holders of `page` (0 when free). REQUIRES: 0 <= page < num_pages().
   int32_t refcount(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
   absl::Status CheckInvariants() const;

@@ -32,17 +32,30 @@ absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t 
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp) {
+absl::Status ValidateCacheOptions(const CacheOptions& o) {
+  if (o.page_size < 16 || o.page_size > 1024 || (o.page_size & (o.page_size - 1)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("page size ", o.page_size,
+                                                   " is not a power of two from 16 to 1024"));
+  }
+  if (o.capacity_pages == 0 || o.capacity_pages < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("an arena of ", o.capacity_pages, " pages holds nothing"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp,
+                                                       const CacheOptions& cache) {
+  FERRY_RETURN_IF_ERROR(ValidateCacheOptions(cache));
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
     case Family::kGlmMoeDsa: {
-      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsa::Load(ck, cfg, tp));
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsa::Load(ck, cfg, tp, cache));
       break;
     }
     case Family::kGlm5Next: {
-      FERRY_ASSIGN_OR_RETURN(model, Glm5Next::Load(ck, cfg, tp));
+      FERRY_ASSIGN_OR_RETURN(model, Glm5Next::Load(ck, cfg, tp, cache));
       break;
     }
   }

@@ -35,7 +35,8 @@ class SequenceState {
   // (the state is then unchanged).
   virtual absl::Status RewindTo(int64_t position) = 0;
   // A deep copy: a kept prompt-cache state or a fork of the conversation.
-  virtual std::unique_ptr<SequenceState> Clone() const = 0;
+  // Errors: RESOURCE_EXHAUSTED when the arena has no page for the copied partial page.
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const = 0;
 };
 
 // A piece of one step: `tokens` appended to `state` at positions length()...
@@ -51,10 +52,23 @@ struct ForwardOutput {
   std::vector<int64_t> first_row;     // per segment: its first row in `logits`
 };
 
+// How a model instance caches per-token state (model/paged_cache.h).
+struct CacheOptions {
+  int64_t page_size = 512;      // tokens a page: a power of two from 16 to 1024
+  int64_t capacity_pages = -1;  // pages in the arena; -1 grows as needed
+};
+
+// OK, or INVALID_ARGUMENT with the numbers.
+absl::Status ValidateCacheOptions(const CacheOptions& o);
+
+class PageArena;
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
   virtual const ModelConfig& config() const = 0;
+  // The arena every conversation's pages come from.
+  virtual const PageArena& arena() const = 0;
   virtual std::unique_ptr<SequenceState> NewSequence() const = 0;
 
   // Runs one step over the segments. Each segment's rows see their own conversation's earlier
@@ -67,7 +81,8 @@ class CausalLM {
 
 // Opens the checkpoint at `dir`, parses its config and loads the matching family: this rank's
 // tensor-parallel shard when tp.world > 1 (every rank then runs Forward() in lockstep).
-absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp = {});
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp = {},
+                                                       const CacheOptions& cache = {});
 
 // Shared validation of Forward()'s input (empty segments, token range, duplicates).
 absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t vocab);

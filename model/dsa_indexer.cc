@@ -34,7 +34,7 @@ void DsaIndexerKeys(const DsaIndexerWeights& w, const ModelConfig& c, const floa
 
 void DsaIndexerSelect(const DsaIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
                       int64_t rows, const int64_t* pos, const float* inv_freq,
-                      const float* const* key_cache, std::vector<std::vector<int32_t>>* sel) {
+                      const RowOf& key_of, std::vector<std::vector<int32_t>>* sel) {
   const int64_t Hi = c.index_n_heads, Di = c.index_head_dim, P = c.qk_rope_head_dim;
   sel->assign(static_cast<size_t>(rows), {});
   // Rows that see index_topk or fewer keys attend densely; only the others need scores.
@@ -53,7 +53,7 @@ void DsaIndexerSelect(const DsaIndexerWeights& w, const ModelConfig& c, const fl
   std::vector<float>& qi = iq.qi;
   const std::vector<float>& hw = iq.w;
   const float dot_scale = 1.0f / std::sqrt(static_cast<float>(Di));
-  std::vector<float> scores;
+  std::vector<float> scores, keys;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t r = sparse[j];
     float* q = qi.data() + j * Hi * Di;
@@ -61,7 +61,9 @@ void DsaIndexerSelect(const DsaIndexerWeights& w, const ModelConfig& c, const fl
       for (int64_t h = 0; h < Hi; ++h) cpu::RopeInterleaved(q + h * Di, P, pos[r], inv_freq);
     }
     scores.resize(static_cast<size_t>(pos[r] + 1));
-    cpu::IndexerScoresRow(q, hw.data() + j * Hi, Hi, Di, key_cache[r], Di, pos[r] + 1, dot_scale,
+    keys.resize(static_cast<size_t>((pos[r] + 1) * Di));
+    for (int64_t t = 0; t <= pos[r]; ++t) std::copy_n(key_of(r, t), Di, keys.data() + t * Di);
+    cpu::IndexerScoresRow(q, hw.data() + j * Hi, Hi, Di, keys.data(), Di, pos[r] + 1, dot_scale,
                           scores.data());
     (*sel)[r] = cpu::TopKIndices(scores.data(), pos[r] + 1, c.index_topk);
   }

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/paged_cache.h"
 #include "model/weights.h"
 
 namespace ferry::model {
@@ -32,11 +33,11 @@ absl::StatusOr<DsaIndexerWeights> LoadDsaIndexer(const WeightLoader& w, const Mo
 void DsaIndexerKeys(const DsaIndexerWeights& w, const ModelConfig& c, const float* a, int64_t rows,
                     const int64_t* pos, const float* inv_freq, float* keys);
 
-// For each row r, sel[r] = the ascending token ids it attends to, scored against the key cache
-// `key_cache[r]` (row stride Di) over positions 0..pos[r].
+// For each row r, sel[r] = the ascending token ids it attends to, scored against its cached keys
+// key_of(r, t) for positions t = 0..pos[r].
 // REQUIRES: the keys of positions 0..pos[r] are written (including this batch's rows).
 void DsaIndexerSelect(const DsaIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
                       int64_t rows, const int64_t* pos, const float* inv_freq,
-                      const float* const* key_cache, std::vector<std::vector<int32_t>>* sel);
+                      const RowOf& key_of, std::vector<std::vector<int32_t>>* sel);
 
 }  // namespace ferry::model

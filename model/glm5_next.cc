@@ -13,9 +13,9 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-NextSequence::NextSequence(const ModelConfig& c, int64_t kda_heads)
+NextSequence::NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> arena)
     : config_(&c),
-      latent_(static_cast<size_t>(c.num_layers)),
+      rows_(std::make_unique<PagedRows>(std::move(arena))),
       indexer_(static_cast<size_t>(c.num_layers)),
       kda_(static_cast<size_t>(c.num_layers)) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -31,7 +31,7 @@ int64_t NextSequence::fixed_bytes() const {
 
 int64_t NextSequence::bytes() const {
   int64_t n = fixed_bytes();
-  for (const auto& v : latent_) n += static_cast<int64_t>(v.size() * sizeof(float));
+  n += static_cast<int64_t>(rows_->pages().size()) * rows_->arena().page_floats() * static_cast<int64_t>(sizeof(float));
   for (const auto& ix : indexer_) n += ix.bytes();
   for (const auto& [pos, snap] : snapshots_) {
     for (const KdaState& s : snap) n += s.bytes();
@@ -60,27 +60,40 @@ absl::Status NextSequence::RewindTo(int64_t position) {
         "snapshots only at [", absl::StrJoin(SnapshotPositions(), ", "), "]"));
   }
   const ModelConfig& c = *config_;
+  FERRY_RETURN_IF_ERROR(rows_->Truncate(position));
   kda_ = it->second;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    if (c.layer_types[l] != AttentionType::kMla) continue;
-    latent_[l].resize(static_cast<size_t>(position * c.latent_row_width()));
-    indexer_[l].Truncate(position, c);
-  }
+  for (int64_t l = 0; l < c.num_layers; ++l) indexer_[l].Truncate(position, c);
   snapshots_.erase(std::next(it), snapshots_.end());
   length_ = position;
   return absl::OkStatus();
 }
 
-std::unique_ptr<SequenceState> NextSequence::Clone() const { return std::make_unique<NextSequence>(*this); }
+absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::Clone() const {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<PagedRows> rows, rows_->Fork(length_));
+  auto copy = std::unique_ptr<NextSequence>(new NextSequence(*config_, std::move(rows)));
+  copy->length_ = length_;
+  copy->indexer_ = indexer_;
+  copy->kda_ = kda_;
+  copy->snapshots_ = snapshots_;
+  return std::unique_ptr<SequenceState>(std::move(copy));
+}
 
 absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, const ModelConfig& c,
-                                                         const TensorParallel& tp) {
+                                                         const TensorParallel& tp, const CacheOptions& cache) {
   if (!c.index_kpool_always_select_tail) {
     return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": text_config.index_kpool_always_select_tail "
                                                  "is false; only the always-selected tail is implemented"));
   }
   FERRY_RETURN_IF_ERROR(CheckDivisible("linear_num_heads", c.linear_num_heads, tp.world));
   std::unique_ptr<Glm5Next> m(new Glm5Next(c, tp));
+  // A token's row at an MLA layer: the latent row, then on full indexer layers the indexer key
+  // and the pool gate. KDA layers cache nothing per token.
+  std::vector<int64_t> widths;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const bool mla = c.layer_types[l] == AttentionType::kMla;
+    widths.push_back(!mla ? 0 : c.latent_row_width() + (c.indexer_types[l] == IndexerType::kFull ? 2 * c.index_head_dim : 0));
+  }
+  m->arena_ = std::make_shared<PageArena>(widths, cache.page_size, cache.capacity_pages);
   WeightLoader model(ck, c.weight_prefix);
   FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
   FERRY_ASSIGN_OR_RETURN(m->norm_, model.Vector("norm.weight", c.hidden_size));
@@ -124,7 +137,7 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
 }
 
 std::unique_ptr<SequenceState> Glm5Next::NewSequence() const {
-  return std::make_unique<NextSequence>(config_, tp_.Local(config_.linear_num_heads));
+  return std::make_unique<NextSequence>(config_, tp_.Local(config_.linear_num_heads), arena_);
 }
 
 absl::StatusOr<ForwardOutput> Glm5Next::Forward(std::span<const ForwardSegment> segments) {
@@ -145,14 +158,13 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
   const std::vector<int64_t>& seg_begin = rows.seg_begin;
   const int64_t R = rows.count();
   const int64_t D = c.hidden_size, S = c.hc_mult, W = c.latent_row_width(), Di = c.index_head_dim;
+  // Pages for this step's rows. When the arena runs out, the tables grown so far give their new
+  // pages back, so a refused step leaves every conversation (and the arena) as it was.
   for (size_t s = 0; s < segments.size(); ++s) {
-    const int64_t len = seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size());
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      if (layers_[l].kda) continue;
-      seqs[s]->latent_[l].resize(static_cast<size_t>(len * W));
-      if (!layers_[l].has_indexer) continue;
-      seqs[s]->indexer_[l].keys.resize(static_cast<size_t>(len * Di));
-      seqs[s]->indexer_[l].gates.resize(static_cast<size_t>(len * Di));
+    absl::Status st = seqs[s]->rows_->Reserve(seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size()));
+    if (!st.ok()) {
+      for (size_t k = 0; k < s; ++k) (void)seqs[k]->rows_->Truncate(seqs[k]->length_);
+      return st;
     }
   }
 
@@ -169,7 +181,6 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
 
   std::vector<float> u(static_cast<size_t>(R * D)), a(u.size()), y(u.size());
   std::vector<float> keys(static_cast<size_t>(R * Di)), gates(keys.size());
-  std::vector<const float*> cache_of(static_cast<size_t>(R));
   std::vector<const PooledIndexerCache*> index_of(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> sel;
   MhcMix mix;
@@ -193,26 +204,27 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
     } else {
       MlaProject(L.attn, c, a.data(), R, pos.data(), nullptr, &proj);
       for (int64_t r = 0; r < R; ++r) {
-        NextSequence* seq = seqs[seg_of[r]];
-        std::copy_n(proj.cache_rows.data() + r * W, W, seq->latent_[l].data() + pos[r] * W);
-        cache_of[r] = seq->latent_[l].data();
+        std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows_->Row(l, pos[r]));
       }
       if (L.has_indexer) {
         PooledIndexerRows(L.indexer, c, a.data(), R, keys.data(), gates.data());
         for (int64_t r = 0; r < R; ++r) {
-          PooledIndexerCache& ix = seqs[seg_of[r]]->indexer_[l];
-          std::copy_n(keys.data() + r * Di, Di, ix.keys.data() + pos[r] * Di);
-          std::copy_n(gates.data() + r * Di, Di, ix.gates.data() + pos[r] * Di);
-          index_of[r] = &ix;
+          float* row = seqs[seg_of[r]]->rows_->Row(l, pos[r]) + W;
+          std::copy_n(keys.data() + r * Di, Di, row);
+          std::copy_n(gates.data() + r * Di, Di, row + Di);
+          index_of[r] = &seqs[seg_of[r]]->indexer_[l];
         }
         for (size_t s = 0; s < segments.size(); ++s) {
+          PagedRows* pr = seqs[s]->rows_.get();
           PooledIndexerCompletePools(L.indexer, c, seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size()),
+                                     [pr, l, W](int64_t t) -> const float* { return pr->Row(l, t) + W; },
                                      &seqs[s]->indexer_[l]);
         }
         PooledIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), index_of.data(), &sel);
       }
       // A shared layer keeps `sel` from the MLA layer just before it (the config guarantees one).
-      MlaAttend(L.attn, c, proj, R, cache_of.data(), sel, y.data());
+      const RowOf latent_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows_->Row(l, t); };
+      MlaAttend(L.attn, c, proj, R, latent_of, sel, y.data());
     }
     FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     MhcPost(mix, c, y.data(), R, h.data());

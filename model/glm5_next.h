@@ -15,6 +15,7 @@
 #include "model/kda.h"
 #include "model/mhc.h"
 #include "model/mla.h"
+#include "model/paged_cache.h"
 #include "model/pooled_indexer.h"
 
 namespace ferry::model {
@@ -25,13 +26,13 @@ namespace ferry::model {
 class NextSequence final : public SequenceState {
  public:
   // `kda_heads`: the KDA heads this rank holds (all of them without tensor parallelism).
-  NextSequence(const ModelConfig& c, int64_t kda_heads);
+  NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> arena);
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
   int64_t fixed_bytes() const override;
   void KeepSnapshot() override;
   absl::Status RewindTo(int64_t position) override;
-  std::unique_ptr<SequenceState> Clone() const override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override;
   // Positions that hold a kept snapshot, ascending.
   std::vector<int64_t> SnapshotPositions() const;
 
@@ -39,8 +40,9 @@ class NextSequence final : public SequenceState {
   friend class Glm5Next;
   const ModelConfig* config_;
   int64_t length_ = 0;
-  std::vector<std::vector<float>> latent_;       // per layer (MLA layers only)
-  std::vector<PooledIndexerCache> indexer_;      // per layer (MLA layers only)
+  NextSequence(const ModelConfig& c, std::unique_ptr<PagedRows> rows) : config_(&c), rows_(std::move(rows)) {}
+  std::unique_ptr<PagedRows> rows_;             // MLA rows: [latent | indexer key | pool gate]
+  std::vector<PooledIndexerCache> indexer_;      // per layer (MLA layers only): the pool keys
   std::vector<KdaState> kda_;                    // per layer (KDA layers only)
   std::map<int64_t, std::vector<KdaState>> snapshots_;
 };
@@ -52,9 +54,11 @@ class Glm5Next final : public CausalLM {
 
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
   static absl::StatusOr<std::unique_ptr<Glm5Next>> Load(const Checkpoint& ck, const ModelConfig& c,
-                                                        const TensorParallel& tp = {});
+                                                        const TensorParallel& tp = {},
+                                                        const CacheOptions& cache = {});
 
   const ModelConfig& config() const override { return config_; }
+  const PageArena& arena() const override { return *arena_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 
@@ -84,6 +88,7 @@ class Glm5Next final : public CausalLM {
 
   ModelConfig config_;
   TensorParallel tp_;
+  std::shared_ptr<PageArena> arena_;
   Weight embed_, norm_, lm_head_;
   std::vector<Layer> layers_;
 };

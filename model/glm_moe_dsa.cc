@@ -11,37 +11,38 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-DsaSequence::DsaSequence(const ModelConfig& c)
-    : latent_width_(c.latent_row_width()),
-      key_width_(c.index_head_dim),
-      latent_(static_cast<size_t>(c.num_layers)),
-      index_keys_(static_cast<size_t>(c.num_layers)) {}
+int64_t DsaSequence::bytes() const {
+  return static_cast<int64_t>(rows_->pages().size()) * rows_->arena().page_floats() *
+         static_cast<int64_t>(sizeof(float));
+}
 
 absl::Status DsaSequence::RewindTo(int64_t position) {
   if (position < 0 || position > length_) {
     return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
                                               length_, " tokens"));
   }
-  for (auto& v : latent_) v.resize(static_cast<size_t>(position * latent_width_));
-  for (auto& v : index_keys_) {
-    if (!v.empty()) v.resize(static_cast<size_t>(position * key_width_));
-  }
+  FERRY_RETURN_IF_ERROR(rows_->Truncate(position));
   length_ = position;
   return absl::OkStatus();
 }
 
-std::unique_ptr<SequenceState> DsaSequence::Clone() const { return std::make_unique<DsaSequence>(*this); }
-
-int64_t DsaSequence::bytes() const {
-  int64_t n = 0;
-  for (const auto& v : latent_) n += static_cast<int64_t>(v.size() * sizeof(float));
-  for (const auto& v : index_keys_) n += static_cast<int64_t>(v.size() * sizeof(float));
-  return n;
+absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::Clone() const {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<PagedRows> rows, rows_->Fork(length_));
+  auto copy = std::make_unique<DsaSequence>(std::shared_ptr<PageArena>());
+  copy->rows_ = std::move(rows);
+  copy->length_ = length_;
+  return std::unique_ptr<SequenceState>(std::move(copy));
 }
 
 absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck, const ModelConfig& c,
-                                                           const TensorParallel& tp) {
+                                                           const TensorParallel& tp, const CacheOptions& cache) {
   std::unique_ptr<GlmMoeDsa> m(new GlmMoeDsa(c, tp));
+  // A token's row at layer l: the latent row, then the indexer key on full indexer layers.
+  std::vector<int64_t> widths;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    widths.push_back(c.latent_row_width() + (c.indexer_types[l] == IndexerType::kFull ? c.index_head_dim : 0));
+  }
+  m->arena_ = std::make_shared<PageArena>(widths, cache.page_size, cache.capacity_pages);
   WeightLoader top(ck, "");
   WeightLoader model(ck, c.weight_prefix);
   FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
@@ -74,9 +75,7 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck,
   return m;
 }
 
-std::unique_ptr<SequenceState> GlmMoeDsa::NewSequence() const {
-  return std::make_unique<DsaSequence>(config_);
-}
+std::unique_ptr<SequenceState> GlmMoeDsa::NewSequence() const { return std::make_unique<DsaSequence>(arena_); }
 
 absl::StatusOr<ForwardOutput> GlmMoeDsa::Forward(std::span<const ForwardSegment> segments) {
   return ForwardWithHidden(segments, nullptr);
@@ -95,12 +94,13 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
   const int64_t R = rows.count();
   const int64_t D = c.hidden_size, W = c.latent_row_width(), Di = c.index_head_dim;
 
-  // Grow every cache to hold this step's rows; row p of a cache is position p.
+  // Pages for this step's rows. When the arena runs out, the tables grown so far give their new
+  // pages back, so a refused step leaves every conversation (and the arena) as it was.
   for (size_t s = 0; s < segments.size(); ++s) {
-    const int64_t len = seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size());
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      seqs[s]->latent_[l].resize(static_cast<size_t>(len * W));
-      if (layers_[l].has_indexer) seqs[s]->index_keys_[l].resize(static_cast<size_t>(len * Di));
+    absl::Status st = seqs[s]->rows_->Reserve(seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size()));
+    if (!st.ok()) {
+      for (size_t k = 0; k < s; ++k) (void)seqs[k]->rows_->Truncate(seqs[k]->length_);
+      return st;
     }
   }
 
@@ -110,7 +110,6 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
 
   std::vector<float> a(x.size()), y(x.size());
   std::vector<float> keys(static_cast<size_t>(R * Di));
-  std::vector<const float*> cache_of(static_cast<size_t>(R)), keys_of(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> sel;
   MlaProjections proj;
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -118,22 +117,19 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
     cpu::RmsNorm(x.data(), R, D, L.input_norm.ptr(), c.rms_norm_eps, a.data());
     MlaProject(L.attn, c, a.data(), R, pos.data(), inv_freq_.data(), &proj);
     for (int64_t r = 0; r < R; ++r) {
-      std::vector<float>& cache = seqs[seg_of[r]]->latent_[l];
-      std::copy_n(proj.cache_rows.data() + r * W, W, cache.data() + pos[r] * W);
-      cache_of[r] = cache.data();
+      std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows_->Row(l, pos[r]));
     }
+    const RowOf latent_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows_->Row(l, t); };
     if (L.has_indexer) {
       DsaIndexerKeys(L.indexer, c, a.data(), R, pos.data(), inv_freq_.data(), keys.data());
       for (int64_t r = 0; r < R; ++r) {
-        std::vector<float>& kc = seqs[seg_of[r]]->index_keys_[l];
-        std::copy_n(keys.data() + r * Di, Di, kc.data() + pos[r] * Di);
-        keys_of[r] = kc.data();
+        std::copy_n(keys.data() + r * Di, Di, seqs[seg_of[r]]->rows_->Row(l, pos[r]) + W);
       }
-      DsaIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), inv_freq_.data(),
-                       keys_of.data(), &sel);
+      const RowOf key_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows_->Row(l, t) + W; };
+      DsaIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), inv_freq_.data(), key_of, &sel);
     }
     // A shared layer reuses `sel` from the latest full layer (the config guarantees one).
-    MlaAttend(L.attn, c, proj, R, cache_of.data(), sel, y.data());
+    MlaAttend(L.attn, c, proj, R, latent_of, sel, y.data());
     FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
 

@@ -12,34 +12,36 @@
 #include "model/dsa_indexer.h"
 #include "model/ffn.h"
 #include "model/mla.h"
+#include "model/paged_cache.h"
 
 namespace ferry::model {
 
-// Per conversation: for every layer the latent cache rows [length, L + P], and for every full
-// indexer layer the indexer key cache [length, Di] (empty for shared layers).
+// Per conversation, on its pages: for every layer a row per token, [c (L) | k_pe (P)], followed
+// on full indexer layers by the indexer key [Di].
 class DsaSequence final : public SequenceState {
  public:
-  explicit DsaSequence(const ModelConfig& c);
+  explicit DsaSequence(std::shared_ptr<PageArena> arena) : rows_(std::make_unique<PagedRows>(std::move(arena))) {}
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
   absl::Status RewindTo(int64_t position) override;
-  std::unique_ptr<SequenceState> Clone() const override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override;
+  const PagedRows& rows() const { return *rows_; }
 
  private:
   friend class GlmMoeDsa;
-  int64_t latent_width_ = 0, key_width_ = 0;
   int64_t length_ = 0;
-  std::vector<std::vector<float>> latent_;
-  std::vector<std::vector<float>> index_keys_;
+  std::unique_ptr<PagedRows> rows_;
 };
 
 class GlmMoeDsa final : public CausalLM {
  public:
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
   static absl::StatusOr<std::unique_ptr<GlmMoeDsa>> Load(const Checkpoint& ck, const ModelConfig& c,
-                                                         const TensorParallel& tp = {});
+                                                         const TensorParallel& tp = {},
+                                                         const CacheOptions& cache = {});
 
   const ModelConfig& config() const override { return config_; }
+  const PageArena& arena() const override { return *arena_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 
@@ -64,6 +66,7 @@ class GlmMoeDsa final : public CausalLM {
 
   ModelConfig config_;
   TensorParallel tp_;
+  std::shared_ptr<PageArena> arena_;
   Weight embed_;    // [vocab, hidden]
   Weight norm_;     // [hidden]
   Weight lm_head_;  // [vocab, hidden]

@@ -80,18 +80,27 @@ void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64
 }
 
 void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
-               const float* const* cache, const std::vector<std::vector<int32_t>>& sel, float* out) {
+               const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* out) {
   const int64_t H = w.heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
                 V = c.v_head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(N + P));
   std::vector<float> o_lat(static_cast<size_t>(H * L));
   std::vector<float> o_v(static_cast<size_t>(rows * H * V));
-  std::vector<float> scratch;
+  std::vector<float> scratch, gathered;
+  std::vector<int32_t> order;
   for (int64_t r = 0; r < rows; ++r) {
-    scratch.resize(sel[r].size());
-    cpu::MlaAttendRow(p.q_abs.data() + r * H * L, p.q_pe.data() + r * H * P, H, L, P, cache[r], L + P,
-                      sel[r].data(), static_cast<int64_t>(sel[r].size()), scale, o_lat.data(),
-                      scratch.data());
+    // Gather the selected rows (from whatever pages hold them) in selection order; the op then
+    // sees exactly the values and order of a contiguous cache.
+    const int64_t n = static_cast<int64_t>(sel[r].size());
+    gathered.resize(static_cast<size_t>(n * (L + P)));
+    order.resize(static_cast<size_t>(n));
+    for (int64_t j = 0; j < n; ++j) {
+      std::copy_n(latent_of(r, sel[r][j]), L + P, gathered.data() + j * (L + P));
+      order[j] = static_cast<int32_t>(j);
+    }
+    scratch.resize(static_cast<size_t>(n));
+    cpu::MlaAttendRow(p.q_abs.data() + r * H * L, p.q_pe.data() + r * H * P, H, L, P, gathered.data(), L + P,
+                      order.data(), n, scale, o_lat.data(), scratch.data());
     for (int64_t h = 0; h < H; ++h) {
       cpu::Linear(o_lat.data() + h * L, 1, L, w.w_uv.ptr() + h * V * L, V, o_v.data() + (r * H + h) * V);
     }

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/paged_cache.h"
 #include "model/tensor_parallel.h"
 #include "model/weights.h"
 
@@ -53,11 +54,11 @@ struct MlaProjections {
 void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64_t rows,
                 const int64_t* pos, const float* inv_freq, MlaProjections* out);
 
-// For each row r: attention of its q_abs / q_pe over the cache rows `sel[r]` (ascending ids) of
-// the cache at `cache[r]` (row stride L + P), then W_UV and o_proj, into out [R, hidden]
+// For each row r: attention of its q_abs / q_pe over the cached rows `sel[r]` (ascending token
+// ids; latent_of(r, t) is token t's [c | k_pe] row), then W_UV and o_proj, into out [R, hidden]
 // (this rank's partial sum under tensor parallelism).
 // REQUIRES: every sel[r] is non-empty and names rows already written.
 void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
-               const float* const* cache, const std::vector<std::vector<int32_t>>& sel, float* out);
+               const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* out);
 
 }  // namespace ferry::model

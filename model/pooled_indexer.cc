@@ -27,8 +27,6 @@ absl::StatusOr<PooledIndexerWeights> LoadPooledIndexer(const WeightLoader& w, co
 
 void PooledIndexerCache::Truncate(int64_t length, const ModelConfig& c) {
   const int64_t Di = c.index_head_dim;
-  keys.resize(static_cast<size_t>(length * Di));
-  gates.resize(static_cast<size_t>(length * Di));
   pools.resize(static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(pools.size()) / Di,
                                                      length / c.index_kpool) * Di));
 }
@@ -42,24 +40,26 @@ void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, cons
 }
 
 void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t length,
-                                PooledIndexerCache* cache) {
+                                const std::function<const float*(int64_t)>& row_of, PooledIndexerCache* cache) {
   const int64_t Di = c.index_head_dim, kp = c.index_kpool;
   const int64_t have = static_cast<int64_t>(cache->pools.size()) / Di;
   const int64_t want = length / kp;
   cache->pools.resize(static_cast<size_t>(want * Di));
   std::vector<float> logit(static_cast<size_t>(kp));
+  std::vector<const float*> prow(static_cast<size_t>(kp));
   for (int64_t p = have; p < want; ++p) {
     float* key = cache->pools.data() + p * Di;
+    for (int64_t j = 0; j < kp; ++j) prow[j] = row_of(p * kp + j);
     for (int64_t ch = 0; ch < Di; ++ch) {
       float mx = -INFINITY;
       for (int64_t j = 0; j < kp; ++j) {
-        logit[j] = cache->gates[(p * kp + j) * Di + ch] + w.ape.data[j * Di + ch];
+        logit[j] = prow[j][Di + ch] + w.ape.data[j * Di + ch];
         mx = std::fmax(mx, logit[j]);
       }
       float den = 0.0f;
       for (int64_t j = 0; j < kp; ++j) den += (logit[j] = std::exp(logit[j] - mx));
       float acc = 0.0f;
-      for (int64_t j = 0; j < kp; ++j) acc += logit[j] / den * cache->keys[(p * kp + j) * Di + ch];
+      for (int64_t j = 0; j < kp; ++j) acc += logit[j] / den * prow[j][ch];
       key[ch] = acc;
     }
   }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,24 +33,23 @@ struct PooledIndexerWeights {
 
 absl::StatusOr<PooledIndexerWeights> LoadPooledIndexer(const WeightLoader& w, const ModelConfig& c);
 
-// One conversation's indexer cache for one layer.
+// One conversation's pool keys for one layer (the per-token keys and gates live in its pages:
+// a row [ki (Di) | gk (Di)] after the layer's latent).
 struct PooledIndexerCache {
-  std::vector<float> keys;   // [length, Di]
-  std::vector<float> gates;  // [length, Di]
   std::vector<float> pools;  // [complete pools, Di]
-  // Drops everything past `length` tokens (pools that are no longer complete included).
+  // Drops the pools that are no longer complete within `length` tokens.
   void Truncate(int64_t length, const ModelConfig& c);
-  int64_t bytes() const { return static_cast<int64_t>((keys.size() + gates.size() + pools.size()) * sizeof(float)); }
+  int64_t bytes() const { return static_cast<int64_t>(pools.size() * sizeof(float)); }
 };
 
 // Computes the per-token entries of R rows: keys and gates [R, Di] each.
 void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, int64_t rows,
                        float* keys, float* gates);
 
-// After the rows of positions < `length` are in `cache`, computes every pool that is complete
-// within `length` tokens and not yet pooled.
+// Once the rows of positions < `length` are cached (row_of(t) = token t's [ki | gk]), computes
+// every pool that is complete within `length` tokens and not yet pooled.
 void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t length,
-                                PooledIndexerCache* cache);
+                                const std::function<const float*(int64_t)>& row_of, PooledIndexerCache* cache);
 
 // sel[r] = the ascending token ids row r attends to, given its cache (complete pools up to pos[r]).
 void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,

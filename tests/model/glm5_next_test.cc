@@ -192,7 +192,9 @@ TEST_CASE("glm5_next: a snapshot after the prompt restores the same continuation
   CHECK(run2.second == run1.second);
 
   // A clone carries the snapshot too and continues independently.
-  auto fork = seq->Clone();
+  auto forked = seq->Clone();
+  REQUIRE(forked.ok());
+  auto& fork = *forked;
   REQUIRE(fork->RewindTo(n).ok());
   CHECK(fork->length() == n);
   CHECK(seq->length() == n + 12);

@@ -152,7 +152,9 @@ class ForeignState final : public SequenceState {
   int64_t length() const override { return 0; }
   int64_t bytes() const override { return 0; }
   absl::Status RewindTo(int64_t) override { return absl::OkStatus(); }
-  std::unique_ptr<SequenceState> Clone() const override { return std::make_unique<ForeignState>(); }
+  absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override {
+    return std::unique_ptr<SequenceState>(std::make_unique<ForeignState>());
+  }
 };
 
 TEST_CASE("glm_moe_dsa: bad steps are refused and change no state", "[glm_moe_dsa]") {

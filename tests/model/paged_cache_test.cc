@@ -1,0 +1,141 @@
+// Paged caches: results do not depend on the page size, pages are shared and copied as the
+// contract says, nothing leaks, and a full arena refuses a step without changing any state.
+#include "model/paged_cache.h"
+
+#include <string>
+
+#include "model/causal_lm.h"
+#include "model/golden.h"
+#include "tests/catch.h"
+
+namespace ferry::model {
+namespace {
+
+const std::string kDsa = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
+const std::string kNext = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny";
+
+std::unique_ptr<CausalLM> Load(const std::string& dir, int64_t page_size, int64_t capacity = -1) {
+  auto m = LoadCausalLM(dir, TensorParallel{}, CacheOptions{page_size, capacity});
+  REQUIRE(m.ok());
+  return std::move(*m);
+}
+
+std::vector<int32_t> Prompt(const std::string& dir) {
+  auto g = ReadGolden(dir + "/golden.safetensors");
+  REQUIRE(g.ok());
+  return (*g)[2].ids;  // 90 tokens
+}
+
+// Logits of prefill (in pieces of 13) and then 5 greedy decode steps.
+std::vector<float> Run(CausalLM& m, const std::vector<int32_t>& ids) {
+  auto seq = m.NewSequence();
+  std::vector<float> all;
+  for (size_t i = 0; i < ids.size(); i += 13) {
+    ForwardSegment seg{seq.get(), std::span<const int32_t>(ids.data() + i, std::min<size_t>(13, ids.size() - i)), true};
+    auto out = m.Forward(std::span<const ForwardSegment>(&seg, 1));
+    REQUIRE(out.ok());
+    all.insert(all.end(), out->logits.begin(), out->logits.end());
+  }
+  for (int k = 0; k < 5; ++k) {
+    const int32_t t = static_cast<int32_t>(std::max_element(all.end() - m.config().vocab_size, all.end()) -
+                                           (all.end() - m.config().vocab_size));
+    ForwardSegment seg{seq.get(), std::span<const int32_t>(&t, 1), false};
+    auto out = m.Forward(std::span<const ForwardSegment>(&seg, 1));
+    REQUIRE(out.ok());
+    all.insert(all.end(), out->logits.begin(), out->logits.end());
+  }
+  return all;
+}
+
+TEST_CASE("paged cache: logits are bit-identical at every page size", "[paged]") {
+  for (const std::string& dir : {kDsa, kNext}) {
+    const auto ids = Prompt(dir);
+    auto ref_model = Load(dir, 1024);
+    const std::vector<float> ref = Run(*ref_model, ids);
+    for (int64_t p : {16, 32, 64, 512}) {
+      INFO(dir << " page size " << p);
+      auto m = Load(dir, p);
+      CHECK(Run(*m, ids) == ref);
+      CHECK(m->arena().used_pages() == 0);  // the sequence released every page
+    }
+  }
+}
+
+TEST_CASE("paged cache: a conversation holds ceil(tokens / page) pages", "[paged]") {
+  auto m = Load(kDsa, 16);
+  auto seq = m->NewSequence();
+  const std::vector<int32_t> ids(40, 7);
+  ForwardSegment seg{seq.get(), ids, false};
+  REQUIRE(m->Forward(std::span<const ForwardSegment>(&seg, 1)).ok());
+  CHECK(m->arena().used_pages() == 3);
+  REQUIRE(seq->RewindTo(16).ok());
+  CHECK(m->arena().used_pages() == 1);
+  seq.reset();
+  CHECK(m->arena().used_pages() == 0);
+}
+
+TEST_CASE("paged cache: a full arena refuses the step and changes nothing", "[paged]") {
+  for (const std::string& dir : {kDsa, kNext}) {
+    auto m = Load(dir, 16, 3);
+    auto a = m->NewSequence();
+    const std::vector<int32_t> ids = Prompt(dir);
+    ForwardSegment big{a.get(), std::span<const int32_t>(ids.data(), 50), false};
+    auto r = m->Forward(std::span<const ForwardSegment>(&big, 1));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(std::string(r.status().message()).find("cannot hold 50 tokens") != std::string::npos);
+    CHECK(a->length() == 0);
+    CHECK(m->arena().used_pages() == 0);
+    // Two segments: the first fits, the second does not; the first's new pages go back too.
+    auto b = m->NewSequence();
+    std::vector<ForwardSegment> two = {ForwardSegment{b.get(), std::span<const int32_t>(ids.data(), 20), false},
+                                       ForwardSegment{a.get(), std::span<const int32_t>(ids.data(), 40), false}};
+    CHECK(m->Forward(two).status().code() == absl::StatusCode::kResourceExhausted);
+    CHECK(m->arena().used_pages() == 0);
+    CHECK(b->length() == 0);
+    ForwardSegment fits{a.get(), std::span<const int32_t>(ids.data(), 48), false};
+    CHECK(m->Forward(std::span<const ForwardSegment>(&fits, 1)).ok());
+    CHECK(m->arena().used_pages() == 3);
+  }
+}
+
+TEST_CASE("paged cache: a clone shares whole pages, copies the partial one, and stays apart", "[paged]") {
+  auto m = Load(kDsa, 16);
+  const std::vector<int32_t> ids = Prompt(kDsa);
+  auto fresh_model = Load(kDsa, 16);
+  const std::vector<float> ref = Run(*fresh_model, ids);
+
+  auto seq = m->NewSequence();
+  ForwardSegment first{seq.get(), std::span<const int32_t>(ids.data(), 40), false};
+  REQUIRE(m->Forward(std::span<const ForwardSegment>(&first, 1)).ok());
+  CHECK(m->arena().used_pages() == 3);
+  auto cloned = seq->Clone();
+  REQUIRE(cloned.ok());
+  auto& clone = *cloned;
+  CHECK(m->arena().used_pages() == 4);  // pages 0, 1 shared; page 2 copied
+  // The clone rewinds into a shared page (it is copied first) and writes other tokens there.
+  REQUIRE(clone->RewindTo(20).ok());
+  const std::vector<int32_t> other(30, 3);
+  ForwardSegment diverge{clone.get(), other, false};
+  REQUIRE(m->Forward(std::span<const ForwardSegment>(&diverge, 1)).ok());
+  // The original goes on as if nothing happened: its logits equal a fresh run's.
+  ForwardSegment rest{seq.get(), std::span<const int32_t>(ids.data() + 40, ids.size() - 40), true};
+  auto out = m->Forward(std::span<const ForwardSegment>(&rest, 1));
+  REQUIRE(out.ok());
+  const int64_t V = m->config().vocab_size;
+  CHECK(std::vector<float>(ref.begin() + 40 * V, ref.begin() + ids.size() * V) == out->logits);
+  clone.reset();
+  seq.reset();
+  CHECK(m->arena().used_pages() == 0);
+}
+
+TEST_CASE("paged cache: page sizes outside 16..1024 or not powers of two are refused", "[paged]") {
+  for (int64_t p : {8, 48, 2048}) {
+    auto m = LoadCausalLM(kDsa, TensorParallel{}, CacheOptions{p, -1});
+    REQUIRE_FALSE(m.ok());
+    CHECK(std::string(m.status().message()).find("is not a power of two from 16 to 1024") != std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ferry::model
