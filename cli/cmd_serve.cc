@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -63,25 +64,32 @@ std::string Describe(int status) {
   return "stopped";
 }
 
-// Reaps whatever exited; returns the first child found dead this call, or nullptr.
-Child* Reap(std::vector<Child>& children) {
-  Child* first = nullptr;
+// Reaps whatever exited; returns the children found dead this call.
+std::vector<Child*> Reap(std::vector<Child>& children) {
+  std::vector<Child*> dead;
   for (Child& c : children) {
     if (c.exited) continue;
     int status = 0;
     if (waitpid(c.pid, &status, WNOHANG) == c.pid) {
       c.exited = true;
       c.status = status;
-      if (!first) first = &c;
+      dead.push_back(&c);
     }
   }
-  return first;
+  return dead;
+}
+
+void ReportDead(const std::vector<Child*>& dead, const char* when) {
+  for (const Child* c : dead) {
+    fprintf(stderr, "ferry serve: %s (pid %d) %s%s; stopping the others\n", c->name.c_str(), c->pid,
+            Describe(c->status).c_str(), when);
+  }
 }
 
 bool WaitAll(std::vector<Child>& children, std::chrono::milliseconds within) {
   const auto deadline = std::chrono::steady_clock::now() + within;
   while (true) {
-    Reap(children);
+    (void)Reap(children);
     bool all = true;
     for (const Child& c : children) all = all && c.exited;
     if (all) return true;
@@ -90,15 +98,26 @@ bool WaitAll(std::vector<Child>& children, std::chrono::milliseconds within) {
   }
 }
 
+// True when every child ended on its own with status 0, or by the SIGTERM sent to it.
+bool AllClean(const std::vector<Child>& children) {
+  for (const Child& c : children) {
+    const bool clean = (WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0) ||
+                       (WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGTERM);
+    if (!clean) return false;
+  }
+  return true;
+}
+
 // SIGTERM to the coordinator first (it tells the workers to exit), then to everyone left;
-// SIGKILL whatever is still there after `grace`. children[0] is the coordinator.
-void StopAll(std::vector<Child>& children, std::chrono::milliseconds grace) {
+// SIGKILL whatever is still there after `grace`. children[0] is the coordinator. Returns
+// whether everyone stopped cleanly (AllClean).
+bool StopAll(std::vector<Child>& children, std::chrono::milliseconds grace) {
   if (!children[0].exited) kill(children[0].pid, SIGTERM);
-  if (WaitAll(children, grace / 2)) return;
+  if (WaitAll(children, grace / 2)) return AllClean(children);
   for (Child& c : children) {
     if (!c.exited) kill(c.pid, SIGTERM);
   }
-  if (WaitAll(children, grace / 2)) return;
+  if (WaitAll(children, grace / 2)) return AllClean(children);
   for (Child& c : children) {
     if (!c.exited) {
       fprintf(stderr, "ferry serve: %s (pid %d) did not stop in time; killing it\n", c.name.c_str(), c.pid);
@@ -107,6 +126,7 @@ void StopAll(std::vector<Child>& children, std::chrono::milliseconds grace) {
       c.exited = true;
     }
   }
+  return false;
 }
 
 }  // namespace
@@ -138,7 +158,10 @@ int RunServe() {
                                   absl::StrCat("--parallel=", parallel),
                                   absl::StrCat("--max_batch_tokens=", absl::GetFlag(FLAGS_max_batch_tokens)),
                                   absl::StrCat("--max_queue=", absl::GetFlag(FLAGS_max_queue)),
-                                  absl::StrCat("--context=", absl::GetFlag(FLAGS_context))})});
+                                  absl::StrCat("--context=", absl::GetFlag(FLAGS_context)),
+                                  absl::StrCat("--ready_timeout_s=",
+                                               static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))),
+                                  absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false")})});
   for (int64_t r = 0; r < ranks; ++r) {
     children.push_back(Child{absl::StrCat("worker rank ", r),
                              Spawn({dir + "/ferry-worker", "--coordinator=" + address, absl::StrCat("--rank=", r),
@@ -154,9 +177,8 @@ int RunServe() {
       std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_ready_timeout_s) * 1000));
   bool serving = false;
   while (!serving && g_signal == 0) {
-    if (Child* dead = Reap(children)) {
-      fprintf(stderr, "ferry serve: %s (pid %d) %s while starting; stopping the others\n", dead->name.c_str(),
-              dead->pid, Describe(dead->status).c_str());
+    if (std::vector<Child*> dead = Reap(children); !dead.empty()) {
+      ReportDead(dead, " while starting");
       StopAll(children, std::chrono::seconds(10));
       return 1;
     }
@@ -178,16 +200,20 @@ int RunServe() {
   }
   // Supervise.
   while (g_signal == 0) {
-    if (Child* dead = Reap(children)) {
-      fprintf(stderr, "ferry serve: %s (pid %d) %s; stopping the others\n", dead->name.c_str(), dead->pid,
-              Describe(dead->status).c_str());
+    if (std::vector<Child*> dead = Reap(children); !dead.empty()) {
+      ReportDead(dead, "");
       StopAll(children, std::chrono::seconds(10));
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   fprintf(stderr, "ferry serve: %s: shutting down\n", strsignal(g_signal));
-  StopAll(children, std::chrono::seconds(15));
+  if (!StopAll(children, std::chrono::seconds(15))) {
+    for (const Child& c : children) {
+      fprintf(stderr, "ferry serve: %s (pid %d) %s\n", c.name.c_str(), c.pid, Describe(c.status).c_str());
+    }
+    return 1;
+  }
   return 0;
 }
 

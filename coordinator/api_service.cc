@@ -36,7 +36,14 @@ pb::FinishReason ToProto(FinishReason r) {
   return pb::FINISH_REASON_ERROR;
 }
 
-std::atomic<uint64_t> g_next_id{1};
+// Stop lists are checked on every generated token; a bound keeps one request from slowing all.
+constexpr int kMaxStopTokens = 1024;
+
+// Server-assigned ids: random, so they neither collide with clients' own ids nor can be guessed.
+std::string NewRequestId() {
+  static thread_local std::mt19937_64 rng(std::random_device{}());
+  return absl::StrCat("ferry-", absl::Hex(rng(), absl::kZeroPad16), absl::Hex(rng(), absl::kZeroPad16));
+}
 
 }  // namespace
 
@@ -85,11 +92,15 @@ absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest&
                                                      " is outside the vocabulary [0, ", vocab, ")"));
     }
   }
+  if (sp.stop_token_ids_size() > kMaxStopTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.stop_token_ids holds ", sp.stop_token_ids_size(),
+                                                   " ids; at most ", kMaxStopTokens));
+  }
   if (req.request_id().size() > 256) {
     return absl::InvalidArgumentError(absl::StrCat("request_id is ", req.request_id().size(), " bytes; at most 256"));
   }
   auto r = std::make_shared<Request>();
-  r->id = req.request_id().empty() ? absl::StrCat("ferry-", g_next_id.fetch_add(1)) : req.request_id();
+  r->id = req.request_id().empty() ? NewRequestId() : req.request_id();
   r->prompt.assign(req.prompt_token_ids().begin(), req.prompt_token_ids().end());
   r->sampling.temperature = sp.temperature();
   r->sampling.top_k = sp.top_k();
@@ -105,30 +116,35 @@ absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest&
 }
 
 ApiService::ApiService(const model::ModelConfig& config, std::string model_path, Scheduler* scheduler,
-                       const ControlService* control)
-    : config_(config), model_path_(std::move(model_path)), scheduler_(scheduler), control_(control) {}
+                       const ControlService* control, const std::atomic<bool>* accepting)
+    : config_(config),
+      model_path_(std::move(model_path)),
+      scheduler_(scheduler),
+      control_(control),
+      accepting_(accepting) {}
 
 grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
                                   grpc::ServerWriter<pb::GenerateResponse>* writer) {
   auto built = BuildRequest(*req, config_, scheduler_->options().max_context);
   if (!built.ok()) return ToGrpc(built.status());
   std::shared_ptr<Request> r = *built;
+  if (!accepting_->load()) {
+    absl::Status ready = control_->ReadyState();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("the server is not serving: ", ready.ok() ? "it is stopping" : ready.message()));
+  }
   if (absl::Status st = scheduler_->Submit(r); !st.ok()) return ToGrpc(st);
   bool aborted = false;
   while (true) {
+    // Client cancellation and deadlines abort the request; its end still comes as an event.
+    if (!aborted && ctx->IsCancelled()) aborted = scheduler_->Abort(r->id);
     std::optional<RequestEvent> e = r->events.Pop(std::chrono::milliseconds(20));
-    if (!e) {
-      // Client cancellation and deadlines abort the request; its end still comes as an event.
-      if (ctx->IsCancelled() && !aborted) {
-        aborted = scheduler_->Abort(r->id);
-      }
-      continue;
-    }
+    if (!e) continue;
     pb::GenerateResponse resp;
     resp.set_request_id(r->id);
     if (!e->finished) {
       for (int32_t t : e->tokens) resp.mutable_chunk()->add_token_ids(t);
-      if (!ctx->IsCancelled() && !writer->Write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
+      if (!writer->Write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
       continue;
     }
     pb::Finished* f = resp.mutable_finished();

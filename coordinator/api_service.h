@@ -2,6 +2,7 @@
 // and the streaming of each request's tokens back to its client.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -15,8 +16,10 @@ namespace ferry::coordinator {
 
 class ApiService final : public ferry::v1::Ferry::Service {
  public:
+  // `accepting` (owned by the caller) is true while requests may be queued: every rank ready,
+  // the scheduler running, the group not failed.
   ApiService(const model::ModelConfig& config, std::string model_path, Scheduler* scheduler,
-             const ControlService* control);
+             const ControlService* control, const std::atomic<bool>* accepting);
 
   grpc::Status Generate(grpc::ServerContext* ctx, const ferry::v1::GenerateRequest* req,
                         grpc::ServerWriter<ferry::v1::GenerateResponse>* writer) override;
@@ -32,6 +35,7 @@ class ApiService final : public ferry::v1::Ferry::Service {
   const std::string model_path_;
   Scheduler* scheduler_;
   const ControlService* control_;
+  const std::atomic<bool>* accepting_;
 };
 
 // Checks a request against the model and the server's limits and builds the scheduler's

@@ -8,10 +8,11 @@ namespace ferry::coordinator {
 
 namespace cpb = ferry::control::v1;
 
-ControlService::ControlService(std::string model_path, int world, std::chrono::seconds register_timeout,
+ControlService::ControlService(std::string model_path, int world, int64_t vocab, std::chrono::seconds register_timeout,
                                Metrics* metrics)
     : model_path_(std::move(model_path)),
       world_(world),
+      vocab_(vocab),
       register_timeout_(register_timeout),
       metrics_(metrics),
       ranks_(static_cast<size_t>(world)) {}
@@ -27,6 +28,12 @@ grpc::Status ControlService::Register(grpc::ServerContext* ctx, const cpb::Regis
   if (ranks_[rank].registered) {
     return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, absl::StrCat("rank ", rank, " is already registered"));
   }
+  if (req->world_size() != 0 && req->world_size() != world_) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("rank ", rank, " was started for ", req->world_size(), " ranks; this coordinator serves ",
+                                     world_));
+  }
+  if (shutdown_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
   ranks_[rank].registered = true;
   ranks_[rank].pid = req->pid();
   ranks_[rank].address = req->dataplane_address();
@@ -38,11 +45,20 @@ grpc::Status ControlService::Register(grpc::ServerContext* ctx, const cpb::Regis
     }
     return true;
   };
-  if (!cv_.wait_for(lock, register_timeout_, [&] { return all() || shutdown_ || ctx->IsCancelled(); }) ||
-      !all()) {
-    ranks_[rank].registered = false;
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                        absl::StrCat("not every rank registered within ", register_timeout_.count(), " s"));
+  // Wake every 100 ms: a worker that went away while waiting gives its slot back.
+  const auto deadline = std::chrono::steady_clock::now() + register_timeout_;
+  while (!all()) {
+    if (shutdown_) {
+      ranks_[rank].registered = false;
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+    }
+    if (ctx->IsCancelled() || std::chrono::steady_clock::now() >= deadline) {
+      ranks_[rank].registered = false;
+      cv_.notify_all();
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                          absl::StrCat("not every rank registered within ", register_timeout_.count(), " s"));
+    }
+    cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
   resp->set_model_path(model_path_);
   resp->set_rank(rank);
@@ -67,6 +83,7 @@ grpc::Status ControlService::Steps(grpc::ServerContext* ctx,
     ranks_[rank].ready = true;
     ranks_[rank].room_bytes = first.ready().room_bytes();
     ranks_[rank].stream = stream;
+    ranks_[rank].ctx = ctx;
     FERRY_LOG(INFO) << "rank " << rank << " ready (" << first.ready().weight_bytes() << " bytes of weights)";
   }
   cv_.notify_all();
@@ -74,13 +91,16 @@ grpc::Status ControlService::Steps(grpc::ServerContext* ctx,
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutdown_ && !ranks_[rank].dead) {
     cv_.wait_for(lock, std::chrono::milliseconds(100));
-    if (ctx->IsCancelled() && !shutdown_ && !ranks_[rank].dead) {
+    if (ctx->IsCancelled() && !shutdown_ && !ranks_[rank].dead && !ranks_[rank].closing) {
       lock.unlock();
       MarkDead(rank, "its control stream closed (the worker exited or lost its connection)");
       lock.lock();
     }
   }
+  // gRPC destroys the stream when this handler returns: wait until no step uses it.
+  cv_.wait(lock, [&] { return ranks_[rank].users == 0; });
   ranks_[rank].stream = nullptr;
+  ranks_[rank].ctx = nullptr;
   return grpc::Status::OK;
 }
 
@@ -93,28 +113,27 @@ void ControlService::MarkDead(int rank, const std::string& why) {
   }
   cv_.notify_all();
   FERRY_LOG(ERROR) << "rank " << rank << " is dead: " << why;
+  // The group cannot step without it: release any step blocked on the others.
+  CancelAll();
   if (on_death_) on_death_(rank, why);
 }
 
-absl::Status ControlService::WaitReady(std::chrono::seconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  auto state = [this]() -> int {  // 1 all ready, -1 a rank died, 0 waiting
-    bool all = true;
-    for (const RankState& r : ranks_) {
-      if (r.dead) return -1;
-      all = all && r.ready;
-    }
-    return all ? 1 : 0;
-  };
-  cv_.wait_for(lock, timeout, [&] { return state() != 0 || shutdown_; });
-  const int s = state();
-  if (s == 1) return absl::OkStatus();
-  std::string missing;
+void ControlService::CancelAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (RankState& r : ranks_) {
+    if (r.ctx != nullptr) r.ctx->TryCancel();
+  }
+}
+
+absl::Status ControlService::ReadyState() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int ready = 0;
   for (int k = 0; k < world_; ++k) {
     if (ranks_[k].dead) return absl::UnavailableError(absl::StrCat("rank ", k, " died: ", ranks_[k].death));
-    if (!ranks_[k].ready) absl::StrAppend(&missing, missing.empty() ? "" : ", ", k);
+    ready += ranks_[k].ready;
   }
-  return absl::DeadlineExceededError(absl::StrCat("ranks [", missing, "] were not ready within ", timeout.count(), " s"));
+  if (ready == world_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("waiting for ", world_ - ready, " of ", world_, " ranks"));
 }
 
 absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step& step) {
@@ -133,17 +152,32 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
     seg->set_top_p(s.sampling.top_p);
     seg->set_seed(s.seed);
   }
+  int64_t n_sampled = 0;
+  for (const worker::StepSegment& s : step.segments) n_sampled += s.sample;
   std::vector<grpc::ServerReaderWriter<cpb::CoordinatorMessage, cpb::WorkerMessage>*> streams;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int k = 0; k < world_; ++k) {
-      if (ranks_[k].dead || ranks_[k].stream == nullptr) {
+      if (ranks_[k].dead || ranks_[k].stream == nullptr || shutdown_) {
         return absl::UnavailableError(absl::StrCat("rank ", k, " is not serving",
                                                    ranks_[k].death.empty() ? "" : ": " + ranks_[k].death));
       }
+    }
+    for (int k = 0; k < world_; ++k) {
       streams.push_back(ranks_[k].stream);
+      ++ranks_[k].users;  // the handler keeps the stream alive until this drops back
     }
   }
+  struct Release {
+    ControlService* self;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> lock(self->mu_);
+        for (RankState& r : self->ranks_) --r.users;
+      }
+      self->cv_.notify_all();
+    }
+  } release{this};
   for (int k = 0; k < world_; ++k) {
     if (!streams[k]->Write(msg)) {
       MarkDead(k, "writing a step to its control stream failed");
@@ -159,8 +193,21 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
       return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (no result for step ", step.step_id, ")"));
     }
     const cpb::StepResult& r = reply.result();
-    if (r.step_id() != step.step_id) {
-      return absl::InternalError(absl::StrCat("rank ", k, " answered step ", r.step_id(), " to step ", step.step_id));
+    if (r.step_id() != step.step_id || r.rank() != k) {
+      return absl::InternalError(absl::StrCat("rank ", k, " answered step ", r.step_id(), " as rank ", r.rank(),
+                                              " to step ", step.step_id));
+    }
+    if (k == 0 && r.error().empty()) {
+      if (r.tokens_size() != n_sampled) {
+        return absl::InternalError(absl::StrCat("rank 0 returned ", r.tokens_size(), " tokens for ", n_sampled,
+                                                " sampled segments in step ", step.step_id));
+      }
+      for (int32_t t : r.tokens()) {
+        if (t < 0 || t >= vocab_) {
+          return absl::InternalError(absl::StrCat("rank 0 returned token ", t, ", outside the vocabulary [0, ",
+                                                  vocab_, ")"));
+        }
+      }
     }
     if (!r.error().empty() && error.empty()) error = absl::StrCat("rank ", k, ": ", r.error());
     if (metrics_) metrics_->OnRankStep(k, r.step_seconds(), r.dataplane_bytes());
@@ -176,11 +223,18 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
 
 void ControlService::Shutdown(const std::string& reason) {
   std::vector<grpc::ServerReaderWriter<cpb::CoordinatorMessage, cpb::WorkerMessage>*> streams;
+  std::vector<int> held;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (shutdown_) return;
-    for (RankState& r : ranks_) {
-      if (r.stream != nullptr && !r.dead) streams.push_back(r.stream);
+    for (int k = 0; k < world_; ++k) {
+      RankState& r = ranks_[k];
+      if (r.stream != nullptr && !r.dead) {
+        streams.push_back(r.stream);
+        held.push_back(k);
+        ++r.users;
+        r.closing = true;  // the worker's exit after this is not a death
+      }
     }
   }
   cpb::CoordinatorMessage msg;
@@ -188,6 +242,7 @@ void ControlService::Shutdown(const std::string& reason) {
   for (auto* s : streams) s->Write(msg);
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (int k : held) --ranks_[k].users;
     shutdown_ = true;
   }
   cv_.notify_all();

@@ -34,11 +34,16 @@ struct RankState {
   std::string death;  // why it is dead
   grpc::ServerReaderWriter<ferry::control::v1::CoordinatorMessage, ferry::control::v1::WorkerMessage>* stream =
       nullptr;
+  grpc::ServerContext* ctx = nullptr;  // of the Steps call, to cancel it
+  int users = 0;                       // RunStep/Shutdown calls using `stream` right now
+  bool closing = false;                // a Shutdown was written: its end is not a death
 };
 
 class ControlService final : public ferry::control::v1::Control::Service, public StepRunner {
  public:
-  ControlService(std::string model_path, int world, std::chrono::seconds register_timeout, Metrics* metrics);
+  // `vocab` bounds the tokens rank 0 may return.
+  ControlService(std::string model_path, int world, int64_t vocab, std::chrono::seconds register_timeout,
+                 Metrics* metrics);
 
   grpc::Status Register(grpc::ServerContext* ctx, const ferry::control::v1::RegisterRequest* req,
                         ferry::control::v1::RegisterResponse* resp) override;
@@ -46,8 +51,10 @@ class ControlService final : public ferry::control::v1::Control::Service, public
                      grpc::ServerReaderWriter<ferry::control::v1::CoordinatorMessage, ferry::control::v1::WorkerMessage>*
                          stream) override;
 
-  // Waits until every rank is ready, a rank dies, or `timeout` passes.
-  absl::Status WaitReady(std::chrono::seconds timeout);
+  // OK once every rank is ready; UNAVAILABLE once a rank died; FAILED_PRECONDITION while waiting.
+  absl::Status ReadyState() const;
+  // Cancels every rank's step stream, so that a RunStep blocked on a rank returns at once.
+  void CancelAll();
   absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override;
   // Tells every ready worker to exit and releases the handlers.
   void Shutdown(const std::string& reason);
@@ -62,6 +69,7 @@ class ControlService final : public ferry::control::v1::Control::Service, public
 
   const std::string model_path_;
   const int world_;
+  const int64_t vocab_;
   const std::chrono::seconds register_timeout_;
   Metrics* metrics_;
   std::function<void(int, const std::string&)> on_death_;

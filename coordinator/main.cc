@@ -69,8 +69,13 @@ int main(int argc, char** argv) {
   opts.max_running = absl::GetFlag(FLAGS_parallel);
   opts.max_queue = absl::GetFlag(FLAGS_max_queue);
   opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
-  if (opts.max_batch_tokens < 1 || opts.max_running < 1 || opts.max_queue < 0 || opts.max_context < 2) {
-    fprintf(stderr, "ferry-coordinator: need --max-batch-tokens >= 1, --parallel >= 1, --max-queue >= 0, --context >= 2\n");
+  if (opts.max_running < 1 || opts.max_batch_tokens < opts.max_running || opts.max_queue < 0 || opts.max_context < 2) {
+    // Every running request needs its decode row in each step, so the budget covers the lanes.
+    fprintf(stderr,
+            "ferry-coordinator: need --parallel >= 1 (got %lld), --max-batch-tokens >= --parallel (got %lld), "
+            "--max-queue >= 0 (got %lld), --context >= 2 (got %lld)\n",
+            static_cast<long long>(opts.max_running), static_cast<long long>(opts.max_batch_tokens),
+            static_cast<long long>(opts.max_queue), static_cast<long long>(opts.max_context));
     return 2;
   }
 
@@ -83,9 +88,11 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  coordinator::ControlService control(dir, world, std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
+  coordinator::ControlService control(dir, world, config->vocab_size,
+                                      std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
   coordinator::Scheduler scheduler(opts, &control, &metrics);
-  coordinator::ApiService api(*config, dir, &scheduler, &control);
+  std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs
+  coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting);
 
   std::atomic<int> dead_rank{-1};
   control.OnRankDeath([&](int rank, const std::string&) { dead_rank = rank; });
@@ -111,49 +118,50 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  std::thread waiter;
-  std::atomic<int> ready{0};  // 1 ready, -1 failed
-  std::string ready_error;
-  waiter = std::thread([&] {
-    absl::Status st = control.WaitReady(std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)));
-    if (!st.ok()) {
-      ready_error = std::string(st.message());
-      ready = -1;
-      return;
-    }
-    scheduler.Start();
-    health->SetServingStatus(true);
-    FERRY_LOG(INFO) << "serving " << model::FamilyName(config->family) << " on " << world << " rank(s): context "
-                    << opts.max_context << ", --parallel " << opts.max_running << ", " << opts.max_batch_tokens
-                    << " tokens a step";
-    ready = 1;
-  });
-
+  // The main thread alone starts the scheduler and sets the health, so the two never race.
+  const auto ready_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s));
+  bool started = false, failed = false;
   int exit_code = 0;
-  bool not_serving_logged = false;
   while (g_signal == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (ready == -1) {
-      FERRY_LOG(ERROR) << "workers did not come up: " << ready_error;
-      exit_code = 1;
-      break;
+    if (!started && !failed) {
+      absl::Status st = control.ReadyState();
+      if (st.ok()) {
+        scheduler.Start();
+        accepting = true;
+        health->SetServingStatus(true);
+        started = true;
+        FERRY_LOG(INFO) << "serving " << model::FamilyName(config->family) << " on " << world << " rank(s): context "
+                        << opts.max_context << ", --parallel " << opts.max_running << ", " << opts.max_batch_tokens
+                        << " tokens a step";
+      } else if (st.code() == absl::StatusCode::kUnavailable ||
+                 std::chrono::steady_clock::now() > ready_deadline) {
+        FERRY_LOG(ERROR) << "workers did not come up: "
+                         << (st.code() == absl::StatusCode::kUnavailable ? std::string(st.message())
+                                                                         : absl::StrCat(st.message(), " after ",
+                                                                                        absl::GetFlag(FLAGS_ready_timeout_s), " s"));
+        exit_code = 1;
+        break;
+      }
+      continue;
     }
-    const bool failed = dead_rank >= 0 || (ready == 1 && !scheduler.Snapshot().serving);
-    if (failed && !not_serving_logged) {
+    if (started && !failed && (dead_rank >= 0 || !scheduler.Snapshot().serving)) {
       // Keep answering (health NOT_SERVING, UNAVAILABLE for new requests) until told to stop.
+      failed = true;
+      accepting = false;
       health->SetServingStatus(false);
       const std::string why = dead_rank >= 0 ? absl::StrCat("rank ", dead_rank.load(), " died")
                                              : scheduler.Snapshot().failure;
       FERRY_LOG(ERROR) << "not serving any more: " << why;
+      control.CancelAll();  // a step blocked on a live rank returns at once
       // Ends every live request with an error; new ones get UNAVAILABLE from now on.
       scheduler.Stop(why);
-      not_serving_logged = true;
       exit_code = 1;
     }
   }
   if (g_signal != 0) FERRY_LOG(INFO) << "signal " << g_signal << ": shutting down";
+  accepting = false;
   health->SetServingStatus(false);
-  if (waiter.joinable()) waiter.join();
   scheduler.Stop("the server is shutting down");
   control.Shutdown("the coordinator is shutting down");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

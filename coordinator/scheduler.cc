@@ -26,10 +26,12 @@ absl::Status Scheduler::Submit(std::shared_ptr<Request> r) {
     if (live_.count(r->id)) {
       return absl::AlreadyExistsError(absl::StrCat("request id '", r->id, "' is already live"));
     }
-    if (static_cast<int64_t>(waiting_.size()) >= opts_.max_queue) {
+    // Requests that will take a free lane at the next step do not count against the queue.
+    const int64_t free_lanes = std::max<int64_t>(0, opts_.max_running - running_count_);
+    if (static_cast<int64_t>(waiting_.size()) >= opts_.max_queue + free_lanes) {
       return absl::ResourceExhaustedError(absl::StrCat("the admission queue is full: ", waiting_.size(),
-                                                       " requests wait (--max-queue ", opts_.max_queue,
-                                                       "); retry later"));
+                                                       " requests wait (--max-queue ", opts_.max_queue, ", ",
+                                                       free_lanes, " free lanes); retry later"));
     }
     waiting_.push_back(r);
     live_[r->id] = r;
@@ -72,10 +74,13 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
   e.timings.time_to_first_token_seconds = r->first_token ? Seconds(*r->first_token - r->arrival) : 0.0;
   e.timings.e2e_seconds = Seconds(now - r->arrival);
   if (observer_) observer_->OnFinish(*r, reason, e.timings.e2e_seconds);
+  {
+    // Not live any more before its client hears the end: the id can be reused at once.
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.erase(r->id);
+  }
   r->events.Push(std::move(e));
   if (r->seq_id != 0) release_.push_back(r->seq_id);
-  std::lock_guard<std::mutex> lock(mu_);
-  live_.erase(r->id);
 }
 
 void Scheduler::FailAll(const std::string& error) {
@@ -87,9 +92,12 @@ void Scheduler::FailAll(const std::string& error) {
   }
   running_.clear();
   for (auto& r : all) Finish(r, error.empty() ? FinishReason::kAbort : FinishReason::kError, error);
-  std::lock_guard<std::mutex> lock(mu_);
-  running_count_ = 0;
-  live_tokens_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    running_count_ = 0;
+    live_tokens_ = 0;
+  }
+  if (observer_) observer_->OnStep(0, 0, 0, 0.0, 0);  // the gauges show the empty state
 }
 
 bool Scheduler::RunOnce() {
@@ -197,9 +205,14 @@ bool Scheduler::RunOnce() {
     if (!seg.sample) continue;
     if (next_token >= tokens->size()) {
       // A runner that returns too few tokens is a broken invariant of the control plane.
-      FailAll(absl::StrCat("step ", step.step_id, " returned ", tokens->size(), " tokens for more sampled segments"));
-      std::lock_guard<std::mutex> lock(mu_);
-      serving_ = false;
+      const std::string why =
+          absl::StrCat("step ", step.step_id, " returned ", tokens->size(), " tokens for more sampled segments");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        serving_ = false;
+        failure_ = why;
+      }
+      FailAll(why);
       return false;
     }
     const int32_t tok = (*tokens)[next_token++];
@@ -259,13 +272,18 @@ void Scheduler::Loop() {
   }
 }
 
-void Scheduler::Start() { thread_ = std::thread([this] { Loop(); }); }
+void Scheduler::Start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_ || thread_.joinable()) return;
+  thread_ = std::thread([this] { Loop(); });
+}
 
 void Scheduler::Stop(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     stopping_ = true;
+    if (failure_.empty()) failure_ = reason;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();

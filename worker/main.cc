@@ -96,6 +96,7 @@ int main(int argc, char** argv) {
   reg.set_rank(rank);
   reg.set_pid(getpid());
   reg.set_dataplane_address((*dp)->address());
+  reg.set_world_size(world);
   cpb::RegisterResponse conf;
   {
     grpc::ClientContext ctx;
@@ -166,6 +167,7 @@ int main(int argc, char** argv) {
     if (msg.has_shutdown()) {
       FERRY_LOG(INFO) << "rank " << rank << ": shutdown (" << msg.shutdown().reason() << ")";
       stream->WritesDone();
+      (void)stream->Finish();
       return 0;
     }
     const cpb::StepCommand& cmd = msg.step();

@@ -123,15 +123,18 @@ TEST_CASE("scheduler: a full queue refuses at once", "[scheduler]") {
   LocalRunner runner(kDsa);
   SchedulerOptions opts;
   opts.max_queue = 2;
+  opts.max_running = 1;
   Scheduler sched(opts, &runner);
+  // One request for the free lane, two for the queue; the fourth is refused.
   REQUIRE(sched.Submit(MakeRequest("a", {5, 6}, 3)).ok());
   REQUIRE(sched.Submit(MakeRequest("b", {5, 6}, 3)).ok());
-  absl::Status st = sched.Submit(MakeRequest("c", {5, 6}, 3));
+  REQUIRE(sched.Submit(MakeRequest("c", {5, 6}, 3)).ok());
+  absl::Status st = sched.Submit(MakeRequest("d", {5, 6}, 3));
   CHECK(st.code() == absl::StatusCode::kResourceExhausted);
-  CHECK(std::string(st.message()).find("2 requests wait (--max-queue 2)") != std::string::npos);
+  CHECK(std::string(st.message()).find("3 requests wait (--max-queue 2, 1 free lanes)") != std::string::npos);
   CHECK(sched.Submit(MakeRequest("a", {5}, 1)).code() == absl::StatusCode::kAlreadyExists);
   RunUntilIdle(sched);
-  CHECK(sched.Submit(MakeRequest("c", {5, 6}, 3)).ok());  // room again
+  CHECK(sched.Submit(MakeRequest("d", {5, 6}, 3)).ok());  // room again
 }
 
 TEST_CASE("scheduler: an abort ends the request within one step and frees its state", "[scheduler]") {

@@ -34,6 +34,13 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
+std::string TempLog(const std::string& stem) {
+  std::string tmpl = "/tmp/" + stem + "-XXXXXX.log";
+  const int fd = mkstemps(tmpl.data(), 4);
+  if (fd >= 0) close(fd);
+  return tmpl;
+}
+
 std::string BinDir() {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -62,8 +69,9 @@ Process::Process(const std::vector<std::string>& argv, const std::string& log_pa
 }
 
 Process::~Process() {
-  if (!reaped_ && pid_ > 0) {
-    kill(pid_, SIGKILL);
+  if (pid_ <= 0) return;
+  kill(-pid_, SIGKILL);  // its whole process group: what serve started too
+  if (!reaped_) {
     int status;
     waitpid(pid_, &status, 0);
   }
@@ -97,10 +105,7 @@ Server::Server(const std::string& model_dir, int ranks, const std::vector<std::s
   const int port = FreePort();
   metrics_port_ = FreePort();
   address_ = "127.0.0.1:" + std::to_string(port);
-  char tmpl[] = "/tmp/ferry-serve-XXXXXX.log";
-  int fd = mkstemps(tmpl, 4);
-  close(fd);
-  log_ = tmpl;
+  log_ = TempLog("ferry-serve");
   std::vector<std::string> argv = {BinDir() + "/ferry", "serve", "--model", model_dir, "--ranks", std::to_string(ranks),
                                    "--port", std::to_string(port), "--metrics-port", std::to_string(metrics_port_)};
   argv.insert(argv.end(), extra.begin(), extra.end());
@@ -121,8 +126,8 @@ Server::Server(const std::string& model_dir, int ranks, const std::vector<std::s
 Server::~Server() {
   proc_->Signal(SIGTERM);
   int status;
-  if (!proc_->Wait(std::chrono::seconds(10), &status)) proc_->Signal(SIGKILL);
-  proc_.reset();
+  proc_->Wait(std::chrono::seconds(10), &status);
+  proc_.reset();  // SIGKILLs the group if anything is left
   std::remove(log_.c_str());
 }
 

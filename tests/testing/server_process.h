@@ -14,6 +14,8 @@ namespace ferry::testing {
 
 // A loopback TCP port that was free a moment ago.
 int FreePort();
+// A fresh log file name under /tmp (the file exists, empty).
+std::string TempLog(const std::string& stem);
 
 // The directory holding ferry, ferry-coordinator and ferry-worker.
 std::string BinDir();
