@@ -38,5 +38,7 @@ ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port of the coordinator");
 ABSL_FLAG(int32_t, metrics_port, 9400, "serve: HTTP port of /metrics (0: none)");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "serve: tokens one step may carry");
 ABSL_FLAG(int64_t, max_queue, 64, "serve: requests that may wait for a lane");
+ABSL_FLAG(int64_t, kv_pool_pages, 0,
+          "serve: pages of --page-size tokens in each rank's KV pool, kept by the coordinator (0: grow as needed)");
 ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");

@@ -8,11 +8,13 @@ namespace ferry::coordinator {
 
 namespace cpb = ferry::control::v1;
 
-ControlService::ControlService(std::string model_path, int world, int64_t vocab, std::chrono::seconds register_timeout,
-                               Metrics* metrics)
+ControlService::ControlService(std::string model_path, int world, int64_t vocab, int64_t kv_pages, int64_t page_size,
+                               std::chrono::seconds register_timeout, Metrics* metrics)
     : model_path_(std::move(model_path)),
       world_(world),
       vocab_(vocab),
+      kv_pages_(kv_pages),
+      page_size_(page_size),
       register_timeout_(register_timeout),
       metrics_(metrics),
       ranks_(static_cast<size_t>(world)) {}
@@ -63,6 +65,8 @@ grpc::Status ControlService::Register(grpc::ServerContext* ctx, const cpb::Regis
   resp->set_model_path(model_path_);
   resp->set_rank(rank);
   resp->set_world_size(world_);
+  resp->set_kv_pages(kv_pages_);
+  resp->set_page_size(static_cast<int32_t>(page_size_));
   for (const RankState& r : ranks_) resp->add_dataplane_addresses(r.address);
   return grpc::Status::OK;
 }
@@ -151,6 +155,7 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
     seg->set_top_k(s.sampling.top_k);
     seg->set_top_p(s.sampling.top_p);
     seg->set_seed(s.seed);
+    for (int32_t p : s.new_pages) seg->add_new_pages(p);
   }
   int64_t n_sampled = 0;
   for (const worker::StepSegment& s : step.segments) n_sampled += s.sample;

@@ -42,8 +42,9 @@ struct RankState {
 class ControlService final : public ferry::control::v1::Control::Service, public StepRunner {
  public:
   // `vocab` bounds the tokens rank 0 may return.
-  ControlService(std::string model_path, int world, int64_t vocab, std::chrono::seconds register_timeout,
-                 Metrics* metrics);
+  // kv_pages / page_size configure the workers' arenas (kv_pages 0: each grows on its own).
+  ControlService(std::string model_path, int world, int64_t vocab, int64_t kv_pages, int64_t page_size,
+                 std::chrono::seconds register_timeout, Metrics* metrics);
 
   grpc::Status Register(grpc::ServerContext* ctx, const ferry::control::v1::RegisterRequest* req,
                         ferry::control::v1::RegisterResponse* resp) override;
@@ -70,6 +71,7 @@ class ControlService final : public ferry::control::v1::Control::Service, public
   const std::string model_path_;
   const int world_;
   const int64_t vocab_;
+  const int64_t kv_pages_, page_size_;
   const std::chrono::seconds register_timeout_;
   Metrics* metrics_;
   std::function<void(int, const std::string&)> on_death_;

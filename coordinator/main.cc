@@ -19,6 +19,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/scheduler.h"
 #include "model/checkpoint.h"
+#include "model/causal_lm.h"
 #include "model/config.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (the coordinator reads only config.json)");
@@ -30,6 +31,10 @@ ABSL_FLAG(int64_t, max_batch_tokens, 256, "Tokens one step may carry (decode row
 ABSL_FLAG(int64_t, parallel, 16, "Requests holding a lane at once");
 ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a lane; past it requests get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, context, 0, "Context length in tokens (prompt + generated); 0: the model's max_position_embeddings");
+ABSL_FLAG(int64_t, kv_pool_pages, 0,
+          "Pages in each rank's KV arena, kept in the coordinator's books (0: every rank's arena grows on its "
+          "own, no preemption)");
+ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to register and load (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
@@ -69,6 +74,21 @@ int main(int argc, char** argv) {
   opts.max_running = absl::GetFlag(FLAGS_parallel);
   opts.max_queue = absl::GetFlag(FLAGS_max_queue);
   opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
+  opts.kv_pages = absl::GetFlag(FLAGS_kv_pool_pages);
+  opts.page_size = absl::GetFlag(FLAGS_page_size);
+  if (absl::Status st = model::ValidateCacheOptions(model::CacheOptions{opts.page_size, opts.kv_pages > 0 ? opts.kv_pages : -1});
+      !st.ok() || opts.kv_pages < 0) {
+    fprintf(stderr, "ferry-coordinator: --kv-pool-pages %lld --page-size %lld: %s\n", static_cast<long long>(opts.kv_pages),
+            static_cast<long long>(opts.page_size), st.ok() ? "negative page count" : std::string(st.message()).c_str());
+    return 2;
+  }
+  if (opts.kv_pages > 0 && (opts.max_context + opts.page_size - 1) / opts.page_size > opts.kv_pages) {
+    // One request must always fit: preemption can then always make progress.
+    fprintf(stderr, "ferry-coordinator: --kv-pool-pages %lld holds %lld tokens, less than one --context of %lld\n",
+            static_cast<long long>(opts.kv_pages), static_cast<long long>(opts.kv_pages * opts.page_size),
+            static_cast<long long>(opts.max_context));
+    return 2;
+  }
   if (opts.max_running < 1 || opts.max_batch_tokens < opts.max_running || opts.max_queue < 0 || opts.max_context < 2) {
     // Every running request needs its decode row in each step, so the budget covers the lanes.
     fprintf(stderr,
@@ -79,7 +99,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  coordinator::Metrics metrics(world, opts.max_running * opts.max_context);
+  coordinator::Metrics metrics(world);
   const std::string host = absl::GetFlag(FLAGS_host);
   if (absl::GetFlag(FLAGS_metrics_port) > 0) {
     absl::Status st = metrics.Expose(absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port)));
@@ -88,7 +108,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  coordinator::ControlService control(dir, world, config->vocab_size,
+  coordinator::ControlService control(dir, world, config->vocab_size, opts.kv_pages, opts.page_size,
                                       std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
   coordinator::Scheduler scheduler(opts, &control, &metrics);
   std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs

@@ -21,8 +21,7 @@ const Histogram::BucketBoundaries kStepBuckets = {0.0005, 0.001, 0.0025, 0.005, 
 }  // namespace
 
 // ALL_METRICS: every family the coordinator exports is built here and nowhere else.
-Metrics::Metrics(int world, int64_t token_capacity)
-    : registry_(std::make_shared<prometheus::Registry>()), token_capacity_(token_capacity) {
+Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
   running_ = &prometheus::BuildGauge().Name("ferry:num_requests_running")
                   .Help("Requests holding a lane (in prefill or decode)").Register(r).Add({});
@@ -35,6 +34,8 @@ Metrics::Metrics(int world, int64_t token_capacity)
                         .Help("Prompt tokens of finished requests").Register(r).Add({});
   generation_tokens_ = &prometheus::BuildCounter().Name("ferry:generation_tokens_total")
                             .Help("Tokens generated").Register(r).Add({});
+  preemptions_ = &prometheus::BuildCounter().Name("ferry:num_preemptions_total")
+                      .Help("Requests preempted for lack of pages (recomputed later)").Register(r).Add({});
   success_ = &prometheus::BuildCounter().Name("ferry:request_success_total")
                   .Help("Finished requests by finish reason").Register(r);
   for (const char* reason : {"stop", "length", "abort", "error"}) success_->Add({{"finished_reason", reason}});
@@ -69,12 +70,14 @@ absl::Status Metrics::Expose(const std::string& address) {
   return absl::OkStatus();
 }
 
-void Metrics::OnStep(int64_t tokens, int64_t running, int64_t waiting, double, int64_t live_tokens) {
-  iteration_tokens_->Observe(static_cast<double>(tokens));
+void Metrics::OnStep(int64_t tokens, int64_t running, int64_t waiting, double, double kv_usage) {
+  if (tokens > 0) iteration_tokens_->Observe(static_cast<double>(tokens));
   running_->Set(static_cast<double>(running));
   waiting_->Set(static_cast<double>(waiting));
-  kv_usage_->Set(token_capacity_ > 0 ? static_cast<double>(live_tokens) / static_cast<double>(token_capacity_) : 0.0);
+  kv_usage_->Set(kv_usage);
 }
+
+void Metrics::OnPreempt(const Request&) { preemptions_->Increment(); }
 
 void Metrics::OnFirstToken(const Request&, double ttft) {
   ttft_->Observe(ttft);

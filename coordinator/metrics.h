@@ -3,9 +3,9 @@
 // HTTP at /metrics.
 //
 // Derived values:
-//   kv_cache_usage_perc = tokens held in the workers' state by running requests
-//                         / (max_running * max_context)   (the token capacity of the lanes;
-//                         the paged pool's real occupancy replaces it with kvpool)
+//   kv_cache_usage_perc = used pool pages / pool pages, with a coordinator-managed page pool;
+//                         without one, tokens held by running requests / (max_running *
+//                         max_context) (the token capacity of the lanes)
 #pragma once
 
 #include <memory>
@@ -25,15 +25,16 @@ namespace ferry::coordinator {
 
 class Metrics final : public SchedulerObserver {
  public:
-  // `world` ranks get per-rank series; `token_capacity` is the denominator of kv_cache_usage_perc.
-  Metrics(int world, int64_t token_capacity);
+  // `world` ranks get per-rank series.
+  explicit Metrics(int world);
 
   // Serves /metrics on `address` ("0.0.0.0:9400"). Errors: UNAVAILABLE when the port is taken.
   absl::Status Expose(const std::string& address);
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
   // SchedulerObserver
-  void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, int64_t live_tokens) override;
+  void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, double kv_usage) override;
+  void OnPreempt(const Request& r) override;
   void OnFirstToken(const Request& r, double ttft_seconds) override;
   void OnToken(const Request& r, double inter_token_seconds) override;
   void OnScheduled(const Request& r, double queue_seconds) override;
@@ -46,13 +47,13 @@ class Metrics final : public SchedulerObserver {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<prometheus::Exposer> exposer_;
-  int64_t token_capacity_;
 
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;
   prometheus::Gauge* kv_usage_;
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;
+  prometheus::Counter* preemptions_;
   prometheus::Family<prometheus::Counter>* success_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;

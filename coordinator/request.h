@@ -75,6 +75,7 @@ struct Request {
   uint64_t seq_id = 0;
   int64_t fed = 0;                 // tokens already in the workers' state
   std::vector<int32_t> generated;  // sampled tokens (the last one not yet fed)
+  std::vector<int32_t> pages;      // pool pages holding its fed tokens (with a page pool)
   std::optional<Clock::time_point> first_scheduled, first_token, last_token;
 };
 

@@ -13,7 +13,9 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions opts, StepRunner* runner, SchedulerObserver* observer)
-    : opts_(opts), runner_(runner), observer_(observer) {}
+    : opts_(opts), runner_(runner), observer_(observer) {
+  if (opts_.kv_pages > 0) books_ = std::make_unique<kvpool::PageBooks>(opts_.kv_pages);
+}
 
 Scheduler::~Scheduler() { Stop(""); }
 
@@ -56,6 +58,8 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   s.waiting = static_cast<int64_t>(waiting_.size());
   s.steps = steps_;
   s.live_tokens = live_tokens_;
+  s.used_pages = used_pages_;
+  s.preemptions = preemptions_count_;
   s.serving = serving_;
   s.failure = failure_;
   return s;
@@ -81,6 +85,26 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
   }
   r->events.Push(std::move(e));
   if (r->seq_id != 0) release_.push_back(r->seq_id);
+  ReleasePages(*r);
+}
+
+void Scheduler::ReleasePages(Request& r) {
+  if (books_ && !r.pages.empty()) (void)books_->Release(r.pages);
+  r.pages.clear();
+}
+
+void Scheduler::Preempt(const std::shared_ptr<Request>& r) {
+  // Its state is dropped on every rank and recomputed from its known tokens when it is admitted
+  // again, at the head of the queue; the tokens it already generated stay (and are not resent).
+  running_.erase(std::find(running_.begin(), running_.end(), r));
+  release_.push_back(r->seq_id);
+  ReleasePages(*r);
+  r->seq_id = 0;
+  r->fed = 0;
+  ++preemptions_;
+  if (observer_) observer_->OnPreempt(*r);
+  std::lock_guard<std::mutex> lock(mu_);
+  waiting_.push_front(r);
 }
 
 void Scheduler::FailAll(const std::string& error) {
@@ -125,37 +149,67 @@ bool Scheduler::RunOnce() {
   }
   for (auto& r : aborted) Finish(r, FinishReason::kAbort);
 
-  // 2. Build the step: decode rows first, then prefill chunks, then admissions.
+  // 2. Build the step: decode rows first, then prefill chunks, then admissions. A request's
+  // known tokens are its prompt and what it generated; `fed` of them are in the workers' state.
+  // With a page pool each piece first gets the pages it will write; a decode row that finds none
+  // free preempts the newest running request (recomputed later), a prefill chunk shrinks.
   worker::Step step;
   step.step_id = next_step_id_;
   int64_t budget = opts_.max_batch_tokens;
   std::vector<std::shared_ptr<Request>> in_step;
-  auto add_segment = [&](const std::shared_ptr<Request>& r) {
+  const int64_t P = opts_.page_size;
+  auto known = [](const Request& r) { return static_cast<int64_t>(r.prompt.size() + r.generated.size()); };
+  auto token_at = [](const Request& r, int64_t i) {
+    const int64_t n = static_cast<int64_t>(r.prompt.size());
+    return i < n ? r.prompt[static_cast<size_t>(i)] : r.generated[static_cast<size_t>(i - n)];
+  };
+  auto is_decode = [&](const Request& r) { return !r.generated.empty() && known(r) - r.fed == 1; };
+  // Tokens (up to `want`) whose pages can be had now; takes those pages into `pages`.
+  auto take_pages = [&](Request& r, int64_t want, std::vector<int32_t>* pages) -> int64_t {
+    if (!books_) return want;
+    const int64_t held = static_cast<int64_t>(r.pages.size());
+    const int64_t room = (held + books_->free_pages()) * P - r.fed;  // tokens the pages could hold
+    const int64_t n = std::min(want, room);
+    if (n <= 0) return 0;
+    const int64_t need = (r.fed + n + P - 1) / P - held;
+    if (need > 0) {
+      *pages = *books_->Allocate(need);  // cannot fail: `room` counted the free pages
+      r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+    }
+    return n;
+  };
+  auto add_segment = [&](const std::shared_ptr<Request>& r, int64_t n, std::vector<int32_t> pages) {
     worker::StepSegment seg;
     seg.seq_id = r->seq_id;
     seg.start = r->fed;
     seg.sampling = r->sampling;
     seg.seed = r->seed;
-    const int64_t prompt_len = static_cast<int64_t>(r->prompt.size());
-    if (r->fed < prompt_len) {
-      const int64_t n = std::min(budget, prompt_len - r->fed);
-      seg.tokens.assign(r->prompt.begin() + r->fed, r->prompt.begin() + r->fed + n);
-      seg.sample = r->fed + n == prompt_len;
-    } else {
-      seg.tokens = {r->generated.back()};
-      seg.sample = true;
-    }
-    budget -= static_cast<int64_t>(seg.tokens.size());
+    for (int64_t i = r->fed; i < r->fed + n; ++i) seg.tokens.push_back(token_at(*r, i));
+    seg.sample = r->fed + n == known(*r);
+    seg.new_pages = std::move(pages);
+    budget -= n;
     step.segments.push_back(std::move(seg));
     in_step.push_back(r);
   };
-  for (auto& r : running_) {
-    if (budget <= 0) break;
-    if (r->fed >= static_cast<int64_t>(r->prompt.size())) add_segment(r);
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    const std::shared_ptr<Request> r = running_[i];
+    if (!is_decode(*r)) continue;
+    std::vector<int32_t> pages;
+    while (take_pages(*r, 1, &pages) == 0) {
+      // No page for this row: preempt the newest running request (it may be this one).
+      const std::shared_ptr<Request> victim = running_.back();
+      Preempt(victim);
+      if (victim == r) break;
+    }
+    if (std::find(running_.begin(), running_.end(), r) == running_.end()) break;  // r itself went
+    add_segment(r, 1, std::move(pages));
   }
-  for (auto& r : running_) {
+  for (const std::shared_ptr<Request>& r : running_) {
     if (budget <= 0) break;
-    if (r->fed < static_cast<int64_t>(r->prompt.size())) add_segment(r);
+    if (is_decode(*r) || std::find(in_step.begin(), in_step.end(), r) != in_step.end()) continue;
+    std::vector<int32_t> pages;
+    const int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
+    if (n > 0) add_segment(r, n, std::move(pages));
   }
   while (budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_running) {
     std::shared_ptr<Request> r;
@@ -163,13 +217,21 @@ bool Scheduler::RunOnce() {
       std::lock_guard<std::mutex> lock(mu_);
       if (waiting_.empty()) break;
       r = waiting_.front();
+    }
+    std::vector<int32_t> pages;
+    const int64_t n = take_pages(*r, std::min(budget, known(*r)), &pages);
+    if (n <= 0) break;  // no page for a new request: it keeps its place in the queue
+    {
+      std::lock_guard<std::mutex> lock(mu_);
       waiting_.pop_front();
     }
     r->seq_id = next_seq_id_++;
-    r->first_scheduled = Clock::now();
-    if (observer_) observer_->OnScheduled(*r, Seconds(*r->first_scheduled - r->arrival));
+    if (!r->first_scheduled) {
+      r->first_scheduled = Clock::now();
+      if (observer_) observer_->OnScheduled(*r, Seconds(*r->first_scheduled - r->arrival));
+    }
     running_.push_back(r);
-    add_segment(r);
+    add_segment(r, n, std::move(pages));
   }
   step.release = std::move(release_);
   release_.clear();
@@ -250,10 +312,15 @@ bool Scheduler::RunOnce() {
     ++steps_;
     running_count_ = static_cast<int64_t>(running_.size());
     live_tokens_ = live_tokens;
+    used_pages_ = books_ ? books_->used_pages() : 0;
+    preemptions_count_ = preemptions_;
     waiting = static_cast<int64_t>(waiting_.size());
   }
   if (observer_) {
-    observer_->OnStep(step_tokens, static_cast<int64_t>(running_.size()), waiting, Seconds(t1 - t0), live_tokens);
+    const double usage = books_ ? static_cast<double>(books_->used_pages()) / static_cast<double>(books_->num_pages())
+                                : static_cast<double>(live_tokens) /
+                                      static_cast<double>(opts_.max_running * opts_.max_context);
+    observer_->OnStep(step_tokens, static_cast<int64_t>(running_.size()), waiting, Seconds(t1 - t0), usage);
   }
   return true;
 }

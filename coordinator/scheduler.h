@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/request.h"
+#include "kvpool/page_books.h"
 #include "worker/step.h"
 
 namespace ferry::coordinator {
@@ -35,11 +36,14 @@ class StepRunner {
 class SchedulerObserver {
  public:
   virtual ~SchedulerObserver() = default;
-  virtual void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, int64_t live_tokens) {}
+  // kv_usage: the fraction of the cache in use: pool pages used / pool pages with a page pool,
+  // else tokens held by running requests / (max_running * max_context).
+  virtual void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, double kv_usage) {}
   virtual void OnFirstToken(const Request& r, double ttft_seconds) {}
   virtual void OnToken(const Request& r, double inter_token_seconds) {}
   virtual void OnScheduled(const Request& r, double queue_seconds) {}
   virtual void OnFinish(const Request& r, FinishReason reason, double e2e_seconds) {}
+  virtual void OnPreempt(const Request& r) {}
 };
 
 struct SchedulerOptions {
@@ -47,6 +51,10 @@ struct SchedulerOptions {
   int64_t max_running = 16;        // requests holding a lane at once (--parallel)
   int64_t max_queue = 64;          // requests waiting for a lane; past it Submit() refuses
   int64_t max_context = 4096;      // prompt + generated tokens a request may reach
+  // The page pool the scheduler keeps the books of (the workers' arenas hold exactly these
+  // pages): 0 leaves each worker's arena to grow on its own, with no preemption.
+  int64_t kv_pages = 0;
+  int64_t page_size = 512;  // tokens a page
 };
 
 struct SchedulerSnapshot {
@@ -56,6 +64,8 @@ struct SchedulerSnapshot {
   int64_t live_tokens = 0;  // tokens held in the workers' state by running requests
   bool serving = true;
   std::string failure;
+  int64_t used_pages = 0;   // of SchedulerOptions::kv_pages
+  int64_t preemptions = 0;  // requests preempted so far
 };
 
 class Scheduler {
@@ -81,6 +91,8 @@ class Scheduler {
 
  private:
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, const std::string& error = {});
+  void ReleasePages(Request& r);
+  void Preempt(const std::shared_ptr<Request>& r);
   void FailAll(const std::string& error);
   void Loop();
 
@@ -97,10 +109,13 @@ class Scheduler {
   std::string failure_;                                      // GUARDED_BY(mu_)
   int64_t steps_ = 0;                                        // GUARDED_BY(mu_)
   int64_t running_count_ = 0, live_tokens_ = 0;              // GUARDED_BY(mu_): copies for Snapshot()
+  int64_t used_pages_ = 0, preemptions_count_ = 0;           // GUARDED_BY(mu_): copies for Snapshot()
 
   // Step-loop state (loop thread only).
   std::vector<std::shared_ptr<Request>> running_;
   std::vector<uint64_t> release_;
+  std::unique_ptr<kvpool::PageBooks> books_;  // null without a page pool
+  int64_t preemptions_ = 0;
   uint64_t next_seq_id_ = 1;
   uint64_t next_step_id_ = 1;
   std::thread thread_;

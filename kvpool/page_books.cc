@@ -51,6 +51,21 @@ absl::Status PageBooks::CheckUsed(std::span<const int32_t> pages, const char* wh
   return absl::OkStatus();
 }
 
+absl::Status PageBooks::Take(std::span<const int32_t> pages) {
+  std::set<int32_t> seen;
+  for (int32_t p : pages) {
+    if (p < 0 || p >= num_pages() || refs_[static_cast<size_t>(p)] != 0 || !seen.insert(p).second) {
+      return absl::FailedPreconditionError(absl::StrCat("take page ", p, ": not a free page of ", num_pages(), " (",
+                                                        free_pages(), " free)"));
+    }
+  }
+  for (int32_t p : pages) {
+    free_.erase(p);
+    refs_[static_cast<size_t>(p)] = 1;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status PageBooks::AddRef(std::span<const int32_t> pages) {
   if (absl::Status st = CheckUsed(pages, "add a holder to"); !st.ok()) return st;
   for (int32_t p : pages) ++refs_[static_cast<size_t>(p)];

@@ -34,6 +34,10 @@ class PageBooks {
   // Takes `n` free pages, each with one holder. RESOURCE_EXHAUSTED naming both counts when
   // fewer than n are free (then nothing is taken).
   absl::StatusOr<std::vector<int32_t>> Allocate(int64_t n);
+  // Takes these particular free pages, one holder each (a worker's arena following the
+  // coordinator's books). FAILED_PRECONDITION naming the page when one is used, repeated or
+  // unknown (then nothing is taken).
+  absl::Status Take(std::span<const int32_t> pages);
   // One more holder of each page (sharing a kept prefix). FAILED_PRECONDITION for a free or
   // unknown page (then nothing changes).
   absl::Status AddRef(std::span<const int32_t> pages);

@@ -34,6 +34,11 @@ class SequenceState {
   // Errors: OUT_OF_RANGE past length(); FAILED_PRECONDITION when no snapshot exists there
   // (the state is then unchanged).
   virtual absl::Status RewindTo(int64_t position) = 0;
+  // Appends pages the coordinator assigned to this conversation's page table (before the step
+  // that writes them). INVALID_ARGUMENT when a page is not free in this rank's arena.
+  virtual absl::Status AdoptPages(std::span<const int32_t> pages) = 0;
+  // Page ids of the conversation's table, in token order.
+  virtual std::vector<int32_t> Pages() const = 0;
   // A deep copy: a kept prompt-cache state or a fork of the conversation.
   // Errors: RESOURCE_EXHAUSTED when the arena has no page for the copied partial page.
   virtual absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const = 0;

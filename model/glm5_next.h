@@ -33,6 +33,8 @@ class NextSequence final : public SequenceState {
   void KeepSnapshot() override;
   absl::Status RewindTo(int64_t position) override;
   absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override;
+  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_->Adopt(pages); }
+  std::vector<int32_t> Pages() const override { return rows_->pages(); }
   // Positions that hold a kept snapshot, ascending.
   std::vector<int64_t> SnapshotPositions() const;
 

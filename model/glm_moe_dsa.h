@@ -25,6 +25,8 @@ class DsaSequence final : public SequenceState {
   int64_t bytes() const override;
   absl::Status RewindTo(int64_t position) override;
   absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override;
+  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_->Adopt(pages); }
+  std::vector<int32_t> Pages() const override { return rows_->pages(); }
   const PagedRows& rows() const { return *rows_; }
 
  private:

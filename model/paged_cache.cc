@@ -35,6 +35,12 @@ absl::StatusOr<int32_t> PageArena::Allocate() {
   return one[0];
 }
 
+absl::Status PageArena::Take(std::span<const int32_t> pages) {
+  absl::Status st = books_.Take(pages);
+  if (!st.ok()) return absl::InvalidArgumentError(st.message());
+  return absl::OkStatus();
+}
+
 void PageArena::AddRef(int32_t page) { (void)books_.AddRef(std::span<const int32_t>(&page, 1)); }
 void PageArena::Release(int32_t page) { (void)books_.Release(std::span<const int32_t>(&page, 1)); }
 int32_t PageArena::refcount(int32_t page) const { return books_.refcount(page); }
@@ -55,6 +61,12 @@ absl::Status PagedRows::Reserve(int64_t n) {
     added.push_back(*p);
   }
   pages_.insert(pages_.end(), added.begin(), added.end());
+  return absl::OkStatus();
+}
+
+absl::Status PagedRows::Adopt(std::span<const int32_t> pages) {
+  FERRY_RETURN_IF_ERROR(arena_->Take(pages));
+  pages_.insert(pages_.end(), pages.begin(), pages.end());
   return absl::OkStatus();
 }
 

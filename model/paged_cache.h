@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,6 +41,10 @@ class PageArena {
 
   // A page with one holder. RESOURCE_EXHAUSTED (with the counts) when a fixed arena is full.
   absl::StatusOr<int32_t> Allocate();
+  // Takes the given free pages, each with one holder (the coordinator's books chose them).
+  // INVALID_ARGUMENT naming the page when one is outside the arena or not free (then none is
+  // taken).
+  absl::Status Take(std::span<const int32_t> pages);
   void AddRef(int32_t page);
   void Release(int32_t page);
   int32_t refcount(int32_t page) const;
@@ -70,6 +75,8 @@ class PagedRows {
 
   // Pages for tokens [0, n). RESOURCE_EXHAUSTED from the arena (then nothing changes).
   absl::Status Reserve(int64_t n);
+  // Appends pages the caller chose (PageArena::Take) to the table.
+  absl::Status Adopt(std::span<const int32_t> pages);
   // Token t's row at `layer`. REQUIRES: t < reserved tokens.
   float* Row(int64_t layer, int64_t t) {
     const int64_t p = arena_->page_size();

@@ -118,7 +118,10 @@ int main(int argc, char** argv) {
     }
   }
   DataPlaneCollective collective(dp->get());
-  auto model = model::LoadCausalLM(conf.model_path(), model::TensorParallel{rank, world, &collective});
+  model::CacheOptions cache;
+  if (conf.page_size() > 0) cache.page_size = conf.page_size();
+  if (conf.kv_pages() > 0) cache.capacity_pages = conf.kv_pages();
+  auto model = model::LoadCausalLM(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache);
   if (!model.ok()) {
     FERRY_LOG(ERROR) << "rank " << rank << ": " << model.status().message();
     return 2;
@@ -184,6 +187,7 @@ int main(int argc, char** argv) {
       seg.sampling.top_k = s.top_k();
       seg.sampling.top_p = s.top_p();
       seg.seed = s.seed();
+      seg.new_pages.assign(s.new_pages().begin(), s.new_pages().end());
       step.segments.push_back(std::move(seg));
     }
     const auto t0 = std::chrono::steady_clock::now();

@@ -17,6 +17,9 @@ struct StepSegment {
   bool sample = false;  // sample a token after the last position (rank 0 does it)
   kernels::cpu::SamplingParams sampling;
   uint64_t seed = 0;
+  // Pages appended to the conversation's table before this piece runs (with a coordinator-
+  // managed pool; empty otherwise, and the worker's arena grows on its own).
+  std::vector<int32_t> new_pages;
 };
 
 struct Step {

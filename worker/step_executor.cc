@@ -45,6 +45,13 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       it = seqs_.emplace(seg.seq_id, model_->NewSequence()).first;
       created.push_back(seg.seq_id);
     }
+    if (!seg.new_pages.empty()) {
+      if (absl::Status st = it->second->AdoptPages(seg.new_pages); !st.ok()) {
+        for (uint64_t id : created) seqs_.erase(id);
+        return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ",
+                                                       st.message()));
+      }
+    }
     fwd.push_back(model::ForwardSegment{it->second.get(), seg.tokens, false});
   }
   auto out = model_->Forward(fwd);

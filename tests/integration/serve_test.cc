@@ -119,6 +119,45 @@ TEST_CASE("serve: 16 concurrent requests give exactly what each gives alone", "[
   }
 }
 
+TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do not change", "[serve]") {
+  // 8 pages of 16 tokens on each of 2 ranks for 8 concurrent requests of up to ~70 tokens.
+  Server server(kDsa, 2, {"--kv-pool-pages", "8", "--page-size", "16", "--context", "96", "--max-batch-tokens", "32"});
+  REQUIRE(server.serving());
+  auto local = model::LoadCausalLM(kDsa);
+  REQUIRE(local.ok());
+  std::mt19937 rng(23);
+  std::vector<GenerateRequest> reqs;
+  std::vector<std::vector<int32_t>> alone;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> prompt(10 + rng() % 40);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    const int n = 8 + static_cast<int>(rng() % 20);
+    model::GenerateOptions opt;
+    opt.max_tokens = n;
+    opt.ignore_eos = true;
+    auto res = model::Generate(**local, prompt, opt);
+    REQUIRE(res.ok());
+    alone.push_back(res->tokens);
+    reqs.push_back(Greedy(prompt, n));
+    reqs.back().set_stream(true);
+  }
+  std::vector<std::vector<int32_t>> got(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] { (void)Run(server.address(), reqs[i], &got[i]); });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 8; ++i) {
+    INFO("request " << i);
+    CHECK(got[i] == alone[i]);
+  }
+  const std::string m = testing::ScrapeMetrics(server.metrics_port());
+  CHECK(testing::MetricValue(m, "ferry:num_preemptions_total") > 0);
+  CHECK(Eventually([&] {
+    return testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:kv_cache_usage_perc") == 0;
+  }));
+}
+
 TEST_CASE("serve: cancellation and Abort end a request within a step and free it", "[serve]") {
   Server server(kDsa, 2);
   REQUIRE(server.serving());

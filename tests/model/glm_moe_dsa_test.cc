@@ -152,6 +152,8 @@ class ForeignState final : public SequenceState {
   int64_t length() const override { return 0; }
   int64_t bytes() const override { return 0; }
   absl::Status RewindTo(int64_t) override { return absl::OkStatus(); }
+  absl::Status AdoptPages(std::span<const int32_t>) override { return absl::OkStatus(); }
+  std::vector<int32_t> Pages() const override { return {}; }
   absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override {
     return std::unique_ptr<SequenceState>(std::make_unique<ForeignState>());
   }
