@@ -5,6 +5,10 @@
 // Conventions: pointers are device pointers; bf16 values are stored as uint16_t bit patterns
 // (__nv_bfloat16 on the device); accumulation is float32; `stream` is a cudaStream_t (nullptr =
 // the default stream). Launch errors come back as absl::Status; kernels run asynchronously.
+// A violated REQUIRES on a host-side value returns INVALID_ARGUMENT with the numbers and launches
+// nothing; values that live on the device (ids, lengths, offsets, page tables) are checked by the
+// kernel, which never reads out of bounds and writes what each op states (NaN or -1). Outputs
+// alias no input unless an op says so; `rows == 0` does nothing (returns OK).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/cpu/ops.h"  // cpu::RoutingParams (plain C++)
 
 namespace ferry::kernels::cuda {
 
@@ -24,6 +29,157 @@ absl::StatusOr<std::string> DeviceName(int index);
 // CPU twin: cpu::RmsNorm. y may alias x. REQUIRES: dim >= 1.
 absl::Status RmsNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const uint16_t* w, float eps,
                          uint16_t* y, void* stream = nullptr);
+
+// y[rows, out] = x[rows, in] · w[out, in]^T through cuBLAS (cublasGemmEx: bf16 operands, float32
+// compute, bf16 result, no bias). w is a PyTorch Linear weight, one row per output feature; x, w
+// and y are dense row-major. CPU twin: cpu::Linear.
+// REQUIRES: in >= 1, out >= 1, rows, in and out <= INT32_MAX; y aliases neither x nor w.
+// rows == 0 does nothing.
+// Thread safety: each host thread keeps one cuBLAS handle per device, created on its first call
+// on that device and destroyed when the thread exits; the call binds it to `stream`. Calls from
+// different threads are independent. The summation order is cuBLAS's (not cpu::Dot's).
+absl::Status LinearBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
+                        uint16_t* y, void* stream = nullptr);
+
+// Interleaved RoPE in place on a strided slice of bf16 vectors, in float32 inside.
+//   Element i (< dim) of the slice of (row r, head h) is
+//     x[r * row_stride + h * head_stride + offset + i],
+//   and each pair (2j, 2j + 1) is rotated by angle float(positions[r]) * inv_freq[j], the angle,
+//   cosf/sinf and products rounded as in cpu::RopeInterleaved (then the result to bf16).
+//   Elements outside the slices are not touched. Examples: MLA q [R, H, nope + rope]:
+//   row_stride H * (nope + rope), head_stride nope + rope, offset nope, dim rope; the shared
+//   k_pe in a [R, kv_lora + rope] row: heads 1, offset kv_lora; the indexer's [R, Hi, Di]:
+//   offset 0 (RoPE on the first dims).
+//   positions [rows] int64 (device), inv_freq [dim / 2] float32 (device, cpu::RopeInvFreq).
+// REQUIRES: dim even and >= 2, offset >= 0, offset + dim <= head_stride when heads > 1, slices of
+// different (row, head) disjoint. rows == 0 or heads == 0 does nothing.
+absl::Status RopeInterleavedBf16(uint16_t* x, int64_t rows, int64_t heads, int64_t row_stride,
+                                 int64_t head_stride, int64_t offset, int64_t dim, const int64_t* positions,
+                                 const float* inv_freq, void* stream = nullptr);
+
+// out[r, i] = silu(min(g, L)) * clamp(u, -L, L) with g = gate[r * in_stride + i],
+// u = up[r * in_stride + i]; silu(g) * u when limit <= 0 (limit > 0 is glm5_next's swiglu_limit).
+// out [rows, cols] dense bf16; float32 inside. CPU twin: cpu::SwiGlu (same fmin/fmax NaN rules).
+// A fused gate_up projection [rows, 2 * cols] is gate = gu, up = gu + cols, in_stride = 2 * cols.
+// out may alias gate or up only when in_stride == cols. REQUIRES: cols >= 1, in_stride >= cols.
+absl::Status SwiGluBf16(const uint16_t* gate, const uint16_t* up, int64_t rows, int64_t cols,
+                        int64_t in_stride, float limit, uint16_t* out, void* stream = nullptr);
+
+// One layer's view of a paged cache of bf16 rows in one device arena (the layout of the KV
+// pages, model/paged_cache.h): n_pages pages, page_stride bf16 values apart; in each, this
+// layer's page_rows rows of `width` values are contiguous from `arena`:
+//     row (page p, slot i) is at arena + p * page_stride + i * width.
+//   A layer-only arena has page_stride == page_rows * width; a page holding every layer's rows
+//   passes arena = the layer's first row in page 0 and page_stride = the page's size.
+//   page_table [query rows, table_stride] int32 (device): token t of query row r lives in page
+//     page_table[r * table_stride + t / page_rows], slot t % page_rows. Query rows of one
+//     conversation carry copies of its table (rows may repeat the same table).
+// Invariants checked on the host: page_rows a power of two, width >= 1, page_stride >=
+// page_rows * width, table_stride >= 1, n_pages >= 0. On the device, a token t < 0,
+// t / page_rows >= table_stride, or a page id outside [0, n_pages) is never read; what the op
+// then writes is stated per op.
+struct PagedCacheBf16 {
+  const uint16_t* arena = nullptr;
+  int64_t n_pages = 0;
+  int64_t page_rows = 0;
+  int64_t page_stride = 0;
+  int64_t width = 0;
+  const int32_t* page_table = nullptr;
+  int64_t table_stride = 0;
+};
+
+// Absorbed MLA decode attention of `rows` query rows over a paged latent cache.
+//   q_abs [rows, heads, latent] bf16 (W_UK^T q_nope per head), q_pe [rows, heads, rope] bf16
+//   (may be null when rope == 0). cache.width == latent + rope: a cached row is
+//   [c (latent) | k_pe (rope)].
+//   Selected tokens in CSR form (device): sel_offsets [rows + 1] int32; row r attends
+//   sel[sel_offsets[r] .. sel_offsets[r + 1]) (int32 token ids of its conversation), summed in
+//   that order (callers pass them ascending). Lengths may differ per row.
+//   score(h, s) = (q_abs_h · c_s + q_pe_h · k_pe_s) * scale; softmax over the row's selection in
+//   float32 (single-pass, running max); out [rows, heads, latent] bf16 = sum_s p(h, s) c_s. bf16
+//   because its consumer, the per-head W_UV product, takes bf16, and the owner ships it back
+//   at half the bytes of float32.
+// CPU twin: cpu::MlaAttendRow per row over the rows gathered from the pages (rounding only).
+// Empty selection: that row's output is 0. A selection with sel_offsets[r + 1] <
+// sel_offsets[r], or naming a token or page the cache cannot address (see PagedCacheBf16):
+// that row's output is NaN for every head. NaN inputs propagate (as in the CPU twin).
+// REQUIRES: heads >= 1; 1 <= latent <= 1024; rope >= 0; latent + rope a multiple of 8 and
+// <= 1152; cache.arena 16-byte aligned and cache.page_stride a multiple of 8 (16-byte row loads);
+// rows * heads <= INT32_MAX; q, sel, out do not alias.
+absl::Status MlaDecodeAttention(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads,
+                                int64_t latent, int64_t rope, const PagedCacheBf16& cache, const int32_t* sel,
+                                const int32_t* sel_offsets, float scale, uint16_t* out,
+                                void* stream = nullptr);
+
+// Lightning-indexer scores, float32 out: for query row r and each visible key s < n_keys[r],
+//   scores[r * score_stride + s] = sum_h w[r, h] * ReLU(scale * qi_h · k_s)
+// (ReLU between the per-head dot and the head weight; a NaN dot counts as 0, as in the CPU twin).
+//   qi [rows, heads, dim] bf16; w [rows, heads] float32 (weights_proj output * heads^-0.5);
+//   keys: paged, cache.width == dim (the indexer's k cache, or pooled keys indexed by pool);
+//   n_keys [rows] int32 (device). Entries [n_keys[r], score_stride) are not written.
+// CPU twin: cpu::IndexerScoresRow (heads summed in another order: rounding only).
+// A key whose page cannot be addressed scores NaN (TopK ranks it last). n_keys[r] outside
+// [0, score_stride]: every entry [0, score_stride) of that row is NaN.
+// REQUIRES: 1 <= heads <= 64, dim >= 1, heads * (dim + 2) + 8 * dim <= 11000 (shared memory),
+// 1 <= rows <= 65535, score_stride >= 1.
+absl::Status IndexerScores(const uint16_t* qi, const float* w, int64_t rows, int64_t heads, int64_t dim,
+                           const PagedCacheBf16& keys, const int32_t* n_keys, float scale, float* scores,
+                           int64_t score_stride, void* stream = nullptr);
+
+// Per row, the k largest of scores[r * cols .. r * cols + n_r) (n_r = lengths[r], or cols when
+// lengths is null), ties toward the lower index, NaN ranking below everything (-0 and +0 tie).
+//   ids [rows, k] int32: the min(k, n_r) chosen indices ascending, then -1 in the rest.
+//   counts [rows] int32 (may be null): min(k, n_r).
+// CPU twin: cpu::TopKIndices, exactly (same set, same order). A row with n_r outside [0, cols]
+// selects nothing (ids all -1, count 0). REQUIRES: rows <= INT32_MAX, 1 <= cols <= INT32_MAX,
+// 0 <= k <= INT32_MAX (ids may be null when k == 0). One block per row, about five reads of it.
+absl::Status TopK(const float* scores, int64_t rows, int64_t cols, const int32_t* lengths, int64_t k,
+                  int32_t* ids, int32_t* counts, void* stream = nullptr);
+
+// Sigmoid routing with bias, groups, top-k and normalisation, per row, exactly as cpu::RouteRow
+// (same p fields): logits [rows, n_experts] float32, bias [n_experts] float32 (may be null;
+// selection only); writes experts [rows, top_k] int32 ascending and weights [rows, top_k]
+// float32. Selection uses the CPU's strict order (value, then lower id, NaN last), so ids match
+// the CPU twin exactly whenever both compute the same sigmoids; expf may differ from the host's
+// by an ulp, which can only flip choices closer than that. NaN logits rank last and give NaN
+// weights, as on the CPU.
+// REQUIRES: 1 <= n_experts <= 1024, 0 <= top_k <= n_experts, n_group >= 1, and when grouping
+// applies (n_group > 1 and topk_group < n_group): n_group <= 64, n_experts % n_group == 0,
+// n_experts / n_group >= 2, topk_group >= 1.
+absl::Status MoeRoute(const float* logits, const float* bias, int64_t rows, const cpu::RoutingParams& p,
+                      int32_t* experts, float* weights, void* stream = nullptr);
+
+// One decode token of the KDA gated delta rule for `rows` conversations, H heads of d, float32:
+//   per (row r, head h), with S = state slot slots[r] (or r when slots is null), head h [d, d]
+//   (key channel i x value channel j, S[i * d + j]):
+//     S <- diag(exp(g)) S;  u = beta (v - S^T k);  S <- S + k u^T;  o = S^T q
+//   q, k, v, g [rows, H, d] (q, k already conv'd, L2-normalised, q scaled by d^-0.5; g the log
+//   decay), beta [rows, H]; state [n_slots, H, d, d] updated in place; o [rows, H, d].
+// CPU twin: the token-by-token recurrence of model/kda.cc (sums over i ascending, as there).
+// A slot outside [0, n_slots): that row's o is NaN and no state is touched. Two rows naming the
+// same slot race (REQUIRES distinct slots). REQUIRES: 1 <= d <= 128, H >= 1, rows <= 65535;
+// o aliases none of the inputs.
+absl::Status KdaRecurrentStep(float* state, const int32_t* slots, int64_t n_slots, int64_t rows, int64_t heads,
+                              int64_t d, const float* q, const float* k, const float* v, const float* g,
+                              const float* beta, float* o, void* stream = nullptr);
+
+// The mixing weights of one mHC site from its logits, float32, per row (S streams, M = (2+S)S):
+//   m [rows, M] (r · fn^T), scale [3], base [M] (device):
+//   pre  [rows, S]    = sigmoid(m[0:S] * scale[0] + base[0:S]) + eps
+//   post [rows, S]    = 2 * sigmoid(m[S:2S] * scale[1] + base[S:2S])
+//   comb [rows, S, S] = softmax_rows(m[2S:] * scale[2] + base[2S:]) + eps, then /= colsum + eps,
+//                       then (iters - 1) times /= rowsum + eps, /= colsum + eps
+//                       (iters <= 1: the one column normalisation only, as on the CPU)
+// CPU twin: model::MhcPre (model/mhc.cc) with the same order of operations; only expf may differ.
+// REQUIRES: 1 <= streams (S) <= 8, rows <= INT32_MAX.
+absl::Status MhcSinkhorn(const float* m, int64_t rows, int64_t streams, const float* scale, const float* base,
+                         float eps, int64_t iters, float* pre, float* post, float* comb, void* stream = nullptr);
+
+// Greedy sampling: ids[r] = the index of the largest of logits[r * vocab ..), ties toward the
+// lower index, NaN never wins (an all-NaN row gives 0). CPU twin: cpu::ArgMax, exactly.
+// REQUIRES: 1 <= vocab <= INT32_MAX, rows <= INT32_MAX.
+absl::Status SampleGreedy(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
+                          void* stream = nullptr);
 
 // Device memory helpers for the harness and tests.
 absl::StatusOr<void*> DeviceAlloc(size_t bytes);

@@ -1,0 +1,121 @@
+// Sigmoid MoE routing with bias, groups and top-k (MoeRoute in ops.h): one warp per row.
+//
+// Every selection is "repeatedly take the best remaining candidate" under the CPU's strict total
+// order (rank.cuh), so the chosen sets equal cpu::RouteRow's nth_element sets whatever the
+// ties. The weight sum runs over the chosen experts in ascending id, the CPU's order.
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/rank.cuh"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxGroups = 64;
+
+__global__ void __launch_bounds__(32)
+    MoeRouteKernel(const float* __restrict__ logits, const float* __restrict__ bias, int n_experts, int top_k,
+                   int n_group, int topk_group, bool grouped, bool norm_topk_prob, float scaling,
+                   int32_t* __restrict__ experts, float* __restrict__ weights) {
+  __shared__ float s[kMaxExperts], choice[kMaxExperts];
+  __shared__ unsigned char picked[kMaxExperts];
+  __shared__ float group_score[kMaxGroups];
+  __shared__ unsigned char kept[kMaxGroups];
+  const int64_t r = blockIdx.x;
+  const int lane = threadIdx.x;
+  const float* x = logits + r * n_experts;
+  for (int e = lane; e < n_experts; e += 32) {
+    s[e] = 1.0f / (1.0f + expf(-x[e]));
+    choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
+    picked[e] = 0;
+  }
+  __syncwarp();
+
+  if (grouped) {
+    // Group score = the sum of its two best biased scores (the CPU adds them in ascending id;
+    // float addition is commutative, so the order of the two is immaterial).
+    const int per = n_experts / n_group;
+    for (int g = lane; g < n_group; g += 32) {
+      Ranked b1{0.0f, -1}, b2{0.0f, -1};
+      for (int e = g * per; e < (g + 1) * per; ++e) b1 = Better(b1, Ranked{choice[e], e});
+      for (int e = g * per; e < (g + 1) * per; ++e) {
+        if (e != b1.i) b2 = Better(b2, Ranked{choice[e], e});
+      }
+      group_score[g] = choice[b1.i] + choice[b2.i];
+      kept[g] = 0;
+    }
+    __syncwarp();
+    for (int t = 0; t < topk_group; ++t) {
+      Ranked b{0.0f, -1};
+      for (int g = lane; g < n_group; g += 32) {
+        if (!kept[g]) b = Better(b, Ranked{group_score[g], g});
+      }
+      b = WarpBest(b);
+      if (lane == 0) kept[b.i] = 1;
+      __syncwarp();
+    }
+    for (int e = lane; e < n_experts; e += 32) {
+      if (!kept[e / per]) choice[e] = -INFINITY;
+    }
+    __syncwarp();
+  }
+
+  for (int t = 0; t < top_k; ++t) {
+    Ranked b{0.0f, -1};
+    for (int e = lane; e < n_experts; e += 32) {
+      if (!picked[e]) b = Better(b, Ranked{choice[e], e});
+    }
+    b = WarpBest(b);
+    if (lane == 0) picked[b.i] = 1;
+    __syncwarp();
+  }
+
+  if (lane == 0) {
+    float sum = 0.0f;
+    for (int e = 0; e < n_experts; ++e) {
+      if (picked[e]) sum += s[e];
+    }
+    int32_t* ex = experts + r * top_k;
+    float* wt = weights + r * top_k;
+    int i = 0;
+    for (int e = 0; e < n_experts; ++e) {
+      if (!picked[e]) continue;
+      float w = s[e];
+      if (norm_topk_prob) w /= (sum + 1e-20f);
+      ex[i] = e;
+      wt[i] = w * scaling;
+      ++i;
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status MoeRoute(const float* logits, const float* bias, int64_t rows, const cpu::RoutingParams& p,
+                      int32_t* experts, float* weights, void* stream) {
+  const int64_t E = p.n_experts;
+  if (rows < 0 || rows > 0x7fffffff || E < 1 || E > kMaxExperts || p.top_k < 0 || p.top_k > E || p.n_group < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeRoute: rows ", rows, ", n_experts ", E, ", top_k ", p.top_k,
+                                                   ", n_group ", p.n_group, " (need 1 <= n_experts <= ", kMaxExperts,
+                                                   ", 0 <= top_k <= n_experts, n_group >= 1)"));
+  }
+  const bool grouped = p.n_group > 1 && p.topk_group < p.n_group;
+  if (grouped && (p.n_group > kMaxGroups || E % p.n_group != 0 || E / p.n_group < 2 || p.topk_group < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeRoute: ", E, " experts in ", p.n_group, " groups, keeping ",
+                                                   p.topk_group, " (need n_group <= ", kMaxGroups,
+                                                   ", equal groups of >= 2 experts, topk_group >= 1)"));
+  }
+  if (rows == 0 || p.top_k == 0) return absl::OkStatus();
+  if (logits == nullptr || experts == nullptr || weights == nullptr) {
+    return absl::InvalidArgumentError("MoeRoute: null logits, experts or weights");
+  }
+  MoeRouteKernel<<<static_cast<unsigned>(rows), 32, 0, static_cast<cudaStream_t>(stream)>>>(
+      logits, bias, static_cast<int>(E), static_cast<int>(p.top_k), static_cast<int>(p.n_group),
+      static_cast<int>(p.topk_group), grouped, p.norm_topk_prob, p.routed_scaling_factor, experts, weights);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace ferry::kernels::cuda

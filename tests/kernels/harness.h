@@ -1,0 +1,139 @@
+// Shared pieces of ferry-kernel-check (tests/kernels/cuda_harness.cc): a case's result, device
+// buffers that poison their outputs, random inputs, and the relative-norm error.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/dtype.h"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::harness {
+
+namespace cu = kernels::cuda;
+
+struct Result {
+  std::string error;  // non-empty: the case could not run
+  double rel_err = 0.0;
+  double tolerance = 0.0;
+  long unwritten = 0;   // outputs still holding the poison (NaN) or NaN where the reference is not
+  long mismatched = 0;  // outputs compared exactly (ids, untouched elements) that differ
+  std::string note;     // extra facts worth printing (e.g. rows skipped as near ties)
+};
+
+struct Case {
+  std::string name;
+  std::function<Result(std::mt19937&)> run;
+};
+
+// Returns the enclosing case's Result `r` with the error of a non-OK absl::Status.
+#define HARNESS_CHECK_OK(expr)                   \
+  do {                                           \
+    const ::absl::Status harness_s_ = (expr);    \
+    if (!harness_s_.ok()) {                      \
+      r.error = std::string(harness_s_.message()); \
+      return r;                                  \
+    }                                            \
+  } while (0)
+
+// Random bf16 values N(offset, scale^2), returned both as bits and as their exact float values.
+inline void RandomBf16(size_t n, float scale, float offset, std::mt19937& rng, std::vector<uint16_t>* bits,
+                       std::vector<float>* values) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  bits->resize(n);
+  values->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    (*bits)[i] = F32ToBf16(offset + scale * d(rng));
+    (*values)[i] = Bf16ToF32((*bits)[i]);
+  }
+}
+
+inline std::vector<float> RandomF32(size_t n, float scale, float offset, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = offset + scale * d(rng);
+  return v;
+}
+
+inline std::vector<float> ToF32(const std::vector<uint16_t>& bf16_bits) {
+  std::vector<float> v(bf16_bits.size());
+  for (size_t i = 0; i < bf16_bits.size(); ++i) v[i] = Bf16ToF32(bf16_bits[i]);
+  return v;
+}
+
+// Owns device buffers for one case; frees them on every path. Errors land in *err (first wins).
+class Device {
+ public:
+  explicit Device(std::string* err) : err_(err) {}
+  ~Device() {
+    for (void* p : ptrs_) (void)cu::DeviceFree(p);
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  template <typename T>
+  T* Upload(const std::vector<T>& host) {
+    T* p = Alloc<T>(host.size());
+    if (p != nullptr) Note(cu::CopyToDevice(p, host.data(), host.size() * sizeof(T)));
+    return p;
+  }
+  // n elements filled with 0xff bytes: NaN for float and bf16, -1 for int32.
+  template <typename T>
+  T* Poisoned(size_t n) {
+    T* p = Alloc<T>(n);
+    if (p != nullptr) Note(cu::DeviceFill(p, 0xff, n * sizeof(T)));
+    return p;
+  }
+  template <typename T>
+  std::vector<T> Download(const T* p, size_t n) {
+    std::vector<T> host(n);
+    if (err_->empty()) Note(cu::CopyToHost(host.data(), p, n * sizeof(T)));
+    return host;
+  }
+
+ private:
+  template <typename T>
+  T* Alloc(size_t n) {
+    if (!err_->empty()) return nullptr;
+    auto p = cu::DeviceAlloc(std::max<size_t>(n, 1) * sizeof(T));
+    if (!p.ok()) return Note(p.status()), nullptr;
+    ptrs_.push_back(*p);
+    return static_cast<T*>(*p);
+  }
+  void Note(const absl::Status& s) {
+    if (!s.ok() && err_->empty()) *err_ = std::string(s.message());
+  }
+  std::string* err_;
+  std::vector<void*> ptrs_;
+};
+
+// ||got - want|| / ||want|| over the elements where got is not NaN; *nan_count counts the NaN
+// ones of got where want is not NaN (unwritten or wrongly NaN). Elements NaN in both are skipped.
+inline double RelErr(const std::vector<float>& got, const std::vector<float>& want, long* nan_count) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want[i])) {
+      if (!std::isnan(got[i])) ++*nan_count;  // the reference is NaN, the kernel is not
+      continue;
+    }
+    if (std::isnan(got[i])) {
+      ++*nan_count;
+      continue;
+    }
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The case groups, one file each.
+void AddDenseCases(std::vector<Case>* cases);      // harness_dense.cc
+void AddAttentionCases(std::vector<Case>* cases);  // harness_attention.cc
+void AddSelectCases(std::vector<Case>* cases);     // harness_select.cc
+
+}  // namespace ferry::harness

@@ -1,0 +1,254 @@
+// ferry-kernel-check cases for the paged attention-side ops: MlaDecodeAttention against
+// cpu::MlaAttendRow, IndexerScores against cpu::IndexerScoresRow. Each case builds conversations
+// whose rows are scattered over a shuffled page arena (unused table entries are -1, so a read past
+// a conversation's pages would show), gathers each conversation's rows back into a contiguous
+// cache on the host, and runs the CPU twin on that.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "kernels/cpu/ops.h"
+#include "tests/kernels/harness.h"
+
+namespace ferry::harness {
+namespace {
+
+namespace cpu = kernels::cpu;
+
+// Conversations of the given lengths over a shuffled arena of pages (plus a few spare pages),
+// `width` bf16 values a row. Each page is [lead | page_rows rows | tail] with lead + tail = gap
+// values of other data (as when a page holds every layer's rows): the cache view starts at
+// arena + lead with page_stride = page_rows * width + gap.
+struct PagedConversations {
+  int64_t page_rows = 0, width = 0, n_pages = 0, table_stride = 0, lead = 0, page_stride = 0;
+  std::vector<uint16_t> arena_bits;
+  std::vector<float> arena;
+  std::vector<std::vector<int32_t>> tables;  // per conversation, table_stride entries (-1 unused)
+
+  PagedConversations(std::mt19937& rng, const std::vector<int64_t>& lengths, int64_t p, int64_t w, int64_t gap)
+      : page_rows(p), width(w), lead(8 * (gap / 16)), page_stride(p * w + gap) {
+    for (int64_t len : lengths) {
+      const int64_t pages = (len + p - 1) / p;
+      n_pages += pages;
+      table_stride = std::max(table_stride, pages + 1);  // one spare entry, left at -1
+    }
+    n_pages += 3;
+    RandomBf16(n_pages * page_stride, 1.0f, 0.0f, rng, &arena_bits, &arena);
+    std::vector<int32_t> ids(n_pages);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    size_t next = 0;
+    for (int64_t len : lengths) {
+      std::vector<int32_t> t(table_stride, -1);
+      for (int64_t i = 0; i < (len + p - 1) / p; ++i) t[i] = ids[next++];
+      tables.push_back(t);
+    }
+  }
+  // Row t of conversation c as floats (REQUIRES its page is mapped).
+  const float* Row(int64_t c, int64_t t) const {
+    return arena.data() + lead + tables[c][t / page_rows] * page_stride + (t % page_rows) * width;
+  }
+  // Rows 0..len-1 of conversation c, contiguous.
+  std::vector<float> Gather(int64_t c, int64_t len) const {
+    std::vector<float> out(len * width);
+    for (int64_t t = 0; t < len; ++t) std::memcpy(&out[t * width], Row(c, t), width * sizeof(float));
+    return out;
+  }
+  // The device view; `arena_dev` holds arena_bits, `table_dev` the query rows' tables.
+  cu::PagedCacheBf16 View(const uint16_t* arena_dev, const int32_t* table_dev) const {
+    cu::PagedCacheBf16 v;
+    v.arena = arena_dev + lead;
+    v.n_pages = n_pages;
+    v.page_rows = page_rows;
+    v.page_stride = page_stride;
+    v.width = width;
+    v.page_table = table_dev;
+    v.table_stride = table_stride;
+    return v;
+  }
+};
+
+// The ascending selection of n of [0, len): all of them when n >= len.
+std::vector<int32_t> Select(std::mt19937& rng, int64_t len, int64_t n) {
+  std::vector<int32_t> all(len);
+  std::iota(all.begin(), all.end(), 0);
+  if (n < len) {
+    std::shuffle(all.begin(), all.end(), rng);
+    all.resize(n);
+    std::sort(all.begin(), all.end());
+  }
+  return all;
+}
+
+struct MlaShape {
+  int64_t heads, latent, rope, page_rows, gap;  // gap: other data per page (multiple of 8)
+  std::vector<int64_t> lengths;  // per conversation
+  std::vector<int64_t> row_conv;  // per query row: its conversation
+  int64_t n_sel;                  // per row, min(n_sel, length) selected tokens
+  bool specials;                  // the last two rows: an empty selection, then an unaddressable id
+};
+
+Result MlaCase(std::mt19937& rng, const MlaShape& s) {
+  Result r;
+  r.tolerance = 1e-2;
+  const int64_t R = s.row_conv.size(), H = s.heads, L = s.latent, W = s.latent + s.rope;
+  PagedConversations pc(rng, s.lengths, s.page_rows, W, s.gap);
+  std::vector<uint16_t> qab, qpb;
+  std::vector<float> qaf, qpf;
+  RandomBf16(R * H * L, 1.0f, 0.0f, rng, &qab, &qaf);
+  RandomBf16(R * H * s.rope, 1.0f, 0.0f, rng, &qpb, &qpf);
+  const float scale = 1.0f / 16.0f;  // (192 + 64)^-0.5 for GLM-5.2, 256^-0.5 for GLM-5.3-Flash
+  std::vector<int32_t> table, sel, offsets = {0};
+  std::vector<float> want(R * H * L);
+  for (int64_t t = 0; t < R; ++t) {
+    const int64_t c = s.row_conv[t], len = s.lengths[c];
+    table.insert(table.end(), pc.tables[c].begin(), pc.tables[c].end());
+    std::vector<int32_t> row_sel = Select(rng, len, s.n_sel);
+    float* o = want.data() + t * H * L;
+    if (s.specials && t == R - 2) {
+      row_sel.clear();
+      std::fill(o, o + H * L, 0.0f);
+    } else if (s.specials && t == R - 1) {
+      row_sel.back() = static_cast<int32_t>(pc.table_stride * pc.page_rows);  // beyond the table
+      std::fill(o, o + H * L, NAN);
+    } else {
+      const std::vector<float> cache = pc.Gather(c, len);
+      std::vector<float> scratch(row_sel.size());
+      cpu::MlaAttendRow(qaf.data() + t * H * L, qpf.data() + t * H * s.rope, H, L, s.rope, cache.data(), W,
+                        row_sel.data(), row_sel.size(), scale, o, scratch.data());
+    }
+    sel.insert(sel.end(), row_sel.begin(), row_sel.end());
+    offsets.push_back(static_cast<int32_t>(sel.size()));
+  }
+  Device dev(&r.error);
+  const uint16_t* arena = dev.Upload(pc.arena_bits);
+  const cu::PagedCacheBf16 cache = pc.View(arena, dev.Upload(table));
+  uint16_t* qa = dev.Upload(qab);
+  uint16_t* qp = s.rope > 0 ? dev.Upload(qpb) : nullptr;
+  int32_t* dsel = dev.Upload(sel);
+  int32_t* doff = dev.Upload(offsets);
+  uint16_t* out = dev.Poisoned<uint16_t>(R * H * L);
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<float> got = ToF32(dev.Download(out, R * H * L));
+  if (!r.error.empty()) return r;
+  r.rel_err = RelErr(got, want, &r.unwritten);
+  if (s.specials) {  // the empty row must be exactly zero
+    for (int64_t i = (R - 2) * H * L; i < (R - 1) * H * L; ++i) r.mismatched += got[i] != 0.0f;
+  }
+  return r;
+}
+
+struct IndexerShape {
+  int64_t heads, dim, page_rows, gap, score_stride;
+  std::vector<int64_t> n_keys;  // per row (each row its own conversation); > stride: invalid
+  int64_t bad_page_row;         // this row's second page is unmapped (-1): those keys score NaN
+};
+
+Result IndexerCase(std::mt19937& rng, const IndexerShape& s) {
+  Result r;
+  r.tolerance = 1e-4;  // float32 sums in another order
+  const int64_t R = s.n_keys.size(), H = s.heads, D = s.dim, stride = s.score_stride;
+  std::vector<int64_t> lengths;
+  for (int64_t n : s.n_keys) lengths.push_back(std::min(n, stride));
+  PagedConversations pc(rng, lengths, s.page_rows, D, s.gap);
+  std::vector<uint16_t> qb;
+  std::vector<float> qf;
+  RandomBf16(R * H * D, 1.0f, 0.0f, rng, &qb, &qf);
+  const std::vector<float> w = RandomF32(R * H, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f, rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<int32_t> table, n_keys;
+  std::vector<float> want_valid, got_valid;
+  std::vector<char> expect_poison(R * stride, 0);
+  std::vector<float> want(R * stride, NAN);
+  for (int64_t t = 0; t < R; ++t) {
+    std::vector<int32_t> row_table = pc.tables[t];
+    n_keys.push_back(static_cast<int32_t>(s.n_keys[t]));
+    if (s.n_keys[t] > stride) {
+      table.insert(table.end(), row_table.begin(), row_table.end());
+      continue;  // invalid: the whole row NaN
+    }
+    const int64_t n = s.n_keys[t];
+    std::vector<float> keys = pc.Gather(t, n);
+    cpu::IndexerScoresRow(qf.data() + t * H * D, w.data() + t * H, H, D, keys.data(), D, n, scale,
+                          want.data() + t * stride);
+    if (t == s.bad_page_row && n > s.page_rows) {
+      row_table[1] = -1;
+      for (int64_t k = s.page_rows; k < std::min(n, 2 * s.page_rows); ++k) want[t * stride + k] = NAN;
+    }
+    for (int64_t k = n; k < stride; ++k) expect_poison[t * stride + k] = 1;
+    table.insert(table.end(), row_table.begin(), row_table.end());
+  }
+  Device dev(&r.error);
+  const uint16_t* arena = dev.Upload(pc.arena_bits);
+  const cu::PagedCacheBf16 cache = pc.View(arena, dev.Upload(table));
+  uint16_t* q = dev.Upload(qb);
+  float* dw = dev.Upload(w);
+  int32_t* dn = dev.Upload(n_keys);
+  float* scores = dev.Poisoned<float>(R * stride);
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::IndexerScores(q, dw, R, H, D, cache, dn, scale, scores, stride));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<float> got = dev.Download(scores, R * stride);
+  if (!r.error.empty()) return r;
+  std::vector<float> g2, w2;
+  for (int64_t i = 0; i < R * stride; ++i) {
+    if (expect_poison[i]) {
+      uint32_t bits;
+      std::memcpy(&bits, &got[i], 4);
+      r.mismatched += bits != 0xffffffffu;  // entries past n_keys stay as they were
+    } else {
+      g2.push_back(got[i]);
+      w2.push_back(want[i]);
+    }
+  }
+  r.rel_err = RelErr(g2, w2, &r.unwritten);
+  return r;
+}
+
+}  // namespace
+
+void AddAttentionCases(std::vector<Case>* cases) {
+  const std::vector<MlaShape> mla = {
+      // GLM-5.2: 64 heads, kv_lora 512 + rope 64, sparse top-2048 of long contexts; rows 0 and 3
+      // share a conversation (as MTP rows do).
+      {64, 512, 64, 64, 0, {3000, 5000, 2100}, {0, 1, 2, 0}, 2048, false},
+      // GLM-5.3-Flash: NoPE (latent 512 only), dense below 2048 tokens, pages shared with
+      // another layer's rows.
+      {64, 512, 0, 128, 4096, {40, 1000, 2600}, {0, 1, 2}, 2048, false},
+      // Toy with an empty selection and an unaddressable id; a one-row conversation.
+      {3, 16, 8, 4, 24, {1, 7, 30, 13}, {0, 1, 2, 3, 3, 2}, 5, true},
+      // One-row pages, and the widest latent.
+      {2, 64, 0, 1, 8, {17, 50}, {0, 1}, 100, false},
+      {4, 1024, 64, 16, 0, {300, 5}, {0, 1}, 257, false},
+  };
+  for (const MlaShape& s : mla) {
+    cases->push_back({absl::StrCat("mla_decode heads=", s.heads, " latent=", s.latent, " rope=", s.rope,
+                                   " page=", s.page_rows, s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(),
+                                   " sel<=", s.n_sel, s.specials ? " +empty+bad" : ""),
+                      [=](std::mt19937& rng) { return MlaCase(rng, s); }});
+  }
+  const std::vector<IndexerShape> idx = {
+      // GLM-5.x indexer: 32 heads x 128, a full 128K-token context and a short one.
+      {32, 128, 64, 0, 131072, {131072, 4097}, -1},
+      // Empty, one key, an unmapped page, and an invalid n_keys (> stride); pages shared with
+      // other layers' rows.
+      {32, 128, 16, 1000, 2048, {0, 1, 300, 2048, 2049}, 2},
+      {64, 64, 128, 0, 1024, {1000, 999, 3}, -1},
+      {5, 17, 2, 3, 40, {9, 31}, 1},
+  };
+  for (const IndexerShape& s : idx) {
+    cases->push_back({absl::StrCat("indexer_scores heads=", s.heads, " dim=", s.dim, " page=", s.page_rows,
+                                   s.gap > 0 ? "+gap" : "", " n_keys=", absl::StrJoin(s.n_keys, ",")),
+                      [=](std::mt19937& rng) { return IndexerCase(rng, s); }});
+  }
+}
+
+}  // namespace ferry::harness
