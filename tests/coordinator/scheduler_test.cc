@@ -173,6 +173,47 @@ TEST_CASE("scheduler: preemption for pages gives the same tokens (glm5_next)", "
   PreemptionEqualsAlone(kNext);
 }
 
+TEST_CASE("scheduler: a thousand mixed requests on a small pool leave no page or state behind", "[scheduler][paged]") {
+  LocalRunner runner(kDsa, model::CacheOptions{16, 12});
+  SchedulerOptions opts;
+  opts.max_batch_tokens = 32;
+  opts.max_running = 4;
+  opts.max_queue = 2000;
+  opts.max_context = 64;
+  opts.kv_pages = 12;
+  opts.page_size = 16;
+  Scheduler sched(opts, &runner);
+  std::mt19937 rng(99);
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 40);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    auto r = MakeRequest("m" + std::to_string(i), prompt, 1 + rng() % 12, i % 3 == 0);
+    r->stop_token_ids = {static_cast<int32_t>(2 + rng() % 380)};  // some stop early
+    REQUIRE(sched.Submit(r).ok());
+    reqs.push_back(r);
+    if (i % 7 == 0) sched.Abort(r->id);                     // aborted while queued
+    if (i % 11 == 0) (void)sched.RunOnce();                 // or after a step or two
+    if (i % 13 == 0 && i > 0) sched.Abort(reqs[i - 1]->id);
+  }
+  RunUntilIdle(sched);
+  int finished = 0, aborted = 0;
+  for (auto& r : reqs) {
+    std::vector<int32_t> streamed;
+    RequestEvent end = Collect(*r, &streamed);
+    ++finished;
+    aborted += end.reason == FinishReason::kAbort;
+  }
+  CHECK(finished == 1000);
+  CHECK(aborted >= 1000 / 7);
+  const SchedulerSnapshot snap = sched.Snapshot();
+  CHECK(snap.running == 0);
+  CHECK(snap.waiting == 0);
+  CHECK(snap.used_pages == 0);
+  CHECK(runner.exec().model().arena().used_pages() == 0);
+  CHECK(runner.exec().live_sequences() == 0);
+}
+
 TEST_CASE("scheduler: a full queue refuses at once", "[scheduler]") {
   LocalRunner runner(kDsa);
   SchedulerOptions opts;

@@ -57,6 +57,15 @@ class Gen {
   }
   RawTensor Norm(const std::string& name, int64_t n) { return Fill(name, {n}, 0.1f, 1.0f); }
   RawTensor Small(const std::string& name, int64_t n, float scale) { return Fill(name, {n}, scale, 0.0f); }
+  RawTensor Shaped(const std::string& name, std::vector<int64_t> shape, float scale, float offset) {
+    return Fill(name, std::move(shape), scale, offset);
+  }
+  RawTensor LogUniform(const std::string& name, int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = std::log(u(rng_));
+    return Bf16Tensor(name, {n}, v);
+  }
 
  private:
   RawTensor Fill(const std::string& name, std::vector<int64_t> shape, float scale, float offset) {
@@ -135,6 +144,130 @@ void WriteSyntheticDsa(const std::string& dir, const nlohmann::json& config, uin
     WriteSafetensors(dir + "/" + name, part, {{"format", "pt"}});
   }
   WriteFile(dir + "/model.safetensors.index.json", index.dump(2));
+}
+
+nlohmann::json SmallNextConfig() {
+  nlohmann::json text = {
+      {"model_type", "glm5_next_text"},
+      {"vocab_size", 96},
+      {"hidden_size", 64},
+      {"intermediate_size", 96},
+      {"moe_intermediate_size", 16},
+      {"num_hidden_layers", 6},
+      {"num_attention_heads", 4},
+      {"num_key_value_heads", 4},
+      {"q_lora_rank", 48},
+      {"kv_lora_rank", 32},
+      {"qk_nope_head_dim", 16},
+      {"qk_rope_head_dim", 0},
+      {"v_head_dim", 16},
+      {"n_routed_experts", 8},
+      {"num_experts_per_tok", 2},
+      {"n_shared_experts", 1},
+      {"n_group", 1},
+      {"topk_group", 1},
+      {"norm_topk_prob", true},
+      {"routed_scaling_factor", 2.5},
+      {"index_topk", 8},
+      {"index_head_dim", 16},
+      {"index_n_heads", 4},
+      {"index_kpool", 4},
+      {"index_kpool_always_select_tail", true},
+      {"linear_num_heads", 2},
+      {"linear_head_dim", 16},
+      {"linear_conv_kernel_dim", 4},
+      {"linear_lower_bound", -5.0},
+      {"hc_mult", 4},
+      {"hc_sinkhorn_iters", 20},
+      {"hc_eps", 1e-6},
+      {"swiglu_limit", 10.0},
+      {"rms_norm_eps", 1e-5},
+      {"max_position_embeddings", 4096},
+      {"layer_types", {"linear_attention", "linear_attention", "deepseek_sparse_attention", "linear_attention",
+                       "deepseek_sparse_attention", "deepseek_sparse_attention"}},
+      {"indexer_types", {"full", "full", "full", "full", "full", "shared"}},
+      {"mlp_layer_types", {"dense", "sparse", "sparse", "sparse", "sparse", "sparse"}},
+      {"tie_word_embeddings", false},
+  };
+  return nlohmann::json{{"architectures", {"Glm5NextForConditionalGeneration"}},
+                        {"model_type", "glm5_next"},
+                        {"tie_word_embeddings", false},
+                        {"text_config", text}};
+}
+
+void WriteSyntheticNext(const std::string& dir, const nlohmann::json& config, uint32_t seed) {
+  auto parsed = model::ParseModelConfig(config, "synthetic config.json");
+  if (!parsed.ok()) throw std::runtime_error(std::string(parsed.status().message()));
+  const model::ModelConfig& c = *parsed;
+  Gen g(seed);
+  std::vector<RawTensor> t;
+  const int64_t D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, V = c.v_head_dim,
+                QL = c.q_lora_rank, S = c.hc_mult, M = (2 + S) * S, Hl = c.linear_num_heads, d = c.linear_head_dim,
+                C = Hl * d, K = c.linear_conv_kernel_dim, Di = c.index_head_dim;
+  const std::string top = c.weight_prefix;
+  t.push_back(g.Matrix(top + "embed_tokens.weight", c.vocab_size, D));
+  t.push_back(g.Norm(top + "norm.weight", D));
+  if (!c.tie_word_embeddings) t.push_back(g.Matrix("lm_head.weight", c.vocab_size, D));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string p = c.LayerPrefix(i);
+    for (const char* site : {"hc_attn", "hc_ffn"}) {
+      t.push_back(g.Matrix(p + site + "_fn", M, S * D));
+      t.push_back(g.Small(p + site + "_base", M, 0.2f));
+      t.push_back(g.Shaped(p + site + "_scale", {3}, 0.2f, 1.0f));
+    }
+    t.push_back(g.Norm(p + "input_layernorm.weight", D));
+    t.push_back(g.Norm(p + "post_attention_layernorm.weight", D));
+    const std::string a = p + "self_attn.";
+    if (c.layer_types[i] == model::AttentionType::kKda) {
+      for (const char* x : {"q", "k", "v"}) {
+        t.push_back(g.Matrix(a + x + "_proj.weight", C, D));
+        t.push_back(g.Shaped(a + x + "_conv1d.weight", {C, 1, K}, 0.5f, 0.0f));
+      }
+      t.push_back(g.Matrix(a + "f_a_proj.weight", d, D));
+      t.push_back(g.Matrix(a + "f_b_proj.weight", C, d));
+      t.push_back(g.Matrix(a + "g_a_proj.weight", d, D));
+      t.push_back(g.Matrix(a + "g_b_proj.weight", C, d));
+      t.push_back(g.Matrix(a + "b_proj.weight", Hl, D));
+      t.push_back(g.LogUniform(a + "A_log", Hl, 1.0f, 16.0f));
+      t.push_back(g.Shaped(a + "dt_bias", {C}, 0.5f, -2.0f));
+      t.push_back(g.Norm(a + "o_norm.weight", d));
+      t.push_back(g.Matrix(a + "o_proj.weight", D, C));
+    } else {
+      t.push_back(g.Matrix(a + "q_a_proj.weight", QL, D));
+      t.push_back(g.Norm(a + "q_a_layernorm.weight", QL));
+      t.push_back(g.Matrix(a + "q_b_proj.weight", H * N, QL));
+      t.push_back(g.Matrix(a + "kv_a_proj_with_mqa.weight", L, D));
+      t.push_back(g.Norm(a + "kv_a_layernorm.weight", L));
+      t.push_back(g.Matrix(a + "kv_b_proj.weight", H * (N + V), L));
+      t.push_back(g.Matrix(a + "o_proj.weight", D, H * V));
+      if (c.indexer_types[i] == model::IndexerType::kFull) {
+        const std::string ip = a + "indexer.";
+        t.push_back(g.Matrix(ip + "wq_b.weight", c.index_n_heads * Di, QL));
+        t.push_back(g.Matrix(ip + "wk.weight", Di, D));
+        t.push_back(g.Norm(ip + "k_norm.weight", Di));
+        t.push_back(g.Small(ip + "k_norm.bias", Di, 0.2f));
+        t.push_back(g.Matrix(ip + "weights_proj.weight", c.index_n_heads, D));
+        t.push_back(g.Matrix(ip + "index_kpool_compress_gate", Di, D));
+        t.push_back(g.Shaped(ip + "index_kpool_compress_ape", {c.index_kpool, Di}, 0.2f, 0.0f));
+      }
+    }
+    const std::string m = p + "mlp.";
+    auto mlp = [&](const std::string& q, int64_t inter) {
+      t.push_back(g.Matrix(q + "gate_proj.weight", inter, D));
+      t.push_back(g.Matrix(q + "up_proj.weight", inter, D));
+      t.push_back(g.Matrix(q + "down_proj.weight", D, inter));
+    };
+    if (c.mlp_types[i] == model::MlpType::kDense) {
+      mlp(m, c.intermediate_size);
+    } else {
+      t.push_back(g.Matrix(m + "gate.weight", c.n_routed_experts, D));
+      t.push_back(g.Small(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f));
+      for (int64_t e = 0; e < c.n_routed_experts; ++e) mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+      if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.moe_intermediate_size * c.n_shared_experts);
+    }
+  }
+  WriteFile(dir + "/config.json", config.dump(2));
+  WriteSafetensors(dir + "/model.safetensors", t, {{"format", "pt"}});
 }
 
 }  // namespace ferry::testing

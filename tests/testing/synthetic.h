@@ -17,4 +17,11 @@ nlohmann::json SmallDsaConfig();
 // Scales follow transformers-style init so activations stay O(1) through the layers.
 void WriteSyntheticDsa(const std::string& dir, const nlohmann::json& config, uint32_t seed, int shards = 1);
 
+// A small glm5_next config.json (text_config inside): 6 layers (KDA, KDA, MLA, KDA, MLA, MLA),
+// hidden 64, 4 MLA heads, 2 KDA heads of 16, 4 streams, kpool 4, top-k 8, clamp 10.
+nlohmann::json SmallNextConfig();
+
+// As WriteSyntheticDsa, for glm5_next (Hub names under model.language_model.; no vision tower).
+void WriteSyntheticNext(const std::string& dir, const nlohmann::json& config, uint32_t seed);
+
 }  // namespace ferry::testing
