@@ -102,4 +102,24 @@ void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidde
   }
 }
 
+absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, int64_t layer,
+                                   const TensorParallel& tp) {
+  FfnWeights f;
+  f.dense = c.mlp_types[static_cast<size_t>(layer)] == MlpType::kDense;
+  if (f.dense) {
+    FERRY_ASSIGN_OR_RETURN(f.mlp, LoadMlp(w, c.hidden_size, c.intermediate_size, tp));
+  } else {
+    FERRY_ASSIGN_OR_RETURN(f.moe, LoadMoe(w, c, tp));
+  }
+  return f;
+}
+
+void FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y) {
+  if (f.dense) {
+    MlpForward(f.mlp, x, rows, hidden, limit, y);
+  } else {
+    MoeForward(f.moe, x, rows, hidden, limit, y);
+  }
+}
+
 }  // namespace ferry::model

@@ -47,4 +47,18 @@ absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, 
 // y must not alias x.
 void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
 
+// A layer's FFN: the dense MLP or the MoE, as config.mlp_types says.
+struct FfnWeights {
+  bool dense = false;
+  MlpWeights mlp;
+  MoeWeights moe;
+};
+
+// Loads layer `layer`'s FFN under the loader's prefix ("...mlp.").
+absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, int64_t layer,
+                                   const TensorParallel& tp = {});
+
+// y[rows, hidden] = the layer's FFN of x (this rank's partial sum under tensor parallelism).
+void FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
+
 }  // namespace ferry::model

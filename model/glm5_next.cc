@@ -126,12 +126,7 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
         FERRY_ASSIGN_OR_RETURN(L.indexer, LoadPooledIndexer(lw.Sub("self_attn.indexer."), c));
       }
     }
-    L.dense = c.mlp_types[i] == MlpType::kDense;
-    if (L.dense) {
-      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size, tp));
-    } else {
-      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c, tp));
-    }
+    FERRY_ASSIGN_OR_RETURN(L.ffn, LoadFfn(lw.Sub("mlp."), c, i, tp));
   }
   return m;
 }
@@ -231,11 +226,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
 
     MhcPre(L.hc_ffn, c, h.data(), R, &mix, u.data());
     cpu::RmsNorm(u.data(), R, D, L.post_norm.ptr(), c.rms_norm_eps, a.data());
-    if (L.dense) {
-      MlpForward(L.mlp, a.data(), R, D, c.swiglu_limit, y.data());
-    } else {
-      MoeForward(L.moe, a.data(), R, D, c.swiglu_limit, y.data());
-    }
+    FfnForward(L.ffn, a.data(), R, D, c.swiglu_limit, y.data());
     FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     MhcPost(mix, c, y.data(), R, h.data());
     if (hidden && l + 1 < c.num_layers) hidden->push_back(h);

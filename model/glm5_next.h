@@ -81,9 +81,7 @@ class Glm5Next final : public CausalLM {
     MlaWeights attn;
     bool has_indexer = false;  // "shared" MLA layers reuse the previous layer's selection
     PooledIndexerWeights indexer;
-    bool dense = false;
-    MlpWeights mlp;
-    MoeWeights moe;
+    FfnWeights ffn;
   };
 
   Glm5Next(ModelConfig c, const TensorParallel& tp) : config_(std::move(c)), tp_(tp) {}

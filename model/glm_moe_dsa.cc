@@ -65,12 +65,7 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck,
     if (L.has_indexer) {
       FERRY_ASSIGN_OR_RETURN(L.indexer, LoadDsaIndexer(lw.Sub("self_attn.indexer."), c));
     }
-    L.dense = c.mlp_types[i] == MlpType::kDense;
-    if (L.dense) {
-      FERRY_ASSIGN_OR_RETURN(L.mlp, LoadMlp(lw.Sub("mlp."), c.hidden_size, c.intermediate_size, tp));
-    } else {
-      FERRY_ASSIGN_OR_RETURN(L.moe, LoadMoe(lw.Sub("mlp."), c, tp));
-    }
+    FERRY_ASSIGN_OR_RETURN(L.ffn, LoadFfn(lw.Sub("mlp."), c, i, tp));
   }
   return m;
 }
@@ -134,11 +129,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
     for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
 
     cpu::RmsNorm(x.data(), R, D, L.post_norm.ptr(), c.rms_norm_eps, a.data());
-    if (L.dense) {
-      MlpForward(L.mlp, a.data(), R, D, 0.0f, y.data());
-    } else {
-      MoeForward(L.moe, a.data(), R, D, 0.0f, y.data());
-    }
+    FfnForward(L.ffn, a.data(), R, D, 0.0f, y.data());
     FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     for (int64_t i = 0; i < R * D; ++i) x[i] += y[i];
     if (hidden && l + 1 < c.num_layers) hidden->push_back(x);

@@ -59,9 +59,7 @@ class GlmMoeDsa final : public CausalLM {
     MlaWeights attn;
     bool has_indexer = false;
     DsaIndexerWeights indexer;
-    bool dense = false;
-    MlpWeights mlp;
-    MoeWeights moe;
+    FfnWeights ffn;
   };
 
   GlmMoeDsa(ModelConfig c, const TensorParallel& tp) : config_(std::move(c)), tp_(tp) {}

@@ -79,6 +79,24 @@ class Gen {
   std::mt19937 rng_;
 };
 
+// Layer i's dense MLP or MoE (router, bias, experts, shared expert) under `m`.
+void AddFfn(Gen& g, const model::ModelConfig& c, int64_t i, const std::string& m, std::vector<RawTensor>* t) {
+  const int64_t D = c.hidden_size;
+  auto mlp = [&](const std::string& q, int64_t inter) {
+    t->push_back(g.Matrix(q + "gate_proj.weight", inter, D));
+    t->push_back(g.Matrix(q + "up_proj.weight", inter, D));
+    t->push_back(g.Matrix(q + "down_proj.weight", D, inter));
+  };
+  if (c.mlp_types[static_cast<size_t>(i)] == model::MlpType::kDense) {
+    mlp(m, c.intermediate_size);
+    return;
+  }
+  t->push_back(g.Matrix(m + "gate.weight", c.n_routed_experts, D));
+  t->push_back(g.Small(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f));
+  for (int64_t e = 0; e < c.n_routed_experts; ++e) mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
+  if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.moe_intermediate_size * c.n_shared_experts);
+}
+
 }  // namespace
 
 void WriteSyntheticDsa(const std::string& dir, const nlohmann::json& config, uint32_t seed, int shards) {
@@ -111,20 +129,7 @@ void WriteSyntheticDsa(const std::string& dir, const nlohmann::json& config, uin
       t.push_back(g.Small(a + "indexer.k_norm.bias", c.index_head_dim, 0.2f));
       t.push_back(g.Matrix(a + "indexer.weights_proj.weight", c.index_n_heads, D));
     }
-    const std::string m = p + "mlp.";
-    auto mlp = [&](const std::string& q, int64_t inter) {
-      t.push_back(g.Matrix(q + "gate_proj.weight", inter, D));
-      t.push_back(g.Matrix(q + "up_proj.weight", inter, D));
-      t.push_back(g.Matrix(q + "down_proj.weight", D, inter));
-    };
-    if (c.mlp_types[i] == model::MlpType::kDense) {
-      mlp(m, c.intermediate_size);
-    } else {
-      t.push_back(g.Matrix(m + "gate.weight", c.n_routed_experts, D));
-      t.push_back(g.Small(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f));
-      for (int64_t e = 0; e < c.n_routed_experts; ++e) mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
-      if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.moe_intermediate_size * c.n_shared_experts);
-    }
+    AddFfn(g, c, i, p + "mlp.", &t);
   }
   WriteFile(dir + "/config.json", config.dump(2));
   if (shards <= 1) {
@@ -251,20 +256,7 @@ void WriteSyntheticNext(const std::string& dir, const nlohmann::json& config, ui
         t.push_back(g.Shaped(ip + "index_kpool_compress_ape", {c.index_kpool, Di}, 0.2f, 0.0f));
       }
     }
-    const std::string m = p + "mlp.";
-    auto mlp = [&](const std::string& q, int64_t inter) {
-      t.push_back(g.Matrix(q + "gate_proj.weight", inter, D));
-      t.push_back(g.Matrix(q + "up_proj.weight", inter, D));
-      t.push_back(g.Matrix(q + "down_proj.weight", D, inter));
-    };
-    if (c.mlp_types[i] == model::MlpType::kDense) {
-      mlp(m, c.intermediate_size);
-    } else {
-      t.push_back(g.Matrix(m + "gate.weight", c.n_routed_experts, D));
-      t.push_back(g.Small(m + "gate.e_score_correction_bias", c.n_routed_experts, 0.05f));
-      for (int64_t e = 0; e < c.n_routed_experts; ++e) mlp(m + "experts." + std::to_string(e) + ".", c.moe_intermediate_size);
-      if (c.n_shared_experts > 0) mlp(m + "shared_experts.", c.moe_intermediate_size * c.n_shared_experts);
-    }
+    AddFfn(g, c, i, p + "mlp.", &t);
   }
   WriteFile(dir + "/config.json", config.dump(2));
   WriteSafetensors(dir + "/model.safetensors", t, {{"format", "pt"}});
