@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <random>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -150,6 +151,10 @@ int RunServe() {
 
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
+  // A fresh secret for this deployment's control plane, so that no API client can pose as a rank.
+  std::random_device rd;
+  const std::string token = absl::StrCat(absl::Hex(static_cast<uint64_t>(rd()) << 32 | rd(), absl::kZeroPad16),
+                                         absl::Hex(static_cast<uint64_t>(rd()) << 32 | rd(), absl::kZeroPad16));
   std::vector<Child> children;
   children.push_back(Child{"the coordinator",
                            Spawn({dir + "/ferry-coordinator", "--model=" + model, absl::StrCat("--ranks=", ranks),
@@ -163,10 +168,12 @@ int RunServe() {
                                   absl::StrCat("--page_size=", absl::GetFlag(FLAGS_page_size)),
                                   absl::StrCat("--ready_timeout_s=",
                                                static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))),
-                                  absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false")})});
+                                  absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),
+                                  "--cluster_token=" + token})});
   for (int64_t r = 0; r < ranks; ++r) {
     children.push_back(Child{absl::StrCat("worker rank ", r),
-                             Spawn({dir + "/ferry-worker", "--coordinator=" + address, absl::StrCat("--rank=", r),
+                             Spawn({dir + "/ferry-worker", "--coordinator=" + address, "--cluster_token=" + token,
+                                    absl::StrCat("--rank=", r),
                                     absl::StrCat("--world=", ranks), "--metrics_host=" + host,
                                     // Rank r's own /metrics on the port after the coordinator's (+1 + r).
                                     absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0

@@ -19,8 +19,20 @@ ControlService::ControlService(std::string model_path, int world, int64_t vocab,
       metrics_(metrics),
       ranks_(static_cast<size_t>(world)) {}
 
+grpc::Status ControlService::CheckToken(const grpc::ServerContext* ctx) const {
+  if (token_.empty()) return grpc::Status::OK;
+  const auto& md = ctx->client_metadata();
+  auto it = md.find(kClusterTokenKey);
+  if (it == md.end() || std::string(it->second.data(), it->second.size()) != token_) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "control calls need this deployment's cluster token (--cluster-token)");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status ControlService::Register(grpc::ServerContext* ctx, const cpb::RegisterRequest* req,
                                       cpb::RegisterResponse* resp) {
+  if (grpc::Status st = CheckToken(ctx); !st.ok()) return st;
   const int rank = req->rank();
   std::unique_lock<std::mutex> lock(mu_);
   if (rank < 0 || rank >= world_) {
@@ -73,6 +85,7 @@ grpc::Status ControlService::Register(grpc::ServerContext* ctx, const cpb::Regis
 
 grpc::Status ControlService::Steps(grpc::ServerContext* ctx,
                                    grpc::ServerReaderWriter<cpb::CoordinatorMessage, cpb::WorkerMessage>* stream) {
+  if (grpc::Status st = CheckToken(ctx); !st.ok()) return st;
   cpb::WorkerMessage first;
   if (!stream->Read(&first) || !first.has_ready()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "the step stream must open with Ready");

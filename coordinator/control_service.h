@@ -21,6 +21,9 @@
 
 namespace ferry::coordinator {
 
+// The gRPC metadata key of the cluster token workers present on every control call.
+inline constexpr char kClusterTokenKey[] = "ferry-cluster-token";
+
 class Metrics;
 
 struct RankState {
@@ -60,6 +63,10 @@ class ControlService final : public ferry::control::v1::Control::Service, public
   // Tells every ready worker to exit and releases the handlers.
   void Shutdown(const std::string& reason);
 
+  // Requires every control call to carry `token` in the "ferry-cluster-token" metadata
+  // (UNAUTHENTICATED otherwise); empty: no check. Call before serving.
+  void RequireToken(std::string token) { token_ = std::move(token); }
+
   // Called (outside the lock) when a rank is found dead.
   void OnRankDeath(std::function<void(int rank, const std::string& why)> fn) { on_death_ = std::move(fn); }
   std::vector<RankState> Ranks() const;
@@ -67,6 +74,7 @@ class ControlService final : public ferry::control::v1::Control::Service, public
 
  private:
   void MarkDead(int rank, const std::string& why);
+  grpc::Status CheckToken(const grpc::ServerContext* ctx) const;
 
   const std::string model_path_;
   const int world_;
@@ -75,6 +83,7 @@ class ControlService final : public ferry::control::v1::Control::Service, public
   const std::chrono::seconds register_timeout_;
   Metrics* metrics_;
   std::function<void(int, const std::string&)> on_death_;
+  std::string token_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

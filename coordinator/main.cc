@@ -35,6 +35,8 @@ ABSL_FLAG(int64_t, kv_pool_pages, 0,
           "Pages in each rank's KV arena, kept in the coordinator's books (0: every rank's arena grows on its "
           "own, no preemption)");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
+ABSL_FLAG(std::string, cluster_token, "",
+          "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
 ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to register and load (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
   }
   coordinator::ControlService control(dir, world, config->vocab_size, opts.kv_pages, opts.page_size,
                                       std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
+  control.RequireToken(absl::GetFlag(FLAGS_cluster_token));
   coordinator::Scheduler scheduler(opts, &control, &metrics);
   std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs
   coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting);

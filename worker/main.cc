@@ -30,6 +30,7 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC address (host:port)");
 ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the group (the coordinator's --ranks)");
+ABSL_FLAG(std::string, cluster_token, "", "The coordinator's --cluster-token (empty: none)");
 ABSL_FLAG(int32_t, connect_timeout_s, 60, "Seconds to wait for the coordinator and the peers (seconds)");
 ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
   cpb::RegisterResponse conf;
   {
     grpc::ClientContext ctx;
+    ctx.AddMetadata("ferry-cluster-token", absl::GetFlag(FLAGS_cluster_token));
     grpc::Status st = stub->Register(&ctx, reg, &conf);
     if (!st.ok()) {
       FERRY_LOG(ERROR) << "rank " << rank << ": registration refused: " << st.error_message();
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
   }
 
   grpc::ClientContext ctx;
+  ctx.AddMetadata("ferry-cluster-token", absl::GetFlag(FLAGS_cluster_token));
   auto stream = stub->Steps(&ctx);
   cpb::WorkerMessage hello;
   hello.mutable_ready()->set_rank(rank);

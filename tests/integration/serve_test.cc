@@ -353,3 +353,36 @@ TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails request
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+TEST_CASE("coordinator: a worker without the cluster token cannot register", "[serve]") {
+  const int port = testing::FreePort();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const std::string bin = testing::BinDir();
+  const std::string coord_log = testing::TempLog("ferry-coord"), bad_log = testing::TempLog("ferry-wbad"),
+                    good_log = testing::TempLog("ferry-wgood");
+  testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "1", "--port", std::to_string(port),
+                          "--metrics-port", "0", "--cluster-token", "s3cret"},
+                         coord_log);
+  testing::Process bad({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--cluster-token", "guess"},
+                       bad_log);
+  int status = 0;
+  REQUIRE(bad.Wait(std::chrono::seconds(20), &status));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(bad.Log().find("cluster token") != std::string::npos);
+  testing::Process good({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--cluster-token", "s3cret"},
+                        good_log);
+  CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
+                   30000));
+  coord.Signal(SIGTERM);
+  CHECK(coord.Wait(std::chrono::seconds(10), &status));
+  CHECK(good.Wait(std::chrono::seconds(10), &status));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  for (const std::string& f : {coord_log, bad_log, good_log}) std::remove(f.c_str());
+}
+
+}  // namespace
+}  // namespace ferry
