@@ -166,6 +166,7 @@ int RunServe() {
                                   absl::StrCat("--context=", absl::GetFlag(FLAGS_context)),
                                   absl::StrCat("--kv_pool_pages=", absl::GetFlag(FLAGS_kv_pool_pages)),
                                   absl::StrCat("--page_size=", absl::GetFlag(FLAGS_page_size)),
+                                  absl::StrCat("--prompt_cache_tokens=", absl::GetFlag(FLAGS_prompt_cache_tokens)),
                                   absl::StrCat("--ready_timeout_s=",
                                                static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))),
                                   absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),

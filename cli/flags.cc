@@ -40,5 +40,7 @@ ABSL_FLAG(int64_t, max_batch_tokens, 256, "serve: tokens one step may carry");
 ABSL_FLAG(int64_t, max_queue, 64, "serve: requests that may wait for a lane");
 ABSL_FLAG(int64_t, kv_pool_pages, 0,
           "serve: pages of --page-size tokens in each rank's KV pool, kept by the coordinator (0: grow as needed)");
+ABSL_FLAG(int64_t, prompt_cache_tokens, 0,
+          "serve: tokens the prompt cache may keep (0: no prompt cache; not with --kv-pool-pages)");
 ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");

@@ -169,6 +169,8 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
     seg->set_top_p(s.sampling.top_p);
     seg->set_seed(s.seed);
     for (int32_t p : s.new_pages) seg->add_new_pages(p);
+    seg->set_fork_from(s.fork_from);
+    seg->set_fork_length(s.fork_length);
   }
   int64_t n_sampled = 0;
   for (const worker::StepSegment& s : step.segments) n_sampled += s.sample;

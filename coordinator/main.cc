@@ -34,6 +34,9 @@ ABSL_FLAG(int64_t, context, 0, "Context length in tokens (prompt + generated); 0
 ABSL_FLAG(int64_t, kv_pool_pages, 0,
           "Pages in each rank's KV arena, kept in the coordinator's books (0: every rank's arena grows on its "
           "own, no preemption)");
+ABSL_FLAG(int64_t, prompt_cache_tokens, 0,
+          "Tokens the prompt cache may keep across finished requests (0: no prompt cache; not with "
+          "--kv-pool-pages yet)");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
@@ -78,6 +81,13 @@ int main(int argc, char** argv) {
   opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
   opts.kv_pages = absl::GetFlag(FLAGS_kv_pool_pages);
   opts.page_size = absl::GetFlag(FLAGS_page_size);
+  opts.prompt_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
+  opts.prompt_cache_any_prefix = config->family == model::Family::kGlmMoeDsa;
+  if (opts.prompt_cache_tokens < 0 || (opts.prompt_cache_tokens > 0 && opts.kv_pages > 0)) {
+    fprintf(stderr, "ferry-coordinator: --prompt-cache-tokens %lld: must be >= 0, and 0 with --kv-pool-pages\n",
+            static_cast<long long>(opts.prompt_cache_tokens));
+    return 2;
+  }
   if (absl::Status st = model::ValidateCacheOptions(model::CacheOptions{opts.page_size, opts.kv_pages > 0 ? opts.kv_pages : -1});
       !st.ok() || opts.kv_pages < 0) {
     fprintf(stderr, "ferry-coordinator: --kv-pool-pages %lld --page-size %lld: %s\n", static_cast<long long>(opts.kv_pages),

@@ -36,6 +36,10 @@ Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()
                             .Help("Tokens generated").Register(r).Add({});
   preemptions_ = &prometheus::BuildCounter().Name("ferry:num_preemptions_total")
                       .Help("Requests preempted for lack of pages (recomputed later)").Register(r).Add({});
+  prefix_queries_ = &prometheus::BuildCounter().Name("ferry:prefix_cache_queries_total")
+                         .Help("Prompt tokens looked up in the prompt cache").Register(r).Add({});
+  prefix_hits_ = &prometheus::BuildCounter().Name("ferry:prefix_cache_hits_total")
+                      .Help("Prompt tokens the prompt cache supplied").Register(r).Add({});
   success_ = &prometheus::BuildCounter().Name("ferry:request_success_total")
                   .Help("Finished requests by finish reason").Register(r);
   for (const char* reason : {"stop", "length", "abort", "error"}) success_->Add({{"finished_reason", reason}});
@@ -78,6 +82,11 @@ void Metrics::OnStep(int64_t tokens, int64_t running, int64_t waiting, double, d
 }
 
 void Metrics::OnPreempt(const Request&) { preemptions_->Increment(); }
+
+void Metrics::OnPrefixLookup(int64_t queried, int64_t hit) {
+  prefix_queries_->Increment(static_cast<double>(queried));
+  prefix_hits_->Increment(static_cast<double>(hit));
+}
 
 void Metrics::OnFirstToken(const Request&, double ttft) {
   ttft_->Observe(ttft);

@@ -35,6 +35,7 @@ class Metrics final : public SchedulerObserver {
   // SchedulerObserver
   void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, double kv_usage) override;
   void OnPreempt(const Request& r) override;
+  void OnPrefixLookup(int64_t queried, int64_t hit) override;
   void OnFirstToken(const Request& r, double ttft_seconds) override;
   void OnToken(const Request& r, double inter_token_seconds) override;
   void OnScheduled(const Request& r, double queue_seconds) override;
@@ -54,6 +55,8 @@ class Metrics final : public SchedulerObserver {
   prometheus::Counter* prompt_tokens_;
   prometheus::Counter* generation_tokens_;
   prometheus::Counter* preemptions_;
+  prometheus::Counter* prefix_queries_;
+  prometheus::Counter* prefix_hits_;
   prometheus::Family<prometheus::Counter>* success_;
   prometheus::Histogram* ttft_;
   prometheus::Histogram* itl_;

@@ -76,6 +76,7 @@ struct Request {
   int64_t fed = 0;                 // tokens already in the workers' state
   std::vector<int32_t> generated;  // sampled tokens (the last one not yet fed)
   std::vector<int32_t> pages;      // pool pages holding its fed tokens (with a page pool)
+  int64_t cached = 0;              // prompt tokens reused from the prompt cache
   std::optional<Clock::time_point> first_scheduled, first_token, last_token;
 };
 

@@ -15,6 +15,9 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 Scheduler::Scheduler(SchedulerOptions opts, StepRunner* runner, SchedulerObserver* observer)
     : opts_(opts), runner_(runner), observer_(observer) {
   if (opts_.kv_pages > 0) books_ = std::make_unique<kvpool::PageBooks>(opts_.kv_pages);
+  if (opts_.prompt_cache_tokens > 0) {
+    cache_ = std::make_unique<PromptCache>(opts_.prompt_cache_tokens, opts_.prompt_cache_any_prefix);
+  }
 }
 
 Scheduler::~Scheduler() { Stop(""); }
@@ -60,6 +63,7 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   s.live_tokens = live_tokens_;
   s.used_pages = used_pages_;
   s.preemptions = preemptions_count_;
+  s.kept_states = kept_states_;
   s.serving = serving_;
   s.failure = failure_;
   return s;
@@ -74,6 +78,7 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
   if (!r->stream) e.tokens = r->generated;
   e.usage.prompt_tokens = static_cast<int64_t>(r->prompt.size());
   e.usage.completion_tokens = static_cast<int64_t>(r->generated.size());
+  e.usage.cached_tokens = r->cached;
   e.timings.queue_seconds = Seconds((r->first_scheduled ? *r->first_scheduled : now) - r->arrival);
   e.timings.time_to_first_token_seconds = r->first_token ? Seconds(*r->first_token - r->arrival) : 0.0;
   e.timings.e2e_seconds = Seconds(now - r->arrival);
@@ -84,7 +89,17 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
     live_.erase(r->id);
   }
   r->events.Push(std::move(e));
-  if (r->seq_id != 0) release_.push_back(r->seq_id);
+  if (r->seq_id != 0) {
+    if (cache_ && (reason == FinishReason::kStop || reason == FinishReason::kLength) && r->fed > 0) {
+      // Keep its state for later prompts: the tokens its state holds are the first `fed` known.
+      std::vector<int32_t> tokens(r->prompt.begin(), r->prompt.end());
+      tokens.insert(tokens.end(), r->generated.begin(), r->generated.end());
+      tokens.resize(static_cast<size_t>(r->fed));
+      for (uint64_t id : cache_->Insert(std::move(tokens), r->seq_id)) release_.push_back(id);
+    } else {
+      release_.push_back(r->seq_id);
+    }
+  }
   ReleasePages(*r);
 }
 
@@ -218,20 +233,30 @@ bool Scheduler::RunOnce() {
       if (waiting_.empty()) break;
       r = waiting_.front();
     }
+    // The prompt cache (never with a page pool): start from the longest kept prefix.
+    PromptCache::Match hit;
+    if (cache_ && r->generated.empty() && r->fed == 0) hit = cache_->Lookup(r->prompt);
     std::vector<int32_t> pages;
-    const int64_t n = take_pages(*r, std::min(budget, known(*r)), &pages);
+    const int64_t n = take_pages(*r, std::min(budget, known(*r) - hit.length), &pages);
     if (n <= 0) break;  // no page for a new request: it keeps its place in the queue
     {
       std::lock_guard<std::mutex> lock(mu_);
       waiting_.pop_front();
     }
     r->seq_id = next_seq_id_++;
+    if (cache_ && r->generated.empty()) {
+      if (observer_) observer_->OnPrefixLookup(static_cast<int64_t>(r->prompt.size()), hit.length);
+      r->fed = hit.length;
+      r->cached = hit.length;
+    }
     if (!r->first_scheduled) {
       r->first_scheduled = Clock::now();
       if (observer_) observer_->OnScheduled(*r, Seconds(*r->first_scheduled - r->arrival));
     }
     running_.push_back(r);
     add_segment(r, n, std::move(pages));
+    step.segments.back().fork_from = hit.seq_id;
+    step.segments.back().fork_length = hit.length;
   }
   step.release = std::move(release_);
   release_.clear();
@@ -313,6 +338,7 @@ bool Scheduler::RunOnce() {
     running_count_ = static_cast<int64_t>(running_.size());
     live_tokens_ = live_tokens;
     used_pages_ = books_ ? books_->used_pages() : 0;
+    kept_states_ = cache_ ? cache_->kept_states() : 0;
     preemptions_count_ = preemptions_;
     waiting = static_cast<int64_t>(waiting_.size());
   }

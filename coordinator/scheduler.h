@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/prompt_cache.h"
 #include "coordinator/request.h"
 #include "kvpool/page_books.h"
 #include "worker/step.h"
@@ -44,6 +45,8 @@ class SchedulerObserver {
   virtual void OnScheduled(const Request& r, double queue_seconds) {}
   virtual void OnFinish(const Request& r, FinishReason reason, double e2e_seconds) {}
   virtual void OnPreempt(const Request& r) {}
+  // A prompt-cache lookup of `queried` prompt tokens found `hit` of them.
+  virtual void OnPrefixLookup(int64_t queried, int64_t hit) {}
 };
 
 struct SchedulerOptions {
@@ -55,6 +58,11 @@ struct SchedulerOptions {
   // pages): 0 leaves each worker's arena to grow on its own, with no preemption.
   int64_t kv_pages = 0;
   int64_t page_size = 512;  // tokens a page
+  // The prompt cache's budget in kept tokens (0: no prompt cache). Not with kv_pages yet.
+  int64_t prompt_cache_tokens = 0;
+  // Whether any prefix of a kept state can be reused (per-token caches only: glm_moe_dsa) or
+  // only its whole length (recurrent state: glm5_next).
+  bool prompt_cache_any_prefix = true;
 };
 
 struct SchedulerSnapshot {
@@ -66,6 +74,7 @@ struct SchedulerSnapshot {
   std::string failure;
   int64_t used_pages = 0;   // of SchedulerOptions::kv_pages
   int64_t preemptions = 0;  // requests preempted so far
+  int64_t kept_states = 0;  // conversations the prompt cache keeps
 };
 
 class Scheduler {
@@ -110,11 +119,13 @@ class Scheduler {
   int64_t steps_ = 0;                                        // GUARDED_BY(mu_)
   int64_t running_count_ = 0, live_tokens_ = 0;              // GUARDED_BY(mu_): copies for Snapshot()
   int64_t used_pages_ = 0, preemptions_count_ = 0;           // GUARDED_BY(mu_): copies for Snapshot()
+  int64_t kept_states_ = 0;                                  // GUARDED_BY(mu_): copy for Snapshot()
 
   // Step-loop state (loop thread only).
   std::vector<std::shared_ptr<Request>> running_;
   std::vector<uint64_t> release_;
   std::unique_ptr<kvpool::PageBooks> books_;  // null without a page pool
+  std::unique_ptr<PromptCache> cache_;        // null without a prompt cache
   int64_t preemptions_ = 0;
   uint64_t next_seq_id_ = 1;
   uint64_t next_step_id_ = 1;

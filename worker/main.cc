@@ -191,6 +191,8 @@ int main(int argc, char** argv) {
       seg.sampling.top_p = s.top_p();
       seg.seed = s.seed();
       seg.new_pages.assign(s.new_pages().begin(), s.new_pages().end());
+      seg.fork_from = s.fork_from();
+      seg.fork_length = s.fork_length();
       step.segments.push_back(std::move(seg));
     }
     const auto t0 = std::chrono::steady_clock::now();

@@ -20,6 +20,10 @@ struct StepSegment {
   // Pages appended to the conversation's table before this piece runs (with a coordinator-
   // managed pool; empty otherwise, and the worker's arena grows on its own).
   std::vector<int32_t> new_pages;
+  // A new conversation that starts as a copy of the kept conversation `fork_from` (the prompt
+  // cache), rewound to `fork_length` tokens (== start). 0: starts empty.
+  uint64_t fork_from = 0;
+  int64_t fork_length = 0;
 };
 
 struct Step {

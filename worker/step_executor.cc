@@ -28,7 +28,18 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
   std::set<uint64_t> released(step.release.begin(), step.release.end());
   for (const StepSegment& seg : step.segments) {
     auto it = seqs_.find(seg.seq_id);
-    const int64_t have = (it == seqs_.end() || released.count(seg.seq_id)) ? 0 : it->second->length();
+    const bool is_new = it == seqs_.end() || released.count(seg.seq_id);
+    int64_t have = is_new ? 0 : it->second->length();
+    if (seg.fork_from != 0) {
+      auto src = seqs_.find(seg.fork_from);
+      if (!is_new || src == seqs_.end() || released.count(seg.fork_from) ||
+          seg.fork_length > src->second->length() || seg.fork_length < 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", step.step_id, ": sequence ", seg.seq_id, " cannot fork ", seg.fork_length, " tokens of sequence ",
+            seg.fork_from, src == seqs_.end() ? " (unknown)" : ""));
+      }
+      have = seg.fork_length;
+    }
     if (seg.start != have) {
       return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, " starts at ",
                                                      seg.start, " but this rank holds ", have, " of its tokens"));
@@ -42,7 +53,21 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
   for (const StepSegment& seg : step.segments) {
     auto it = seqs_.find(seg.seq_id);
     if (it == seqs_.end()) {
-      it = seqs_.emplace(seg.seq_id, model_->NewSequence()).first;
+      std::unique_ptr<model::SequenceState> state;
+      if (seg.fork_from != 0) {
+        // The prompt cache: a copy of the kept conversation (whole pages shared), rewound.
+        absl::StatusOr<std::unique_ptr<model::SequenceState>> copy = seqs_.at(seg.fork_from)->Clone();
+        absl::Status st = copy.ok() ? (*copy)->RewindTo(seg.fork_length) : copy.status();
+        if (!st.ok()) {
+          for (uint64_t id : created) seqs_.erase(id);
+          return absl::InternalError(absl::StrCat("step ", step.step_id, ": fork of sequence ", seg.fork_from, ": ",
+                                                  st.message()));
+        }
+        state = std::move(*copy);
+      } else {
+        state = model_->NewSequence();
+      }
+      it = seqs_.emplace(seg.seq_id, std::move(state)).first;
       created.push_back(seg.seq_id);
     }
     if (!seg.new_pages.empty()) {

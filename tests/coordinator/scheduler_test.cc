@@ -214,6 +214,81 @@ TEST_CASE("scheduler: a thousand mixed requests on a small pool leave no page or
   CHECK(runner.exec().live_sequences() == 0);
 }
 
+void ResumeEqualsCold(const std::string& dir, bool any_prefix) {
+  LocalRunner runner(dir);
+  SchedulerOptions opts;
+  opts.max_batch_tokens = 64;
+  opts.prompt_cache_tokens = 1000;
+  opts.prompt_cache_any_prefix = any_prefix;
+  Scheduler sched(opts, &runner);
+  auto cold_model = model::LoadCausalLM(dir);
+  REQUIRE(cold_model.ok());
+  auto cold = [&](const std::vector<int32_t>& prompt, int64_t n) {
+    model::GenerateOptions g;
+    g.max_tokens = n;
+    g.ignore_eos = true;
+    auto res = model::Generate(**cold_model, prompt, g);
+    REQUIRE(res.ok());
+    return res->tokens;
+  };
+  auto run = [&](const std::string& id, const std::vector<int32_t>& prompt, int64_t n) {
+    auto r = MakeRequest(id, prompt, n);
+    REQUIRE(sched.Submit(r).ok());
+    RunUntilIdle(sched);
+    std::vector<int32_t> none;
+    return Collect(*r, &none);
+  };
+  std::mt19937 rng(31);
+  std::vector<int32_t> p(40);
+  for (int32_t& t : p) t = static_cast<int32_t>(2 + rng() % 380);
+  const RequestEvent a = run("a", p, 6);
+  CHECK(a.usage.cached_tokens == 0);
+  CHECK(sched.Snapshot().kept_states == 1);
+  // The conversation goes on: its prompt, the reply, a new turn.
+  std::vector<int32_t> b_prompt = p;
+  b_prompt.insert(b_prompt.end(), a.tokens.begin(), a.tokens.end());
+  for (int i = 0; i < 10; ++i) b_prompt.push_back(static_cast<int32_t>(2 + rng() % 380));
+  const RequestEvent b = run("b", b_prompt, 8);
+  CHECK(b.usage.cached_tokens == 45);  // the kept state holds the prompt and 5 fed replies
+  CHECK(b.tokens == cold(b_prompt, 8));
+  // Half the first prompt, then something else.
+  std::vector<int32_t> c_prompt(p.begin(), p.begin() + 20);
+  for (int i = 0; i < 7; ++i) c_prompt.push_back(static_cast<int32_t>(2 + rng() % 380));
+  const RequestEvent c = run("c", c_prompt, 5);
+  CHECK(c.usage.cached_tokens == (any_prefix ? 20 : 0));
+  CHECK(c.tokens == cold(c_prompt, 5));
+  // Every kept state lives on the worker, and nothing else does.
+  CHECK(runner.exec().live_sequences() == sched.Snapshot().kept_states);
+}
+
+TEST_CASE("scheduler: a resumed conversation gives the tokens of a cold run (glm_moe_dsa)", "[scheduler][prompt_cache]") {
+  ResumeEqualsCold(kDsa, true);
+}
+
+TEST_CASE("scheduler: a resumed conversation gives the tokens of a cold run (glm5_next)", "[scheduler][prompt_cache]") {
+  ResumeEqualsCold(kNext, false);
+}
+
+TEST_CASE("scheduler: the prompt cache evicts within its budget and frees the states", "[scheduler][prompt_cache]") {
+  LocalRunner runner(kDsa);
+  SchedulerOptions opts;
+  opts.prompt_cache_tokens = 100;
+  Scheduler sched(opts, &runner);
+  std::mt19937 rng(37);
+  for (int i = 0; i < 30; ++i) {
+    std::vector<int32_t> prompt(10 + rng() % 30);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    REQUIRE(sched.Submit(MakeRequest("e" + std::to_string(i), prompt, 4)).ok());
+    RunUntilIdle(sched);
+  }
+  const SchedulerSnapshot s = sched.Snapshot();
+  CHECK(s.kept_states >= 1);
+  CHECK(s.kept_states <= 100 / 13 + 1);
+  // The evicted states were released on the worker (one more step carries the last releases).
+  sched.RunOnce();
+  CHECK(runner.exec().live_sequences() == s.kept_states);
+}
+
 TEST_CASE("scheduler: a full queue refuses at once", "[scheduler]") {
   LocalRunner runner(kDsa);
   SchedulerOptions opts;

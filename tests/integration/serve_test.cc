@@ -158,6 +158,35 @@ TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do n
   }));
 }
 
+TEST_CASE("serve: the prompt cache resumes a conversation with the tokens of a cold run", "[serve]") {
+  for (const std::string& dir : {kDsa, kNext}) {
+    Server server(dir, 2, {"--prompt-cache-tokens", "4096"});
+    REQUIRE(server.serving());
+    auto local = model::LoadCausalLM(dir);
+    REQUIRE(local.ok());
+    std::vector<int32_t> p;
+    for (int i = 0; i < 30; ++i) p.push_back(static_cast<int32_t>(3 + (i * 37) % 370));
+    auto a = Run(server.address(), Greedy(p, 6));
+    REQUIRE(a.ok());
+    std::vector<int32_t> b_prompt = p;
+    b_prompt.insert(b_prompt.end(), a->token_ids().begin(), a->token_ids().end());
+    for (int i = 0; i < 9; ++i) b_prompt.push_back(static_cast<int32_t>(5 + i * 11));
+    auto b = Run(server.address(), Greedy(b_prompt, 7));
+    REQUIRE(b.ok());
+    INFO(dir);
+    CHECK(b->usage().cached_tokens() == 35);
+    model::GenerateOptions opt;
+    opt.max_tokens = 7;
+    opt.ignore_eos = true;
+    auto cold = model::Generate(**local, b_prompt, opt);
+    REQUIRE(cold.ok());
+    CHECK(std::vector<int32_t>(b->token_ids().begin(), b->token_ids().end()) == cold->tokens);
+    const std::string m = testing::ScrapeMetrics(server.metrics_port());
+    CHECK(testing::MetricValue(m, "ferry:prefix_cache_hits_total") == 35);
+    CHECK(testing::MetricValue(m, "ferry:prefix_cache_queries_total") == 30 + 45);
+  }
+}
+
 TEST_CASE("serve: cancellation and Abort end a request within a step and free it", "[serve]") {
   Server server(kDsa, 2);
   REQUIRE(server.serving());
