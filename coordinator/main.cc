@@ -35,8 +35,7 @@ ABSL_FLAG(int64_t, kv_pool_pages, 0,
           "Pages in each rank's KV arena, kept in the coordinator's books (0: every rank's arena grows on its "
           "own, no preemption)");
 ABSL_FLAG(int64_t, prompt_cache_tokens, 0,
-          "Tokens the prompt cache may keep across finished requests (0: no prompt cache; not with "
-          "--kv-pool-pages yet)");
+          "Tokens the prompt cache may keep across finished requests (0: no prompt cache)");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
@@ -83,8 +82,8 @@ int main(int argc, char** argv) {
   opts.page_size = absl::GetFlag(FLAGS_page_size);
   opts.prompt_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
   opts.prompt_cache_any_prefix = config->family == model::Family::kGlmMoeDsa;
-  if (opts.prompt_cache_tokens < 0 || (opts.prompt_cache_tokens > 0 && opts.kv_pages > 0)) {
-    fprintf(stderr, "ferry-coordinator: --prompt-cache-tokens %lld: must be >= 0, and 0 with --kv-pool-pages\n",
+  if (opts.prompt_cache_tokens < 0) {
+    fprintf(stderr, "ferry-coordinator: --prompt-cache-tokens %lld must be >= 0\n",
             static_cast<long long>(opts.prompt_cache_tokens));
     return 2;
   }

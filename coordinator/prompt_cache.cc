@@ -156,6 +156,18 @@ std::vector<uint64_t> PromptCache::Insert(std::vector<int32_t> tokens, uint64_t 
   return release;
 }
 
+uint64_t PromptCache::EvictLru(uint64_t except) {
+  uint64_t victim = 0, oldest = 0;
+  for (const auto& [id, e] : entries_) {
+    if (id != except && (victim == 0 || e.last_used < oldest)) {
+      victim = id;
+      oldest = e.last_used;
+    }
+  }
+  if (victim != 0) RemoveEntry(victim);
+  return victim;
+}
+
 std::vector<uint64_t> PromptCache::Clear() {
   std::vector<uint64_t> ids;
   for (const auto& [id, e] : entries_) ids.push_back(id);

@@ -95,12 +95,33 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
       std::vector<int32_t> tokens(r->prompt.begin(), r->prompt.end());
       tokens.insert(tokens.end(), r->generated.begin(), r->generated.end());
       tokens.resize(static_cast<size_t>(r->fed));
-      for (uint64_t id : cache_->Insert(std::move(tokens), r->seq_id)) release_.push_back(id);
+      const std::vector<uint64_t> dropped = cache_->Insert(std::move(tokens), r->seq_id);
+      if (std::find(dropped.begin(), dropped.end(), r->seq_id) == dropped.end()) {
+        kept_pages_[r->seq_id] = std::move(r->pages);  // the kept state holds its pages now
+        r->pages.clear();
+      }
+      for (uint64_t id : dropped) DropKept(id);
     } else {
       release_.push_back(r->seq_id);
     }
   }
   ReleasePages(*r);
+}
+
+void Scheduler::DropKept(uint64_t seq_id) {
+  release_.push_back(seq_id);
+  auto it = kept_pages_.find(seq_id);
+  if (it == kept_pages_.end()) return;
+  if (books_ && !it->second.empty()) (void)books_->Release(it->second);
+  kept_pages_.erase(it);
+}
+
+bool Scheduler::EvictKept(uint64_t except) {
+  if (!cache_) return false;
+  const uint64_t id = cache_->EvictLru(except);
+  if (id == 0) return false;
+  DropKept(id);
+  return true;
 }
 
 void Scheduler::ReleasePages(Request& r) {
@@ -211,7 +232,9 @@ bool Scheduler::RunOnce() {
     if (!is_decode(*r)) continue;
     std::vector<int32_t> pages;
     while (take_pages(*r, 1, &pages) == 0) {
-      // No page for this row: preempt the newest running request (it may be this one).
+      // No page for this row: kept prompt-cache states give way first, then the newest running
+      // request is preempted (it may be this one).
+      if (EvictKept(0)) continue;
       const std::shared_ptr<Request> victim = running_.back();
       Preempt(victim);
       if (victim == r) break;
@@ -219,11 +242,22 @@ bool Scheduler::RunOnce() {
     if (std::find(running_.begin(), running_.end(), r) == running_.end()) break;  // r itself went
     add_segment(r, 1, std::move(pages));
   }
-  for (const std::shared_ptr<Request>& r : running_) {
-    if (budget <= 0) break;
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    const std::shared_ptr<Request> r = running_[i];
     if (is_decode(*r) || std::find(in_step.begin(), in_step.end(), r) != in_step.end()) continue;
     std::vector<int32_t> pages;
-    const int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
+    int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
+    while (n <= 0) {
+      // Kept states give way first; then a newer request not in this step is preempted, so
+      // that prompts being filled can never hold every page between them and stall.
+      if (!EvictKept(0)) {
+        size_t v = running_.size();
+        while (v > i + 1 && std::find(in_step.begin(), in_step.end(), running_[v - 1]) != in_step.end()) --v;
+        if (v <= i + 1) break;
+        Preempt(running_[v - 1]);
+      }
+      n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
+    }
     if (n > 0) add_segment(r, n, std::move(pages));
   }
   while (budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_running) {
@@ -233,12 +267,25 @@ bool Scheduler::RunOnce() {
       if (waiting_.empty()) break;
       r = waiting_.front();
     }
-    // The prompt cache (never with a page pool): start from the longest kept prefix.
+    // The prompt cache: start from the longest kept prefix, sharing its whole pages.
     PromptCache::Match hit;
     if (cache_ && r->generated.empty() && r->fed == 0) hit = cache_->Lookup(r->prompt);
+    std::vector<int32_t> shared;
+    if (books_ && hit.seq_id != 0) {
+      const std::vector<int32_t>& kp = kept_pages_.at(hit.seq_id);
+      shared.assign(kp.begin(), kp.begin() + hit.length / P);
+    }
+    r->fed = hit.length;  // as if admitted; undone below when it is not
+    r->pages = shared;
     std::vector<int32_t> pages;
-    const int64_t n = take_pages(*r, std::min(budget, known(*r) - hit.length), &pages);
-    if (n <= 0) break;  // no page for a new request: it keeps its place in the queue
+    int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
+    while (n <= 0 && EvictKept(hit.seq_id)) n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
+    if (n <= 0) {  // no page for a new request: it keeps its place in the queue
+      r->fed = 0;
+      r->pages.clear();
+      break;
+    }
+    if (!shared.empty()) (void)books_->AddRef(shared);
     {
       std::lock_guard<std::mutex> lock(mu_);
       waiting_.pop_front();
@@ -246,7 +293,6 @@ bool Scheduler::RunOnce() {
     r->seq_id = next_seq_id_++;
     if (cache_ && r->generated.empty()) {
       if (observer_) observer_->OnPrefixLookup(static_cast<int64_t>(r->prompt.size()), hit.length);
-      r->fed = hit.length;
       r->cached = hit.length;
     }
     if (!r->first_scheduled) {

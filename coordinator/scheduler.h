@@ -58,7 +58,8 @@ struct SchedulerOptions {
   // pages): 0 leaves each worker's arena to grow on its own, with no preemption.
   int64_t kv_pages = 0;
   int64_t page_size = 512;  // tokens a page
-  // The prompt cache's budget in kept tokens (0: no prompt cache). Not with kv_pages yet.
+  // The prompt cache's budget in kept tokens (0: no prompt cache). With a page pool the kept
+  // states hold pages too, and give them back before any running request is preempted.
   int64_t prompt_cache_tokens = 0;
   // Whether any prefix of a kept state can be reused (per-token caches only: glm_moe_dsa) or
   // only its whole length (recurrent state: glm5_next).
@@ -101,6 +102,10 @@ class Scheduler {
  private:
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, const std::string& error = {});
   void ReleasePages(Request& r);
+  // Releases a kept state: its conversation on the workers, its pages in the books.
+  void DropKept(uint64_t seq_id);
+  // Evicts the least recently used kept state other than `except`; false when there is none.
+  bool EvictKept(uint64_t except);
   void Preempt(const std::shared_ptr<Request>& r);
   void FailAll(const std::string& error);
   void Loop();
@@ -126,6 +131,7 @@ class Scheduler {
   std::vector<uint64_t> release_;
   std::unique_ptr<kvpool::PageBooks> books_;  // null without a page pool
   std::unique_ptr<PromptCache> cache_;        // null without a prompt cache
+  std::map<uint64_t, std::vector<int32_t>> kept_pages_;  // pool pages of kept states
   int64_t preemptions_ = 0;
   uint64_t next_seq_id_ = 1;
   uint64_t next_step_id_ = 1;

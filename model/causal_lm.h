@@ -39,9 +39,14 @@ class SequenceState {
   virtual absl::Status AdoptPages(std::span<const int32_t> pages) = 0;
   // Page ids of the conversation's table, in token order.
   virtual std::vector<int32_t> Pages() const = 0;
-  // A deep copy: a kept prompt-cache state or a fork of the conversation.
-  // Errors: RESOURCE_EXHAUSTED when the arena has no page for the copied partial page.
-  virtual absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const = 0;
+  // A new conversation holding this one's first `length` tokens (the prompt cache resuming a
+  // kept state): the whole pages are shared, the partial last page is copied into `copy_page`
+  // (a page the caller's books chose; -1: the arena picks one). Per-token caches fork anywhere;
+  // recurrent state only at the current length or a kept snapshot.
+  // Errors: OUT_OF_RANGE past length(); FAILED_PRECONDITION without the recurrent state there;
+  // RESOURCE_EXHAUSTED / INVALID_ARGUMENT when the copy page cannot be had.
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const = 0;
+  absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const { return ForkAt(length()); }
 };
 
 // A piece of one step: `tokens` appended to `state` at positions length()...

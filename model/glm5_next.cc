@@ -68,13 +68,29 @@ absl::Status NextSequence::RewindTo(int64_t position) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::Clone() const {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<PagedRows> rows, rows_->Fork(length_));
+absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkAt(int64_t length, int32_t copy_page) const {
+  if (length < 0 || length > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
+  }
+  const std::vector<KdaState>* kda = &kda_;
+  if (length != length_) {
+    auto it = snapshots_.find(length);
+    if (it == snapshots_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot fork at ", length, ": the KDA recurrent state exists only at ", length_, " and at the snapshots [",
+          absl::StrJoin(SnapshotPositions(), ", "), "]"));
+    }
+    kda = &it->second;
+  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<PagedRows> rows, rows_->Fork(length, copy_page));
   auto copy = std::unique_ptr<NextSequence>(new NextSequence(*config_, std::move(rows)));
-  copy->length_ = length_;
+  copy->length_ = length;
   copy->indexer_ = indexer_;
-  copy->kda_ = kda_;
-  copy->snapshots_ = snapshots_;
+  for (PooledIndexerCache& ix : copy->indexer_) ix.Truncate(length, *config_);
+  copy->kda_ = *kda;
+  for (const auto& [pos, snap] : snapshots_) {
+    if (pos <= length) copy->snapshots_[pos] = snap;
+  }
   return std::unique_ptr<SequenceState>(std::move(copy));
 }
 

@@ -32,7 +32,7 @@ class NextSequence final : public SequenceState {
   int64_t fixed_bytes() const override;
   void KeepSnapshot() override;
   absl::Status RewindTo(int64_t position) override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
   absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_->Adopt(pages); }
   std::vector<int32_t> Pages() const override { return rows_->pages(); }
   // Positions that hold a kept snapshot, ascending.

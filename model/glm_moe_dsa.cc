@@ -26,11 +26,14 @@ absl::Status DsaSequence::RewindTo(int64_t position) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::Clone() const {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<PagedRows> rows, rows_->Fork(length_));
+absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkAt(int64_t length, int32_t copy_page) const {
+  if (length < 0 || length > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
+  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<PagedRows> rows, rows_->Fork(length, copy_page));
   auto copy = std::make_unique<DsaSequence>(std::shared_ptr<PageArena>());
   copy->rows_ = std::move(rows);
-  copy->length_ = length_;
+  copy->length_ = length;
   return std::unique_ptr<SequenceState>(std::move(copy));
 }
 

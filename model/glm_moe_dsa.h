@@ -24,7 +24,7 @@ class DsaSequence final : public SequenceState {
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
   absl::Status RewindTo(int64_t position) override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
   absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_->Adopt(pages); }
   std::vector<int32_t> Pages() const override { return rows_->pages(); }
   const PagedRows& rows() const { return *rows_; }

@@ -88,7 +88,7 @@ absl::Status PagedRows::Truncate(int64_t n) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<PagedRows>> PagedRows::Fork(int64_t n) const {
+absl::StatusOr<std::unique_ptr<PagedRows>> PagedRows::Fork(int64_t n, int32_t copy_page) const {
   const int64_t P = arena_->page_size();
   auto fork = std::make_unique<PagedRows>(arena_);
   const int64_t whole = n / P;
@@ -97,7 +97,12 @@ absl::StatusOr<std::unique_ptr<PagedRows>> PagedRows::Fork(int64_t n) const {
     fork->pages_.push_back(pages_[static_cast<size_t>(i)]);
   }
   if (n % P != 0) {
-    FERRY_ASSIGN_OR_RETURN(int32_t fresh, arena_->Allocate());
+    int32_t fresh = copy_page;
+    if (fresh < 0) {
+      FERRY_ASSIGN_OR_RETURN(fresh, arena_->Allocate());
+    } else {
+      FERRY_RETURN_IF_ERROR(arena_->Take(std::span<const int32_t>(&fresh, 1)));
+    }
     std::memcpy(arena_->Row(fresh, 0, 0), arena_->Row(pages_[static_cast<size_t>(whole)], 0, 0),
                 static_cast<size_t>(arena_->page_floats()) * sizeof(float));
     fork->pages_.push_back(fresh);

@@ -85,8 +85,9 @@ class PagedRows {
   // Forgets tokens >= n: releases whole pages past it; a shared page that n cuts is copied
   // first, so later writes cannot reach the other holders.
   absl::Status Truncate(int64_t n);
-  // A table for the first n tokens of this one: shares the whole pages, copies the partial one.
-  absl::StatusOr<std::unique_ptr<PagedRows>> Fork(int64_t n) const;
+  // A table for the first n tokens of this one: shares the whole pages, copies the partial one
+  // into `copy_page` (taken from the arena; -1: allocated by the arena).
+  absl::StatusOr<std::unique_ptr<PagedRows>> Fork(int64_t n, int32_t copy_page = -1) const;
 
   const std::vector<int32_t>& pages() const { return pages_; }
   int64_t reserved_tokens() const { return static_cast<int64_t>(pages_.size()) * arena_->page_size(); }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/paged_cache.h"
 
 namespace ferry::worker {
 
@@ -55,9 +56,14 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
     if (it == seqs_.end()) {
       std::unique_ptr<model::SequenceState> state;
       if (seg.fork_from != 0) {
-        // The prompt cache: a copy of the kept conversation (whole pages shared), rewound.
-        absl::StatusOr<std::unique_ptr<model::SequenceState>> copy = seqs_.at(seg.fork_from)->Clone();
-        absl::Status st = copy.ok() ? (*copy)->RewindTo(seg.fork_length) : copy.status();
+        // The prompt cache: the kept conversation's first fork_length tokens (whole pages
+        // shared; with a page pool the partial one is copied into the segment's first new page).
+        const int64_t P = model_->arena().page_size();
+        int32_t copy_page = -1;
+        if (seg.fork_length % P != 0 && !seg.new_pages.empty()) copy_page = seg.new_pages.front();
+        absl::StatusOr<std::unique_ptr<model::SequenceState>> copy =
+            seqs_.at(seg.fork_from)->ForkAt(seg.fork_length, copy_page);
+        absl::Status st = copy.status();
         if (!st.ok()) {
           for (uint64_t id : created) seqs_.erase(id);
           return absl::InternalError(absl::StrCat("step ", step.step_id, ": fork of sequence ", seg.fork_from, ": ",
@@ -70,8 +76,13 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       it = seqs_.emplace(seg.seq_id, std::move(state)).first;
       created.push_back(seg.seq_id);
     }
-    if (!seg.new_pages.empty()) {
-      if (absl::Status st = it->second->AdoptPages(seg.new_pages); !st.ok()) {
+    // A fork's copy page is already in its table; the rest are appended.
+    std::span<const int32_t> adopt(seg.new_pages);
+    if (seg.fork_from != 0 && seg.fork_length % model_->arena().page_size() != 0 && !adopt.empty()) {
+      adopt = adopt.subspan(1);
+    }
+    if (!adopt.empty()) {
+      if (absl::Status st = it->second->AdoptPages(adopt); !st.ok()) {
         for (uint64_t id : created) seqs_.erase(id);
         return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ",
                                                        st.message()));

@@ -214,12 +214,17 @@ TEST_CASE("scheduler: a thousand mixed requests on a small pool leave no page or
   CHECK(runner.exec().live_sequences() == 0);
 }
 
-void ResumeEqualsCold(const std::string& dir, bool any_prefix) {
-  LocalRunner runner(dir);
+void ResumeEqualsCold(const std::string& dir, bool any_prefix, int64_t pool_pages = 0) {
+  LocalRunner runner(dir, pool_pages > 0 ? model::CacheOptions{16, pool_pages} : model::CacheOptions{});
   SchedulerOptions opts;
   opts.max_batch_tokens = 64;
   opts.prompt_cache_tokens = 1000;
   opts.prompt_cache_any_prefix = any_prefix;
+  if (pool_pages > 0) {
+    opts.kv_pages = pool_pages;
+    opts.page_size = 16;
+    opts.max_context = 128;
+  }
   Scheduler sched(opts, &runner);
   auto cold_model = model::LoadCausalLM(dir);
   REQUIRE(cold_model.ok());
@@ -259,6 +264,47 @@ void ResumeEqualsCold(const std::string& dir, bool any_prefix) {
   CHECK(c.tokens == cold(c_prompt, 5));
   // Every kept state lives on the worker, and nothing else does.
   CHECK(runner.exec().live_sequences() == sched.Snapshot().kept_states);
+  if (pool_pages > 0) {
+    // The books and the worker's arena agree on every page, shared ones included.
+    sched.RunOnce();
+    CHECK(sched.Snapshot().used_pages == runner.exec().model().arena().used_pages());
+  }
+}
+
+TEST_CASE("scheduler: the prompt cache on a page pool shares pages and gives the cold tokens", "[scheduler][prompt_cache]") {
+  ResumeEqualsCold(kDsa, true, 24);
+  ResumeEqualsCold(kNext, false, 24);
+}
+
+TEST_CASE("scheduler: kept states give their pages back before anyone is preempted", "[scheduler][prompt_cache]") {
+  LocalRunner runner(kDsa, model::CacheOptions{16, 8});
+  SchedulerOptions opts;
+  opts.kv_pages = 8;
+  opts.page_size = 16;
+  opts.max_context = 64;
+  opts.max_batch_tokens = 32;
+  opts.prompt_cache_tokens = 10000;  // the pool, not the budget, limits what is kept
+  Scheduler sched(opts, &runner);
+  std::mt19937 rng(41);
+  for (int i = 0; i < 40; ++i) {
+    std::vector<int32_t> prompt(8 + rng() % 40);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    auto r = MakeRequest("k" + std::to_string(i), prompt, 1 + rng() % 10);
+    REQUIRE(sched.Submit(r).ok());
+    RunUntilIdle(sched);
+    const SchedulerSnapshot dbg = sched.Snapshot();
+    INFO("i " << i << " waiting " << dbg.waiting << " running " << dbg.running << " used " << dbg.used_pages
+              << " kept " << dbg.kept_states << " prompt " << prompt.size());
+    REQUIRE(dbg.waiting == 0);
+    std::vector<int32_t> none;
+    CHECK(Collect(*r, &none).reason == FinishReason::kLength);
+  }
+  const SchedulerSnapshot s = sched.Snapshot();
+  CHECK(s.preemptions == 0);
+  CHECK(s.kept_states >= 1);
+  sched.RunOnce();
+  CHECK(runner.exec().live_sequences() == s.kept_states);
+  CHECK(sched.Snapshot().used_pages == runner.exec().model().arena().used_pages());
 }
 
 TEST_CASE("scheduler: a resumed conversation gives the tokens of a cold run (glm_moe_dsa)", "[scheduler][prompt_cache]") {

@@ -154,7 +154,7 @@ class ForeignState final : public SequenceState {
   absl::Status RewindTo(int64_t) override { return absl::OkStatus(); }
   absl::Status AdoptPages(std::span<const int32_t>) override { return absl::OkStatus(); }
   std::vector<int32_t> Pages() const override { return {}; }
-  absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const override {
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t, int32_t) const override {
     return std::unique_ptr<SequenceState>(std::make_unique<ForeignState>());
   }
 };
