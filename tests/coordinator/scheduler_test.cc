@@ -11,6 +11,7 @@
 #include "model/generate.h"
 #include "model/paged_cache.h"
 #include "tests/catch.h"
+#include "tests/testing/workload.h"
 #include "worker/step_executor.h"
 
 namespace ferry::coordinator {
@@ -79,22 +80,11 @@ void ConcurrentEqualsAlone(const std::string& dir) {
   opts.max_batch_tokens = 37;  // forces prompts into chunks that share steps with decodes
   opts.max_running = 16;
   Scheduler sched(opts, &runner);
-  auto alone_model = model::LoadCausalLM(dir);
-  REQUIRE(alone_model.ok());
-  std::mt19937 rng(5);
+  const ferry::testing::Workload w = ferry::testing::MakeWorkload(dir, 16, 5, 1, 60, 1, 10);
+  const auto& alone = w.alone;
   std::vector<std::shared_ptr<Request>> reqs;
-  std::vector<std::vector<int32_t>> alone;
   for (int i = 0; i < 16; ++i) {
-    std::vector<int32_t> prompt(1 + rng() % 60);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
-    const int64_t max_tokens = 1 + rng() % 10;
-    model::GenerateOptions g;
-    g.max_tokens = max_tokens;
-    g.ignore_eos = true;
-    auto res = model::Generate(**alone_model, prompt, g);
-    REQUIRE(res.ok());
-    alone.push_back(res->tokens);
-    reqs.push_back(MakeRequest("r" + std::to_string(i), prompt, max_tokens, i % 2 == 0));
+    reqs.push_back(MakeRequest("r" + std::to_string(i), w.prompts[i], w.max_tokens[i], i % 2 == 0));
     REQUIRE(sched.Submit(reqs.back()).ok());
   }
   RunUntilIdle(sched);
@@ -131,22 +121,11 @@ void PreemptionEqualsAlone(const std::string& dir) {
   opts.kv_pages = 6;
   opts.page_size = 16;
   Scheduler sched(opts, &runner);
-  auto alone_model = model::LoadCausalLM(dir);
-  REQUIRE(alone_model.ok());
-  std::mt19937 rng(17);
+  const ferry::testing::Workload w = ferry::testing::MakeWorkload(dir, 8, 17, 5, 30, 10, 15);
+  const auto& alone = w.alone;
   std::vector<std::shared_ptr<Request>> reqs;
-  std::vector<std::vector<int32_t>> alone;
   for (int i = 0; i < 8; ++i) {
-    std::vector<int32_t> prompt(5 + rng() % 30);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
-    const int64_t max_tokens = 10 + rng() % 15;
-    model::GenerateOptions g;
-    g.max_tokens = max_tokens;
-    g.ignore_eos = true;
-    auto res = model::Generate(**alone_model, prompt, g);
-    REQUIRE(res.ok());
-    alone.push_back(res->tokens);
-    reqs.push_back(MakeRequest("p" + std::to_string(i), prompt, max_tokens, true));
+    reqs.push_back(MakeRequest("p" + std::to_string(i), w.prompts[i], w.max_tokens[i], true));
     REQUIRE(sched.Submit(reqs.back()).ok());
   }
   RunUntilIdle(sched);

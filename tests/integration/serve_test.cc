@@ -14,6 +14,7 @@
 #include "model/golden.h"
 #include "tests/catch.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/workload.h"
 
 namespace ferry {
 namespace {
@@ -79,22 +80,11 @@ TEST_CASE("serve: every golden prompt at 1, 2 and 4 ranks gives the golden token
 TEST_CASE("serve: 16 concurrent requests give exactly what each gives alone", "[serve]") {
   Server server(kNext, 2, {"--max-batch-tokens", "40"});
   REQUIRE(server.serving());
-  auto local = model::LoadCausalLM(kNext);
-  REQUIRE(local.ok());
-  std::mt19937 rng(9);
+  const testing::Workload w = testing::MakeWorkload(kNext, 16, 9, 1, 70, 1, 12);
+  const auto& alone = w.alone;
   std::vector<GenerateRequest> reqs;
-  std::vector<std::vector<int32_t>> alone;
   for (int i = 0; i < 16; ++i) {
-    std::vector<int32_t> prompt(1 + rng() % 70);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
-    const int n = 1 + static_cast<int>(rng() % 12);
-    model::GenerateOptions opt;
-    opt.max_tokens = n;
-    opt.ignore_eos = true;
-    auto res = model::Generate(**local, prompt, opt);
-    REQUIRE(res.ok());
-    alone.push_back(res->tokens);
-    reqs.push_back(Greedy(prompt, n));
+    reqs.push_back(Greedy(w.prompts[i], static_cast<int>(w.max_tokens[i])));
     reqs.back().set_stream(i % 2 == 0);
   }
   std::vector<std::vector<int32_t>> got(16);
@@ -123,22 +113,11 @@ TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do n
   // 8 pages of 16 tokens on each of 2 ranks for 8 concurrent requests of up to ~70 tokens.
   Server server(kDsa, 2, {"--kv-pool-pages", "8", "--page-size", "16", "--context", "96", "--max-batch-tokens", "32"});
   REQUIRE(server.serving());
-  auto local = model::LoadCausalLM(kDsa);
-  REQUIRE(local.ok());
-  std::mt19937 rng(23);
+  const testing::Workload w = testing::MakeWorkload(kDsa, 8, 23, 10, 40, 8, 20);
+  const auto& alone = w.alone;
   std::vector<GenerateRequest> reqs;
-  std::vector<std::vector<int32_t>> alone;
   for (int i = 0; i < 8; ++i) {
-    std::vector<int32_t> prompt(10 + rng() % 40);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
-    const int n = 8 + static_cast<int>(rng() % 20);
-    model::GenerateOptions opt;
-    opt.max_tokens = n;
-    opt.ignore_eos = true;
-    auto res = model::Generate(**local, prompt, opt);
-    REQUIRE(res.ok());
-    alone.push_back(res->tokens);
-    reqs.push_back(Greedy(prompt, n));
+    reqs.push_back(Greedy(w.prompts[i], static_cast<int>(w.max_tokens[i])));
     reqs.back().set_stream(true);
   }
   std::vector<std::vector<int32_t>> got(8);
