@@ -8,6 +8,9 @@ build="${FERRY_BUILD_DIR:-$root/build}"
 
 "$root/scripts/install-deps.sh"
 
+# ccache hits across clones of the repository (CI builds a fresh clone in another folder).
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
+
 gen=()
 if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
 if [ ! -f "$build/CMakeCache.txt" ]; then
