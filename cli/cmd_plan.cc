@@ -107,31 +107,7 @@ int RunPlan() {
          static_cast<long long>(bpt->replicated));
   printf("fixed a stream a rank: %s MiB (%s)\n", kvpool::FormatMiB(in.fixed_bytes).c_str(),
          fixed_source.c_str());
-  printf("room a rank: %s GiB\n", kvpool::FormatGiB(p.room_bytes).c_str());
-  if (p.layout == kvpool::Layout::kPages) {
-    printf("window: %lld tokens = %lld pages of %lld tokens (%s MiB a page)\n",
-           static_cast<long long>(p.context), static_cast<long long>(p.window_pages),
-           static_cast<long long>(p.page_size), kvpool::FormatMiB(p.page_bytes).c_str());
-    printf("lanes: %lld, %lld of them a whole window of pages (windows would serve %lld)\n",
-           static_cast<long long>(p.lanes), static_cast<long long>(p.window_streams),
-           static_cast<long long>(p.windows_would_hold));
-    printf("pages: %lld = %lld for windows + %lld for lanes + %lld floor + %lld shared\n",
-           static_cast<long long>(p.pages), static_cast<long long>(p.pages_windows),
-           static_cast<long long>(p.pages_lanes), static_cast<long long>(p.pages_floor),
-           static_cast<long long>(p.pages_shared));
-    printf("tokens: %lld, shared by the %lld streams\n", static_cast<long long>(p.tokens),
-           static_cast<long long>(p.lanes));
-  } else {
-    printf("window: %lld tokens = %s GiB of rows a stream\n", static_cast<long long>(p.context),
-           kvpool::FormatGiB(p.context * bpt->total()).c_str());
-    printf("lanes: %lld, each a whole window\n", static_cast<long long>(p.lanes));
-    printf("tokens: %lld\n", static_cast<long long>(p.tokens));
-  }
-  printf("streams: %s GiB (rows, and the fixed state of the %lld past the engine's own)\n",
-         kvpool::FormatGiB(p.stream_bytes).c_str(), static_cast<long long>(p.lanes - 1));
-  printf("prompt cache: %s GiB (budget %s GiB)\n", kvpool::FormatGiB(p.cache_bytes).c_str(),
-         kvpool::FormatGiB(in.cache_budget_bytes).c_str());
-  printf("unused: %s GiB\n", kvpool::FormatGiB(p.unused_bytes).c_str());
+  printf("%s", kvpool::FormatPlan(in, p).c_str());
   return 0;
 }
 

@@ -195,6 +195,7 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
     ri->set_state(ranks[k].dead ? "dead" : ranks[k].ready ? "serving" : "starting");
     ri->set_last_step_seconds(ranks[k].last_step_seconds);
     ri->set_pid(ranks[k].pid);
+    ri->set_room_bytes(ranks[k].room_bytes);
   }
   return grpc::Status::OK;
 }

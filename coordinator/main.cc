@@ -19,6 +19,7 @@
 #include "coordinator/metrics.h"
 #include "coordinator/scheduler.h"
 #include "model/checkpoint.h"
+#include "kvpool/plan.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
 
@@ -43,6 +44,42 @@ ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to re
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
 namespace {
+
+// Logs the KV plan (seed 000 step 1, as `ferry plan` prints it) for the smallest room the ranks
+// reported, at the GPU backend's bf16 cache.
+void LogPlan(const ferry::model::ModelConfig& config, const std::vector<ferry::coordinator::RankState>& ranks,
+             const ferry::coordinator::SchedulerOptions& opts) {
+  using namespace ferry;
+  int64_t room = -1;
+  int smallest = 0;
+  for (size_t k = 0; k < ranks.size(); ++k) {
+    if (room < 0 || ranks[k].room_bytes < room) {
+      room = ranks[k].room_bytes;
+      smallest = static_cast<int>(k);
+    }
+  }
+  const int64_t world = static_cast<int64_t>(ranks.size());
+  auto layout = kvpool::ResolveLayout(kvpool::KvPages::kAuto, world, kvpool::CacheDtype::kBf16);
+  auto bpt = kvpool::BytesPerTokenPerRank(config, kvpool::CacheDtype::kBf16, 0);
+  auto fixed = kvpool::FixedBytesPerStreamPerRank(config, world);
+  if (!layout.ok() || !bpt.ok() || !fixed.ok()) return;
+  kvpool::PlanInput in;
+  in.layout = *layout;
+  in.bytes_per_token = *bpt;
+  in.page_size = opts.page_size;
+  in.lanes = std::min<int64_t>(opts.max_running, kvpool::kMaxLanes);
+  in.context = std::min<int64_t>(opts.max_context, kvpool::kMaxContext);
+  in.fixed_bytes = *fixed;
+  in.room_bytes = std::min<int64_t>(std::max<int64_t>(room, 0), kvpool::kMaxRoomBytes);
+  auto plan = kvpool::ComputePlan(in);
+  if (!plan.ok()) {
+    FERRY_LOG(WARNING) << "KV plan for rank " << smallest << "'s room: " << plan.status().message();
+    return;
+  }
+  FERRY_LOG(INFO) << "KV plan (" << kvpool::LayoutName(plan->layout) << ", bf16 cache, " << bpt->total()
+                  << " bytes a token a rank, smallest room: rank " << smallest << "):\n"
+                  << kvpool::FormatPlan(in, *plan);
+}
 
 volatile std::sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
@@ -163,6 +200,7 @@ int main(int argc, char** argv) {
         accepting = true;
         health->SetServingStatus(true);
         started = true;
+        LogPlan(*config, control.Ranks(), opts);
         FERRY_LOG(INFO) << "serving " << model::FamilyName(config->family) << " on " << world << " rank(s): context "
                         << opts.max_context << ", --parallel " << opts.max_running << ", " << opts.max_batch_tokens
                         << " tokens a step";

@@ -201,4 +201,28 @@ std::string FormatMiB(int64_t bytes) {
   return absl::StrFormat("%.2f", static_cast<double>(bytes) / static_cast<double>(kMiB));
 }
 
+std::string FormatPlan(const PlanInput& in, const Plan& p) {
+  std::string out = absl::StrCat("room a rank: ", FormatGiB(p.room_bytes), " GiB\n");
+  if (p.layout == Layout::kPages) {
+    absl::StrAppend(&out, "window: ", p.context, " tokens = ", p.window_pages, " pages of ", p.page_size, " tokens (",
+                    FormatMiB(p.page_bytes), " MiB a page)\n");
+    absl::StrAppend(&out, "lanes: ", p.lanes, ", ", p.window_streams, " of them a whole window of pages (windows would serve ",
+                    p.windows_would_hold, ")\n");
+    absl::StrAppend(&out, "pages: ", p.pages, " = ", p.pages_windows, " for windows + ", p.pages_lanes, " for lanes + ",
+                    p.pages_floor, " floor + ", p.pages_shared, " shared\n");
+    absl::StrAppend(&out, "tokens: ", p.tokens, ", shared by the ", p.lanes, " streams\n");
+  } else {
+    absl::StrAppend(&out, "window: ", p.context, " tokens = ", FormatGiB(p.context * in.bytes_per_token.total()),
+                    " GiB of rows a stream\n");
+    absl::StrAppend(&out, "lanes: ", p.lanes, ", each a whole window\n");
+    absl::StrAppend(&out, "tokens: ", p.tokens, "\n");
+  }
+  absl::StrAppend(&out, "streams: ", FormatGiB(p.stream_bytes), " GiB (rows, and the fixed state of the ", p.lanes - 1,
+                  " past the engine's own)\n");
+  absl::StrAppend(&out, "prompt cache: ", FormatGiB(p.cache_bytes), " GiB (budget ", FormatGiB(in.cache_budget_bytes),
+                  " GiB)\n");
+  absl::StrAppend(&out, "unused: ", FormatGiB(p.unused_bytes), " GiB\n");
+  return out;
+}
+
 }  // namespace ferry::kvpool

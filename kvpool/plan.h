@@ -141,6 +141,9 @@ int64_t WindowsThatFit(const PlanInput& in);
 
 // Bytes as GiB with two decimals, as the seed prints them ("90.48").
 std::string FormatGiB(int64_t bytes);
+// The plan as `ferry plan` prints it past its header lines (room, window, lanes, pages, tokens,
+// streams, prompt cache, unused), one fact a line.
+std::string FormatPlan(const PlanInput& in, const Plan& p);
 // Bytes as MiB with two decimals ("180.00").
 std::string FormatMiB(int64_t bytes);
 

@@ -59,6 +59,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, c
       break;
     }
   }
+  model->set_weight_bytes(ck.loaded_bytes());
   FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << ": " << cfg.num_layers
                   << " layers, hidden " << cfg.hidden_size << ", vocab " << cfg.vocab_size
                   << (tp.world > 1 ? absl::StrCat(", tensor-parallel rank ", tp.rank, " of ", tp.world) : "");

@@ -79,6 +79,10 @@ class CausalLM {
   virtual const ModelConfig& config() const = 0;
   // The arena every conversation's pages come from.
   virtual const PageArena& arena() const = 0;
+  // Bytes of weights this instance holds (its tensor-parallel shard); set by LoadCausalLM.
+  int64_t weight_bytes() const { return weight_bytes_; }
+  void set_weight_bytes(int64_t b) { weight_bytes_ = b; }
+
   virtual std::unique_ptr<SequenceState> NewSequence() const = 0;
 
   // Runs one step over the segments. Each segment's rows see their own conversation's earlier
@@ -87,6 +91,9 @@ class CausalLM {
   // Errors (nothing is appended to any state): INVALID_ARGUMENT for an empty segment, a token
   // id outside [0, vocab), a state of another family, or one state in two segments.
   virtual absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) = 0;
+
+ private:
+  int64_t weight_bytes_ = 0;
 };
 
 // Opens the checkpoint at `dir`, parses its config and loads the matching family: this rank's

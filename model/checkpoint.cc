@@ -183,6 +183,7 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
         "' lies outside its ", rows, " x ", cols, " elements"));
   }
   std::vector<float> out(static_cast<size_t>((r1 - r0) * (c1 - c0)));
+  loaded_bytes_ += static_cast<int64_t>(out.size() * sizeof(float));
   const uint8_t* src = file.Data(t);
   for (int64_t r = r0; r < r1; ++r) {
     ConvertRun(t.dtype, src, r * cols + c0, c1 - c0, out.data() + (r - r0) * (c1 - c0));

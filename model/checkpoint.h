@@ -47,6 +47,8 @@ class Checkpoint {
   const std::string& FileOf(absl::string_view name) const;
   // Every tensor name, sorted.
   std::vector<std::string> TensorNames() const;
+  // Float32 bytes LoadF32 has produced so far (the CPU backend's weights).
+  int64_t loaded_bytes() const { return loaded_bytes_; }
 
   // Upcasts tensor `name` (BF16, F16, F32, or F8_E4M3 with its block scales) to float32,
   // row-major, after checking its shape equals `expected_shape` and `slice` lies inside it.
@@ -68,6 +70,7 @@ class Checkpoint {
   int64_t fp8_block_cols_ = 128;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::map<std::string, Entry, std::less<>> tensors_;
+  mutable int64_t loaded_bytes_ = 0;
 };
 
 // Reads and parses a JSON file; errors name the file (and the byte of a parse error).

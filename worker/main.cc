@@ -32,6 +32,8 @@ ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the group (the coordinator's --ranks)");
 ABSL_FLAG(std::string, cluster_token, "", "The coordinator's --cluster-token (empty: none)");
 ABSL_FLAG(int32_t, connect_timeout_s, 60, "Seconds to wait for the coordinator and the peers (seconds)");
+ABSL_FLAG(double, memory_gib, 0,
+          "Memory this rank may use for weights and caches, GiB (0: the host's available memory over --world)");
 ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
@@ -163,6 +165,14 @@ int main(int argc, char** argv) {
   auto stream = stub->Steps(&ctx);
   cpb::WorkerMessage hello;
   hello.mutable_ready()->set_rank(rank);
+  // The room for caches: this rank's memory less its weights (the plan's input).
+  int64_t memory = static_cast<int64_t>(absl::GetFlag(FLAGS_memory_gib) * static_cast<double>(int64_t{1} << 30));
+  if (memory <= 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / world : 0;
+  }
+  hello.mutable_ready()->set_weight_bytes(exec.model().weight_bytes());
+  hello.mutable_ready()->set_room_bytes(std::max<int64_t>(0, memory - exec.model().weight_bytes()));
   if (!stream->Write(hello)) {
     FERRY_LOG(ERROR) << "rank " << rank << ": the coordinator closed the step stream";
     return 1;

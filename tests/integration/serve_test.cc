@@ -276,6 +276,11 @@ TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
     INFO(name);
     CHECK(testing::MetricValue(before, name) >= 0);
   }
+  // Every rank reported its room, and the coordinator logged the plan for the smallest.
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  for (const auto& rank : info->ranks()) CHECK(rank.room_bytes() > 0);
+  CHECK(server.process().Log().find("KV plan (pages, bf16 cache") != std::string::npos);
   REQUIRE(Run(server.address(), Greedy({5, 6, 7}, 5)).ok());
   const std::string after = testing::ScrapeMetrics(server.metrics_port());
   auto delta = [&](const std::string& series) {
