@@ -92,14 +92,10 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
   const int64_t R = rows.count();
   const int64_t D = c.hidden_size, W = c.latent_row_width(), Di = c.index_head_dim;
 
-  // Pages for this step's rows. When the arena runs out, the tables grown so far give their new
-  // pages back, so a refused step leaves every conversation (and the arena) as it was.
-  for (size_t s = 0; s < segments.size(); ++s) {
-    absl::Status st = seqs[s]->rows_->Reserve(seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size()));
-    if (!st.ok()) {
-      for (size_t k = 0; k < s; ++k) (void)seqs[k]->rows_->Truncate(seqs[k]->length_);
-      return st;
-    }
+  {
+    std::vector<PagedRows*> tables;
+    for (auto* seq : seqs) tables.push_back(seq->rows_.get());
+    FERRY_RETURN_IF_ERROR(ReserveStep(segments, tables, lengths));
   }
 
   std::vector<float> x(static_cast<size_t>(R * D));

@@ -18,6 +18,18 @@ StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const 
   return rows;
 }
 
+absl::Status ReserveStep(std::span<const ForwardSegment> segments, std::span<PagedRows* const> tables,
+                         std::span<const int64_t> lengths) {
+  for (size_t s = 0; s < segments.size(); ++s) {
+    absl::Status st = tables[s]->Reserve(lengths[s] + static_cast<int64_t>(segments[s].tokens.size()));
+    if (!st.ok()) {
+      for (size_t k = 0; k < s; ++k) (void)tables[k]->Truncate(lengths[k]);
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
 void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x) {
   const int64_t D = embed.cols;
   int64_t r = 0;

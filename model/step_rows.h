@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "model/causal_lm.h"
+#include "model/paged_cache.h"
 #include "model/weights.h"
 
 namespace ferry::model {
@@ -24,6 +25,12 @@ struct StepRows {
 
 // lengths[s]: segment s's conversation length before the step.
 StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const int64_t> lengths);
+
+// Grows every segment's page table to hold its new tokens (lengths[s] + its tokens). When the
+// arena runs out, the tables grown so far give their new pages back, so a refused step leaves
+// every conversation and the arena as they were; the arena's error is returned.
+absl::Status ReserveStep(std::span<const ForwardSegment> segments, std::span<PagedRows* const> tables,
+                         std::span<const int64_t> lengths);
 
 // x [R, hidden] <- the embedding row of every token of every segment, in order.
 void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x);
