@@ -12,28 +12,15 @@
 #include "model/golden.h"
 #include "model/safetensors.h"
 #include "tests/catch.h"
+#include "tests/testing/tiny_models.h"
 
 namespace ferry::model {
 namespace {
 
 const std::string kDir = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny";
 
-std::unique_ptr<Glm5Next> LoadTiny() {
-  auto ck = Checkpoint::Open(kDir);
-  REQUIRE(ck.ok());
-  auto cfg = ParseModelConfig(ck->config_json(), ck->config_path());
-  REQUIRE(cfg.ok());
-  auto m = Glm5Next::Load(*ck, *cfg);
-  REQUIRE(m.ok());
-  return std::move(*m);
-}
-
-std::vector<GoldenPrompt> Goldens() {
-  auto g = ReadGolden(kDir + "/golden.safetensors");
-  REQUIRE(g.ok());
-  REQUIRE(g->size() == 3);
-  return *g;
-}
+std::unique_ptr<Glm5Next> LoadTiny() { return ferry::testing::LoadAs<Glm5Next>(kDir); }
+std::vector<GoldenPrompt> Goldens() { return ferry::testing::GoldensOf(kDir); }
 
 double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
   REQUIRE(a.size() == b.size());

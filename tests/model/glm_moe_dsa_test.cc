@@ -11,6 +11,7 @@
 #include "model/golden.h"
 #include "model/safetensors.h"
 #include "tests/catch.h"
+#include "tests/testing/tiny_models.h"
 #include "tests/testing/files.h"
 
 namespace ferry::model {
@@ -18,22 +19,8 @@ namespace {
 
 const std::string kDir = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
 
-std::unique_ptr<GlmMoeDsa> LoadTiny() {
-  auto ck = Checkpoint::Open(kDir);
-  REQUIRE(ck.ok());
-  auto cfg = ParseModelConfig(ck->config_json(), ck->config_path());
-  REQUIRE(cfg.ok());
-  auto m = GlmMoeDsa::Load(*ck, *cfg);
-  REQUIRE(m.ok());
-  return std::move(*m);
-}
-
-std::vector<GoldenPrompt> Goldens() {
-  auto g = ReadGolden(kDir + "/golden.safetensors");
-  REQUIRE(g.ok());
-  REQUIRE(g->size() == 3);
-  return *g;
-}
+std::unique_ptr<GlmMoeDsa> LoadTiny() { return ferry::testing::LoadAs<GlmMoeDsa>(kDir); }
+std::vector<GoldenPrompt> Goldens() { return ferry::testing::GoldensOf(kDir); }
 
 // Logits of every position of `ids` fed in pieces of `chunk` tokens.
 std::vector<float> Prefill(CausalLM& m, const std::vector<int32_t>& ids, size_t chunk) {

@@ -1,0 +1,35 @@
+// The tiny reference checkpoints (tests/data) as the family tests load them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/golden.h"
+#include "tests/catch.h"
+
+namespace ferry::testing {
+
+// Loads the checkpoint at `dir` as family F (GlmMoeDsa or Glm5Next), failing the test on error.
+template <typename F>
+std::unique_ptr<F> LoadAs(const std::string& dir) {
+  auto ck = model::Checkpoint::Open(dir);
+  REQUIRE(ck.ok());
+  auto cfg = model::ParseModelConfig(ck->config_json(), ck->config_path());
+  REQUIRE(cfg.ok());
+  auto m = F::Load(*ck, *cfg);
+  REQUIRE(m.ok());
+  return std::move(*m);
+}
+
+// The three golden prompts of the checkpoint at `dir`.
+inline std::vector<model::GoldenPrompt> GoldensOf(const std::string& dir) {
+  auto g = model::ReadGolden(dir + "/golden.safetensors");
+  REQUIRE(g.ok());
+  REQUIRE(g->size() == 3);
+  return *g;
+}
+
+}  // namespace ferry::testing
