@@ -9,6 +9,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/load_model.h"
 #include "model/causal_lm.h"
 #include "model/generate.h"
 
@@ -105,7 +106,7 @@ int RunGenerate() {
     return 2;
   }
   if (!server.empty()) return GenerateOnServer(server, prompt, opt);
-  auto model = model::LoadCausalLM(dir);
+  auto model = LoadModelOn(absl::GetFlag(FLAGS_device), dir, absl::GetFlag(FLAGS_precision));
   if (!model.ok()) {
     fprintf(stderr, "ferry generate: %s\n", std::string(model.status().message()).c_str());
     return 2;

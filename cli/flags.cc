@@ -5,7 +5,12 @@
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + safetensors)");
 ABSL_FLAG(std::string, golden, "",
           "check-golden: reference file (default: <model>/golden.safetensors)");
-ABSL_FLAG(double, tolerance, 1e-3, "check-golden: largest |logit error| that passes (logit units)");
+ABSL_FLAG(double, tolerance, -1,
+          "check-golden: largest |logit error| that passes (logit units; -1: 1e-3 in float32, 5e-2 for cuda bf16)");
+ABSL_FLAG(std::string, device, "cpu", "check-golden, generate --model: where the model runs: cpu, or cuda (one GPU)");
+ABSL_FLAG(std::string, precision, "bf16",
+          "check-golden, generate --model with --device cuda: bf16 (serving) or f32 (float32 activations, "
+          "to verify against the goldens)");
 ABSL_FLAG(int64_t, prefill_chunk, 0,
           "Feed the prompt in pieces of this many tokens (0: one piece)");
 ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma-separated");

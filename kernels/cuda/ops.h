@@ -24,6 +24,13 @@ namespace ferry::kernels::cuda {
 int DeviceCount();
 // "NVIDIA H200, sm_90, 139.8 GiB" for device `index`.
 absl::StatusOr<std::string> DeviceName(int index);
+// Free and total bytes of the current device's memory (cudaMemGetInfo), e.g. a worker's room for
+// KV pages after its weights are loaded.
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+absl::StatusOr<DeviceMemory> MemoryInfo();
 
 // y[rows, dim] = x * rsqrt(mean(x^2) + eps) * w, per row, bf16 in and out, float32 inside.
 // CPU twin: cpu::RmsNorm. y may alias x. REQUIRES: dim >= 1.
@@ -181,11 +188,167 @@ absl::Status MhcSinkhorn(const float* m, int64_t rows, int64_t streams, const fl
 absl::Status SampleGreedy(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
                           void* stream = nullptr);
 
+// ---- Model glue: the ops a whole forward needs around the kernels above (model/cuda). ----
+
+// out[r, :] (float32) = table[ids[r], :] (bf16), the embedding gather that starts the residual
+// stream. table [vocab, dim] bf16, ids [rows] int32 (device), out [rows, dim] float32.
+// An id outside [0, vocab) makes that row NaN (the host validates ids first; this is the guard).
+// CPU twin: a row copy of the upcast table (exact). REQUIRES: vocab >= 1, dim >= 1.
+absl::Status EmbeddingGatherF32(const uint16_t* table, int64_t vocab, int64_t dim, const int32_t* ids,
+                                int64_t rows, float* out, void* stream = nullptr);
+
+// y[rows, dim] (bf16) = x * rsqrt(mean(x^2) + eps) * w with x float32 (the residual stream) and
+// w bf16, float32 inside, then rounded once to bf16. CPU twin: cpu::RmsNorm (sums in another
+// order: rounding only). REQUIRES: dim >= 1.
+absl::Status RmsNormF32ToBf16(const float* x, int64_t rows, int64_t dim, const uint16_t* w, float eps,
+                              uint16_t* y, void* stream = nullptr);
+
+// y[rows, dim] = (x - mean) * rsqrt(var + eps) * w + b per row (biased variance), bf16 in and
+// out, float32 inside (two passes: mean, then the variance of x - mean). y may alias x.
+// CPU twin: cpu::LayerNorm. REQUIRES: dim >= 1.
+absl::Status LayerNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const uint16_t* w, const uint16_t* b,
+                           float eps, uint16_t* y, void* stream = nullptr);
+
+// x[i] += float(y[i]) for i < n: a bf16 block output added into the float32 residual stream.
+// CPU twin: the float loop `x[i] += y[i]` (exact: one rounding, the same one).
+absl::Status AddBf16ToF32(float* x, const uint16_t* y, int64_t n, void* stream = nullptr);
+
+// Element casts: out[i] = float(in[i]) (exact), and out[i] = bf16(in[i]) round-to-nearest-even
+// (NaN stays NaN), as common/dtype.h's Bf16ToF32 / F32ToBf16 (exact twins).
+absl::Status CastBf16ToF32(const uint16_t* in, int64_t n, float* out, void* stream = nullptr);
+absl::Status CastF32ToBf16(const float* in, int64_t n, uint16_t* out, void* stream = nullptr);
+
+// y[rows, out] float32 = alpha * x[rows, in] · w[out, in]^T through cuBLAS (bf16 operands,
+// float32 compute and result): the outputs MODELS.md keeps in float32 (router logits, the
+// indexer's head weights with alpha = heads^-0.5, the lm_head logits). Same REQUIRES and thread
+// safety as LinearBf16. CPU twin: cpu::Linear, then * alpha.
+absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
+                           float alpha, float* y, void* stream = nullptr);
+
+// `batch` independent bf16 Linears over strided slices (cublasGemmStridedBatchedEx, float32
+// compute, bf16 result), the per-head products of absorbed MLA:
+//   for b < batch, r < rows, o < out:
+//     y[b * y_batch + r * y_row + o] = sum_i x[b * x_batch + r * x_row + i] * w[b * w_batch + o * in + i]
+//   i.e. slice b of x is [rows, in] with row stride x_row, of w a dense [out, in] Linear weight,
+//   of y [rows, out] with row stride y_row. Examples: q_abs = W_UK^T q_nope per head (x = q,
+//   x_batch = N + P, x_row = H (N + P), w_batch = L N, y_batch = L, y_row = H L); W_UV o_lat
+//   per head (x_batch = L, x_row = H L, w_batch = V L, y_batch = V, y_row = H V).
+// CPU twin: cpu::Linear per slice. REQUIRES: batch >= 1, in >= 1, out >= 1, x_row >= in,
+// y_row >= out, all counts and strides <= INT32_MAX (cuBLAS ints); y's slices disjoint from each
+// other and from x and w. rows == 0 does nothing.
+absl::Status BatchedLinearBf16(const uint16_t* x, int64_t x_batch, int64_t x_row, int64_t rows, int64_t in,
+                               const uint16_t* w, int64_t w_batch, int64_t out, uint16_t* y, int64_t y_batch,
+                               int64_t y_row, int64_t batch, void* stream = nullptr);
+
+// Row copy with optional gather and scatter indices, bf16:
+//   for j < rows: dst[(dst_idx ? dst_idx[j] : j) * dst_stride + c] = src[(src_idx ? src_idx[j] : j) * src_stride + c]
+//   for c < cols. Pointers may point into a row (a column slice: src = q + nope with
+//   src_stride nope + rope copies the rope part). Indices are int32 (device); a negative index
+//   skips that j (nothing written). REQUIRES: cols >= 1, src_stride >= cols, dst_stride >= cols;
+//   the written rows distinct and disjoint from src. Indices past the buffers are the caller's
+//   bug (not checked: the op does not know the buffers' sizes). CPU twin: the loop above (exact).
+absl::Status CopyRowsBf16(const uint16_t* src, int64_t src_stride, const int32_t* src_idx, uint16_t* dst,
+                          int64_t dst_stride, const int32_t* dst_idx, int64_t rows, int64_t cols,
+                          void* stream = nullptr);
+
+// Writes new cache rows into a paged cache: for r < rows and c < cols,
+//   row(token positions[r] of query row r)[col_offset + c] = src[r * src_stride + c],
+// where row(...) is the PagedCacheBf16 addressing (cache.page_table row r). The op writes
+// through cache.arena: the caller passes its own writable arena (the view type is shared with
+// the readers, hence const in the struct). A row whose token or page cannot be addressed is not
+// written (the host builds the tables and checks them first).
+// REQUIRES: cols >= 1, col_offset >= 0, col_offset + cols <= cache.width, src_stride >= cols,
+// the (row, token) pairs distinct. CPU twin: PagedRows::Row writes (exact).
+absl::Status WritePagedRowsBf16(const uint16_t* src, int64_t rows, int64_t src_stride, int64_t cols,
+                                int64_t col_offset, const int64_t* positions, const PagedCacheBf16& cache,
+                                void* stream = nullptr);
+
+// Turns TopK's fixed-width output into the CSR selection MlaDecodeAttention reads:
+//   ids [rows, k] int32, counts [rows] int32 (TopK's) ->
+//   offsets [rows + 1] int32 = exclusive prefix sum of the counts, and
+//   sel[offsets[r] + j] = ids[r * k + j] for j < counts[r].
+// A count outside [0, k] counts as 0. One block, rows walked in order (exact).
+// REQUIRES: 0 <= k, rows * k <= INT32_MAX; sel has room for rows * k entries.
+absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t rows, int64_t k, int32_t* sel,
+                              int32_t* offsets, void* stream = nullptr);
+
+// The MoE combine, into the float32 residual stream, per row r and channel i:
+//   y = sum_{j < top_k} weights[r, j] * float(slots[(r * top_k + j), i])   (j ascending)
+//   y += float(shared[r, i])   (when shared is non-null)
+//   x[r, i] += y
+// slots [rows * top_k, dim] bf16 (expert outputs of each row's chosen experts, in the order
+// MoeRoute lists them), weights [rows, top_k] float32, shared [rows, dim] bf16 or null.
+// CPU twin: model::MoeForward's combine (same order of operations), then the residual add.
+// REQUIRES: top_k >= 0, dim >= 1.
+absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const uint16_t* shared, int64_t rows,
+                           int64_t top_k, int64_t dim, float* x, void* stream = nullptr);
+
+// ---- Float32 activations: the verification precision of the CUDA model (model/cuda, --precision
+// f32). The same math as the bf16 ops above with float32 activations and float32 weights (bf16
+// checkpoints upcast exactly), so a whole forward can be held to the float32 reference (the
+// goldens) tightly; bf16 rounding of activations flips near-tied top-k and routing decisions,
+// which a logit comparison cannot tell from a bug. Not meant for serving (twice the bytes).
+
+// A layer's view of a paged cache of float32 rows: PagedCacheBf16's layout and rules with every
+// size in float32 values (row (page p, slot i) at arena + p * page_stride + i * width).
+struct PagedCacheF32 {
+  const float* arena = nullptr;
+  int64_t n_pages = 0;
+  int64_t page_rows = 0;
+  int64_t page_stride = 0;
+  int64_t width = 0;
+  const int32_t* page_table = nullptr;
+  int64_t table_stride = 0;
+};
+
+// RMSNorm, float32 in, weight and out. y may alias x. CPU twin: cpu::RmsNorm. REQUIRES: dim >= 1.
+absl::Status RmsNormF32(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
+                        void* stream = nullptr);
+// LayerNorm (biased variance), float32. y may alias x. CPU twin: cpu::LayerNorm. REQUIRES: dim >= 1.
+absl::Status LayerNormF32(const float* x, int64_t rows, int64_t dim, const float* w, const float* b, float eps,
+                          float* y, void* stream = nullptr);
+// RopeInterleavedBf16's contract on float32 vectors (no rounding after the rotation).
+absl::Status RopeInterleavedF32(float* x, int64_t rows, int64_t heads, int64_t row_stride, int64_t head_stride,
+                                int64_t offset, int64_t dim, const int64_t* positions, const float* inv_freq,
+                                void* stream = nullptr);
+// SwiGluBf16's contract on float32 (out may alias gate or up only when in_stride == cols).
+absl::Status SwiGluF32(const float* gate, const float* up, int64_t rows, int64_t cols, int64_t in_stride,
+                       float limit, float* out, void* stream = nullptr);
+// y[rows, out] = alpha * x · w^T, float32 operands and compute through cuBLAS (CUBLAS_COMPUTE_32F:
+// no TF32 unless NVIDIA_TF32_OVERRIDE asks for it). Same REQUIRES as LinearBf16. CPU twin: cpu::Linear.
+absl::Status LinearF32(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float alpha,
+                       float* y, void* stream = nullptr);
+// BatchedLinearBf16's contract with float32 operands and result.
+absl::Status BatchedLinearF32(const float* x, int64_t x_batch, int64_t x_row, int64_t rows, int64_t in,
+                              const float* w, int64_t w_batch, int64_t out, float* y, int64_t y_batch, int64_t y_row,
+                              int64_t batch, void* stream = nullptr);
+// CopyRowsBf16's contract on float32 rows.
+absl::Status CopyRowsF32(const float* src, int64_t src_stride, const int32_t* src_idx, float* dst, int64_t dst_stride,
+                         const int32_t* dst_idx, int64_t rows, int64_t cols, void* stream = nullptr);
+// WritePagedRowsBf16's contract on a float32 cache (writes through cache.arena).
+absl::Status WritePagedRowsF32(const float* src, int64_t rows, int64_t src_stride, int64_t cols, int64_t col_offset,
+                               const int64_t* positions, const PagedCacheF32& cache, void* stream = nullptr);
+// x[i] += y[i], float32. CPU twin: the loop (exact).
+absl::Status AddF32(float* x, const float* y, int64_t n, void* stream = nullptr);
+// MoeCombineF32's contract with float32 expert outputs (slots, shared).
+absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const float* shared, int64_t rows,
+                                int64_t top_k, int64_t dim, float* x, void* stream = nullptr);
+// MlaDecodeAttention's contract (selection, softmax, empty and bad selections) with float32 queries,
+// cache and output. REQUIRES: heads >= 1, 1 <= latent <= 1024, rope >= 0, rows * heads <= INT32_MAX.
+absl::Status MlaDecodeAttentionF32(const float* q_abs, const float* q_pe, int64_t rows, int64_t heads,
+                                   int64_t latent, int64_t rope, const PagedCacheF32& cache, const int32_t* sel,
+                                   const int32_t* sel_offsets, float scale, float* out, void* stream = nullptr);
+// IndexerScores's contract with float32 queries and keys (same limits on heads, dim, rows).
+absl::Status IndexerScoresF32(const float* qi, const float* w, int64_t rows, int64_t heads, int64_t dim,
+                              const PagedCacheF32& keys, const int32_t* n_keys, float scale, float* scores,
+                              int64_t score_stride, void* stream = nullptr);
+
 // Device memory helpers for the harness and tests.
 absl::StatusOr<void*> DeviceAlloc(size_t bytes);
 absl::Status DeviceFree(void* p);
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
 absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
+absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes);
 absl::Status DeviceFill(void* dst, uint8_t byte, size_t bytes);
 absl::Status Synchronize();
 

@@ -13,9 +13,11 @@
 namespace ferry::kernels::cuda {
 
 // The cache as kernels see it: page_rows replaced by its log2 so that a token splits into
-// (page index, slot) with a shift and a mask.
-struct PagedView {
-  const __nv_bfloat16* arena;
+// (page index, slot) with a shift and a mask. T: the element type (bf16, or float32 for the
+// verification precision).
+template <typename T>
+struct PagedViewOf {
+  const T* arena;
   const int32_t* page_table;
   int64_t n_pages;
   int64_t page_stride;
@@ -23,10 +25,13 @@ struct PagedView {
   int64_t width;
   int page_shift;
 };
+using PagedView = PagedViewOf<__nv_bfloat16>;
+using PagedViewF32 = PagedViewOf<float>;
 
 // The row holding token t of query row r, or nullptr when the token or its page cannot be
 // addressed (t < 0, page index beyond the table, page id outside [0, n_pages)).
-__device__ inline const __nv_bfloat16* PagedRow(const PagedView& c, int64_t r, int64_t t) {
+template <typename T>
+__device__ inline const T* PagedRow(const PagedViewOf<T>& c, int64_t r, int64_t t) {
   if (t < 0) return nullptr;
   const int64_t page_index = t >> c.page_shift;
   if (page_index >= c.table_stride) return nullptr;
@@ -36,8 +41,10 @@ __device__ inline const __nv_bfloat16* PagedRow(const PagedView& c, int64_t r, i
   return c.arena + page * c.page_stride + slot * c.width;
 }
 
-// Checks the host-side invariants of `cache` and builds its view; `op` names the caller.
-inline absl::Status MakePagedView(const PagedCacheBf16& cache, const char* op, PagedView* view) {
+// Checks the host-side invariants of `cache` (a PagedCacheBf16 or PagedCacheF32) and builds its
+// view; `op` names the caller.
+template <typename Cache, typename T>
+inline absl::Status MakePagedViewOf(const Cache& cache, const char* op, PagedViewOf<T>* view) {
   const int64_t p = cache.page_rows;
   if (p < 1 || (p & (p - 1)) != 0 || p > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": page_rows is ", p, ", not a power of two"));
@@ -53,9 +60,15 @@ inline absl::Status MakePagedView(const PagedCacheBf16& cache, const char* op, P
   }
   int shift = 0;
   while ((int64_t{1} << shift) < p) ++shift;
-  *view = PagedView{reinterpret_cast<const __nv_bfloat16*>(cache.arena), cache.page_table, cache.n_pages,
-                    cache.page_stride, cache.table_stride, cache.width, shift};
+  *view = PagedViewOf<T>{reinterpret_cast<const T*>(cache.arena), cache.page_table, cache.n_pages,
+                         cache.page_stride, cache.table_stride, cache.width, shift};
   return absl::OkStatus();
+}
+inline absl::Status MakePagedView(const PagedCacheBf16& cache, const char* op, PagedView* view) {
+  return MakePagedViewOf(cache, op, view);
+}
+inline absl::Status MakePagedView(const PagedCacheF32& cache, const char* op, PagedViewF32* view) {
+  return MakePagedViewOf(cache, op, view);
 }
 
 }  // namespace ferry::kernels::cuda

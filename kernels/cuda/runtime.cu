@@ -24,6 +24,12 @@ absl::StatusOr<std::string> DeviceName(int index) {
                          static_cast<double>(p.totalGlobalMem) / (1ull << 30));
 }
 
+absl::StatusOr<DeviceMemory> MemoryInfo() {
+  size_t free_bytes = 0, total_bytes = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return DeviceMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+}
+
 absl::StatusOr<void*> DeviceAlloc(size_t bytes) {
   void* p = nullptr;
   FERRY_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, bytes));
@@ -42,6 +48,11 @@ absl::Status CopyToDevice(void* dst, const void* src, size_t bytes) {
 
 absl::Status CopyToHost(void* dst, const void* src, size_t bytes) {
   FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
   return absl::OkStatus();
 }
 

@@ -6,7 +6,8 @@
 //   ferry-kernel-check [--seed N] [--filter SUBSTRING]
 //
 // The cases live in harness_dense.cc (linear, rope, swiglu, kda, mhc), harness_attention.cc
-// (MLA decode, indexer scores) and harness_select.cc (top-k, routing, greedy sampling).
+// (MLA decode, indexer scores), harness_select.cc (top-k, routing, greedy sampling) and
+// harness_model.cc (the model glue: embedding, casts, norms, row copies, paged writes, MoE combine).
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -52,6 +53,7 @@ std::vector<Case> AllCases() {
   AddDenseCases(&cases);
   AddAttentionCases(&cases);
   AddSelectCases(&cases);
+  AddModelCases(&cases);
   return cases;
 }
 

@@ -135,5 +135,6 @@ inline double RelErr(const std::vector<float>& got, const std::vector<float>& wa
 void AddDenseCases(std::vector<Case>* cases);      // harness_dense.cc
 void AddAttentionCases(std::vector<Case>* cases);  // harness_attention.cc
 void AddSelectCases(std::vector<Case>* cases);     // harness_select.cc
+void AddModelCases(std::vector<Case>* cases);      // harness_model.cc
 
 }  // namespace ferry::harness

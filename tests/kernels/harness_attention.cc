@@ -72,6 +72,12 @@ struct PagedConversations {
     v.table_stride = table_stride;
     return v;
   }
+  // The same geometry over a float32 copy of the arena (the verification precision's kernels).
+  cu::PagedCacheF32 ViewF32(const float* arena_dev, const int32_t* table_dev) const {
+    const cu::PagedCacheBf16 b = View(nullptr, table_dev);
+    return cu::PagedCacheF32{arena_dev + lead, b.n_pages, b.page_rows, b.page_stride, b.width, b.page_table,
+                             b.table_stride};
+  }
 };
 
 // The ascending selection of n of [0, len): all of them when n >= len.
@@ -94,9 +100,10 @@ struct MlaShape {
   bool specials;                  // the last two rows: an empty selection, then an unaddressable id
 };
 
-Result MlaCase(std::mt19937& rng, const MlaShape& s) {
+// f32: MlaDecodeAttentionF32 on the same (bf16-exact) values, held to float32 rounding.
+Result MlaCase(std::mt19937& rng, const MlaShape& s, bool f32 = false) {
   Result r;
-  r.tolerance = 1e-2;
+  r.tolerance = f32 ? 1e-5 : 1e-2;
   const int64_t R = s.row_conv.size(), H = s.heads, L = s.latent, W = s.latent + s.rope;
   PagedConversations pc(rng, s.lengths, s.page_rows, W, s.gap);
   std::vector<uint16_t> qab, qpb;
@@ -127,17 +134,29 @@ Result MlaCase(std::mt19937& rng, const MlaShape& s) {
     offsets.push_back(static_cast<int32_t>(sel.size()));
   }
   Device dev(&r.error);
-  const uint16_t* arena = dev.Upload(pc.arena_bits);
-  const cu::PagedCacheBf16 cache = pc.View(arena, dev.Upload(table));
-  uint16_t* qa = dev.Upload(qab);
-  uint16_t* qp = s.rope > 0 ? dev.Upload(qpb) : nullptr;
+  int32_t* dtable = dev.Upload(table);
   int32_t* dsel = dev.Upload(sel);
   int32_t* doff = dev.Upload(offsets);
-  uint16_t* out = dev.Poisoned<uint16_t>(R * H * L);
-  if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out));
-  HARNESS_CHECK_OK(cu::Synchronize());
-  const std::vector<float> got = ToF32(dev.Download(out, R * H * L));
+  std::vector<float> got;
+  if (f32) {
+    const cu::PagedCacheF32 cache = pc.ViewF32(dev.Upload(pc.arena), dtable);
+    float* qa = dev.Upload(qaf);
+    float* qp = s.rope > 0 ? dev.Upload(qpf) : nullptr;
+    float* out = dev.Poisoned<float>(R * H * L);
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::MlaDecodeAttentionF32(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out));
+    HARNESS_CHECK_OK(cu::Synchronize());
+    got = dev.Download(out, R * H * L);
+  } else {
+    const cu::PagedCacheBf16 cache = pc.View(dev.Upload(pc.arena_bits), dtable);
+    uint16_t* qa = dev.Upload(qab);
+    uint16_t* qp = s.rope > 0 ? dev.Upload(qpb) : nullptr;
+    uint16_t* out = dev.Poisoned<uint16_t>(R * H * L);
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out));
+    HARNESS_CHECK_OK(cu::Synchronize());
+    got = ToF32(dev.Download(out, R * H * L));
+  }
   if (!r.error.empty()) return r;
   r.rel_err = RelErr(got, want, &r.unwritten);
   if (s.specials) {  // the empty row must be exactly zero
@@ -152,9 +171,9 @@ struct IndexerShape {
   int64_t bad_page_row;         // this row's second page is unmapped (-1): those keys score NaN
 };
 
-Result IndexerCase(std::mt19937& rng, const IndexerShape& s) {
+Result IndexerCase(std::mt19937& rng, const IndexerShape& s, bool f32 = false) {
   Result r;
-  r.tolerance = 1e-4;  // float32 sums in another order
+  r.tolerance = 1e-4;  // float32 sums in another order (both precisions: the inputs are bf16-exact)
   const int64_t R = s.n_keys.size(), H = s.heads, D = s.dim, stride = s.score_stride;
   std::vector<int64_t> lengths;
   for (int64_t n : s.n_keys) lengths.push_back(std::min(n, stride));
@@ -187,14 +206,21 @@ Result IndexerCase(std::mt19937& rng, const IndexerShape& s) {
     table.insert(table.end(), row_table.begin(), row_table.end());
   }
   Device dev(&r.error);
-  const uint16_t* arena = dev.Upload(pc.arena_bits);
-  const cu::PagedCacheBf16 cache = pc.View(arena, dev.Upload(table));
-  uint16_t* q = dev.Upload(qb);
+  int32_t* dtable = dev.Upload(table);
   float* dw = dev.Upload(w);
   int32_t* dn = dev.Upload(n_keys);
   float* scores = dev.Poisoned<float>(R * stride);
-  if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::IndexerScores(q, dw, R, H, D, cache, dn, scale, scores, stride));
+  if (f32) {
+    const cu::PagedCacheF32 cache = pc.ViewF32(dev.Upload(pc.arena), dtable);
+    float* q = dev.Upload(qf);
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::IndexerScoresF32(q, dw, R, H, D, cache, dn, scale, scores, stride));
+  } else {
+    const cu::PagedCacheBf16 cache = pc.View(dev.Upload(pc.arena_bits), dtable);
+    uint16_t* q = dev.Upload(qb);
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::IndexerScores(q, dw, R, H, D, cache, dn, scale, scores, stride));
+  }
   HARNESS_CHECK_OK(cu::Synchronize());
   const std::vector<float> got = dev.Download(scores, R * stride);
   if (!r.error.empty()) return r;
@@ -234,6 +260,10 @@ void AddAttentionCases(std::vector<Case>* cases) {
                                    " page=", s.page_rows, s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(),
                                    " sel<=", s.n_sel, s.specials ? " +empty+bad" : ""),
                       [=](std::mt19937& rng) { return MlaCase(rng, s); }});
+    cases->push_back({absl::StrCat("mla_decode_f32 heads=", s.heads, " latent=", s.latent, " rope=", s.rope,
+                                   " page=", s.page_rows, " rows=", s.row_conv.size(), " sel<=", s.n_sel,
+                                   s.specials ? " +empty+bad" : ""),
+                      [=](std::mt19937& rng) { return MlaCase(rng, s, true); }});
   }
   const std::vector<IndexerShape> idx = {
       // GLM-5.x indexer: 32 heads x 128, a full 128K-token context and a short one.
@@ -248,6 +278,9 @@ void AddAttentionCases(std::vector<Case>* cases) {
     cases->push_back({absl::StrCat("indexer_scores heads=", s.heads, " dim=", s.dim, " page=", s.page_rows,
                                    s.gap > 0 ? "+gap" : "", " n_keys=", absl::StrJoin(s.n_keys, ",")),
                       [=](std::mt19937& rng) { return IndexerCase(rng, s); }});
+    cases->push_back({absl::StrCat("indexer_scores_f32 heads=", s.heads, " dim=", s.dim, " page=", s.page_rows,
+                                   " n_keys=", absl::StrJoin(s.n_keys, ",")),
+                      [=](std::mt19937& rng) { return IndexerCase(rng, s, true); }});
   }
 }
 

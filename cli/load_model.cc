@@ -1,0 +1,36 @@
+#include "cli/load_model.h"
+
+#include "absl/strings/str_cat.h"
+
+#ifdef FERRY_WITH_CUDA
+#include "model/cuda/load_cuda.h"
+#endif
+
+namespace ferry::cli {
+
+absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& device, const std::string& dir,
+                                                             const std::string& precision) {
+  if (precision != "bf16" && precision != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat("--precision ", precision, ": expected bf16 or f32"));
+  }
+  if (device == "cpu") return model::LoadCausalLM(dir);
+  if (device == "cuda") {
+#ifdef FERRY_WITH_CUDA
+    return model::cuda::LoadCausalLMCuda(
+        dir, {}, {}, precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
+#else
+    return absl::UnimplementedError("--device cuda: this ferry was built without CUDA (nvcc was not found when "
+                                    "CMake configured it)");
+#endif
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": expected cpu or cuda"));
+}
+
+double GoldenTolerance(const std::string& device, const std::string& precision, double flag) {
+  if (flag >= 0) return flag;
+  // Float32 arithmetic like the reference: 1e-3 logits. bf16 activations: see
+  // bench/results/h200-check-golden-cuda.md for the measured errors behind this number.
+  return device == "cuda" && precision == "bf16" ? 5e-2 : 1e-3;
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,23 @@
+// Loading a model in-process on the device --device names (check-golden, generate --model).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/causal_lm.h"
+
+namespace ferry::cli {
+
+// device "cpu": model::LoadCausalLM (float32); "cuda": model::cuda::LoadCausalLMCuda (one GPU)
+// in `precision` "bf16" or "f32" (ignored on cpu).
+// Errors: INVALID_ARGUMENT for another device or precision name; UNIMPLEMENTED for "cuda" in a
+// build made without nvcc; the loaders' errors.
+absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& device, const std::string& dir,
+                                                             const std::string& precision = "bf16");
+
+// The --tolerance check-golden uses: the flag when >= 0, else the default for the device and
+// precision (float32 on cpu or cuda f32: 1e-3; cuda bf16: see load_model.cc).
+double GoldenTolerance(const std::string& device, const std::string& precision, double flag);
+
+}  // namespace ferry::cli

@@ -1,0 +1,401 @@
+// The model glue ops of ops.h: embedding gather, float32-input RMSNorm, LayerNorm, residual add,
+// casts, row copies, paged cache writes, the CSR selection and the MoE combine. Each is simple
+// and memory-bound; one thread an element (or a block a row where a row reduces).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/paged.cuh"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ inline float ToF(float v) { return v; }
+__device__ inline float ToF(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ inline T FromF(float v);
+template <>
+__device__ inline float FromF<float>(float v) { return v; }
+template <>
+__device__ inline __nv_bfloat16 FromF<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
+unsigned GridFor(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536)); }
+
+// Sum over the block (kThreads threads); every thread gets the total. `scratch` holds
+// kThreads / 32 floats; the trailing barrier lets the caller reuse it.
+__device__ float BlockSum(float v, float* scratch) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int i = 0; i < kThreads / 32; ++i) total += scratch[i];
+  __syncthreads();
+  return total;
+}
+
+__global__ void EmbeddingKernel(const __nv_bfloat16* __restrict__ table, int64_t vocab, int64_t dim,
+                                const int32_t* __restrict__ ids, int64_t total, float* __restrict__ out) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / dim, i = e % dim;
+    const int64_t id = ids[r];
+    out[e] = (id < 0 || id >= vocab) ? __int_as_float(0x7fc00000) : __bfloat162float(table[id * dim + i]);
+  }
+}
+
+// x float32 (may alias y when T is float), w and y of type T.
+template <typename T>
+__global__ void RmsNormF32Kernel(const float* x, int64_t dim, const T* __restrict__ w, float eps, T* y) {
+  __shared__ float scratch[kThreads / 32];
+  const float* xr = x + blockIdx.x * dim;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) sum += xr[i] * xr[i];
+  const float inv = rsqrtf(BlockSum(sum, scratch) / static_cast<float>(dim) + eps);
+  T* yr = y + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = FromF<T>(ToF(w[i]) * (xr[i] * inv));
+}
+
+template <typename T>
+__global__ void LayerNormKernel(const T* x, int64_t dim, const T* __restrict__ w, const T* __restrict__ b, float eps,
+                                T* y) {
+  __shared__ float scratch[kThreads / 32];
+  const T* xr = x + blockIdx.x * dim;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) sum += ToF(xr[i]);
+  const float mean = BlockSum(sum, scratch) / static_cast<float>(dim);
+  float sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) {
+    const float d = ToF(xr[i]) - mean;
+    sq += d * d;
+  }
+  const float inv = rsqrtf(BlockSum(sq, scratch) / static_cast<float>(dim) + eps);
+  // y may alias x: each thread reads and then writes only its own elements, after both sums.
+  T* yr = y + blockIdx.x * dim;
+  for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = FromF<T>((ToF(xr[i]) - mean) * inv * ToF(w[i]) + ToF(b[i]));
+}
+
+template <typename T>
+__global__ void AddKernel(float* x, const T* __restrict__ y, int64_t n) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[e] += ToF(y[e]);
+  }
+}
+
+__global__ void ToF32Kernel(const __nv_bfloat16* __restrict__ in, int64_t n, float* __restrict__ out) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[e] = __bfloat162float(in[e]);
+  }
+}
+
+__global__ void ToBf16Kernel(const float* __restrict__ in, int64_t n, __nv_bfloat16* __restrict__ out) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[e] = __float2bfloat16_rn(in[e]);
+  }
+}
+
+template <typename T>
+__global__ void CopyRowsKernel(const T* __restrict__ src, int64_t src_stride,
+                               const int32_t* __restrict__ src_idx, T* __restrict__ dst,
+                               int64_t dst_stride, const int32_t* __restrict__ dst_idx, int64_t cols, int64_t total) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = e / cols, c = e % cols;
+    const int64_t s = src_idx != nullptr ? src_idx[j] : j;
+    const int64_t d = dst_idx != nullptr ? dst_idx[j] : j;
+    if (s < 0 || d < 0) continue;
+    dst[d * dst_stride + c] = src[s * src_stride + c];
+  }
+}
+
+template <typename T>
+__global__ void WritePagedKernel(const T* __restrict__ src, int64_t src_stride, int64_t cols, int64_t col_offset,
+                                 const int64_t* __restrict__ positions, PagedViewOf<T> cache, int64_t total) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / cols, c = e % cols;
+    const T* row = PagedRow(cache, r, positions[r]);
+    if (row == nullptr) continue;
+    const_cast<T*>(row)[col_offset + c] = src[r * src_stride + c];
+  }
+}
+
+// One block: the rows in chunks of kThreads, a block scan of the counts per chunk.
+__global__ void __launch_bounds__(kThreads)
+    CompactKernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ counts, int64_t rows, int64_t k,
+                  int32_t* __restrict__ sel, int32_t* __restrict__ offsets) {
+  __shared__ int32_t scan[kThreads];
+  __shared__ int32_t base;
+  if (threadIdx.x == 0) base = 0;
+  __syncthreads();
+  for (int64_t r0 = 0; r0 < rows; r0 += kThreads) {
+    const int64_t r = r0 + threadIdx.x;
+    int32_t n = 0;
+    if (r < rows) {
+      n = counts[r];
+      if (n < 0 || n > k) n = 0;
+    }
+    scan[threadIdx.x] = n;
+    __syncthreads();
+    for (int off = 1; off < kThreads; off <<= 1) {  // inclusive Hillis-Steele scan
+      const int32_t add = threadIdx.x >= off ? scan[threadIdx.x - off] : 0;
+      __syncthreads();
+      scan[threadIdx.x] += add;
+      __syncthreads();
+    }
+    const int32_t start = base + scan[threadIdx.x] - n;
+    if (r < rows) {
+      offsets[r] = start;
+      for (int32_t j = 0; j < n; ++j) sel[start + j] = ids[r * k + j];
+    }
+    __syncthreads();
+    if (threadIdx.x == kThreads - 1) base += scan[kThreads - 1];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) offsets[rows] = base;
+}
+
+template <typename T>
+__global__ void MoeCombineKernel(const T* __restrict__ slots, const float* __restrict__ weights,
+                                 const T* __restrict__ shared, int64_t top_k, int64_t dim, int64_t total,
+                                 float* __restrict__ x) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = e / dim, i = e % dim;
+    float y = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) {
+      // Product then sum, each rounded (no FMA), as the CPU's `yr[i] += s[i] * w`.
+      y = __fadd_rn(y, __fmul_rn(ToF(slots[(r * top_k + j) * dim + i]), weights[r * top_k + j]));
+    }
+    if (shared != nullptr) y = __fadd_rn(y, ToF(shared[e]));
+    x[e] += y;
+  }
+}
+
+template <typename T>
+const __nv_bfloat16* Bf(const T* p) {
+  return reinterpret_cast<const __nv_bfloat16*>(p);
+}
+template <typename T>
+__nv_bfloat16* Bf(T* p) {
+  return reinterpret_cast<__nv_bfloat16*>(p);
+}
+cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+}  // namespace
+
+absl::Status EmbeddingGatherF32(const uint16_t* table, int64_t vocab, int64_t dim, const int32_t* ids,
+                                int64_t rows, float* out, void* stream) {
+  if (vocab < 1 || dim < 1 || rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EmbeddingGatherF32: vocab ", vocab, ", dim ", dim, ", rows ", rows, " (need vocab, dim >= 1)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  if (table == nullptr || ids == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("EmbeddingGatherF32: null table, ids or out");
+  }
+  EmbeddingKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(Bf(table), vocab, dim, ids, rows * dim, out);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status RmsNormF32ToBf16(const float* x, int64_t rows, int64_t dim, const uint16_t* w, float eps,
+                              uint16_t* y, void* stream) {
+  if (dim < 1 || rows < 0 || rows > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("RmsNormF32ToBf16: rows ", rows, ", dim ", dim));
+  }
+  if (rows == 0) return absl::OkStatus();
+  RmsNormF32Kernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, dim, Bf(w), eps, Bf(y));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const uint16_t* w, const uint16_t* b,
+                           float eps, uint16_t* y, void* stream) {
+  if (dim < 1 || rows < 0 || rows > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormBf16: rows ", rows, ", dim ", dim));
+  }
+  if (rows == 0) return absl::OkStatus();
+  LayerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(Bf(x), dim, Bf(w), Bf(b), eps, Bf(y));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status AddBf16ToF32(float* x, const uint16_t* y, int64_t n, void* stream) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("AddBf16ToF32: n is ", n));
+  if (n == 0) return absl::OkStatus();
+  AddKernel<<<GridFor(n), kThreads, 0, S(stream)>>>(x, Bf(y), n);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status CastBf16ToF32(const uint16_t* in, int64_t n, float* out, void* stream) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("CastBf16ToF32: n is ", n));
+  if (n == 0) return absl::OkStatus();
+  ToF32Kernel<<<GridFor(n), kThreads, 0, S(stream)>>>(Bf(in), n, out);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status CastF32ToBf16(const float* in, int64_t n, uint16_t* out, void* stream) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("CastF32ToBf16: n is ", n));
+  if (n == 0) return absl::OkStatus();
+  ToBf16Kernel<<<GridFor(n), kThreads, 0, S(stream)>>>(in, n, Bf(out));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status CopyRowsBf16(const uint16_t* src, int64_t src_stride, const int32_t* src_idx, uint16_t* dst,
+                          int64_t dst_stride, const int32_t* dst_idx, int64_t rows, int64_t cols, void* stream) {
+  if (rows < 0 || cols < 1 || src_stride < cols || dst_stride < cols) {
+    return absl::InvalidArgumentError(absl::StrCat("CopyRowsBf16: rows ", rows, ", cols ", cols, ", src_stride ",
+                                                   src_stride, ", dst_stride ", dst_stride,
+                                                   " (need cols >= 1 and both strides >= cols)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("CopyRowsBf16: null src or dst");
+  CopyRowsKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(Bf(src), src_stride, src_idx, Bf(dst),
+                                                                     dst_stride, dst_idx, cols, rows * cols);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status WritePagedRowsBf16(const uint16_t* src, int64_t rows, int64_t src_stride, int64_t cols,
+                                int64_t col_offset, const int64_t* positions, const PagedCacheBf16& cache,
+                                void* stream) {
+  if (rows < 0 || cols < 1 || col_offset < 0 || col_offset + cols > cache.width || src_stride < cols) {
+    return absl::InvalidArgumentError(absl::StrCat("WritePagedRowsBf16: rows ", rows, ", cols ", cols,
+                                                   ", col_offset ", col_offset, ", src_stride ", src_stride,
+                                                   ", cache width ", cache.width,
+                                                   " (need col_offset + cols <= width, src_stride >= cols)"));
+  }
+  PagedView view;
+  if (absl::Status s = MakePagedView(cache, "WritePagedRowsBf16", &view); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  if (src == nullptr || positions == nullptr) {
+    return absl::InvalidArgumentError("WritePagedRowsBf16: null src or positions");
+  }
+  WritePagedKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(Bf(src), src_stride, cols, col_offset,
+                                                                       positions, view, rows * cols);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t rows, int64_t k, int32_t* sel,
+                              int32_t* offsets, void* stream) {
+  if (rows < 0 || k < 0 || rows * k > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CompactSelection: rows ", rows, ", k ", k, " (need rows, k >= 0, rows * k <= ", INT_MAX, ")"));
+  }
+  if (offsets == nullptr || (rows > 0 && counts == nullptr) || (rows * k > 0 && (ids == nullptr || sel == nullptr))) {
+    return absl::InvalidArgumentError("CompactSelection: null ids, counts, sel or offsets");
+  }
+  CompactKernel<<<1, kThreads, 0, S(stream)>>>(ids, counts, rows, k, sel, offsets);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const uint16_t* shared, int64_t rows,
+                           int64_t top_k, int64_t dim, float* x, void* stream) {
+  if (rows < 0 || top_k < 0 || dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("MoeCombineF32: rows ", rows, ", top_k ", top_k, ", dim ", dim, " (need top_k >= 0, dim >= 1)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  if (x == nullptr || (top_k > 0 && (slots == nullptr || weights == nullptr))) {
+    return absl::InvalidArgumentError("MoeCombineF32: null slots, weights or x");
+  }
+  MoeCombineKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(Bf(slots), weights, Bf(shared), top_k, dim,
+                                                                      rows * dim, x);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status RmsNormF32(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y,
+                        void* stream) {
+  if (dim < 1 || rows < 0 || rows > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("RmsNormF32: rows ", rows, ", dim ", dim));
+  }
+  if (rows == 0) return absl::OkStatus();
+  RmsNormF32Kernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, dim, w, eps, y);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status LayerNormF32(const float* x, int64_t rows, int64_t dim, const float* w, const float* b, float eps,
+                          float* y, void* stream) {
+  if (dim < 1 || rows < 0 || rows > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("LayerNormF32: rows ", rows, ", dim ", dim));
+  }
+  if (rows == 0) return absl::OkStatus();
+  LayerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, dim, w, b, eps, y);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status AddF32(float* x, const float* y, int64_t n, void* stream) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("AddF32: n is ", n));
+  if (n == 0) return absl::OkStatus();
+  AddKernel<<<GridFor(n), kThreads, 0, S(stream)>>>(x, y, n);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status CopyRowsF32(const float* src, int64_t src_stride, const int32_t* src_idx, float* dst, int64_t dst_stride,
+                         const int32_t* dst_idx, int64_t rows, int64_t cols, void* stream) {
+  if (rows < 0 || cols < 1 || src_stride < cols || dst_stride < cols) {
+    return absl::InvalidArgumentError(absl::StrCat("CopyRowsF32: rows ", rows, ", cols ", cols, ", src_stride ",
+                                                   src_stride, ", dst_stride ", dst_stride,
+                                                   " (need cols >= 1 and both strides >= cols)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("CopyRowsF32: null src or dst");
+  CopyRowsKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(src, src_stride, src_idx, dst, dst_stride, dst_idx,
+                                                                     cols, rows * cols);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status WritePagedRowsF32(const float* src, int64_t rows, int64_t src_stride, int64_t cols, int64_t col_offset,
+                               const int64_t* positions, const PagedCacheF32& cache, void* stream) {
+  if (rows < 0 || cols < 1 || col_offset < 0 || col_offset + cols > cache.width || src_stride < cols) {
+    return absl::InvalidArgumentError(absl::StrCat("WritePagedRowsF32: rows ", rows, ", cols ", cols,
+                                                   ", col_offset ", col_offset, ", src_stride ", src_stride,
+                                                   ", cache width ", cache.width,
+                                                   " (need col_offset + cols <= width, src_stride >= cols)"));
+  }
+  PagedViewF32 view;
+  if (absl::Status s = MakePagedView(cache, "WritePagedRowsF32", &view); !s.ok()) return s;
+  if (rows == 0) return absl::OkStatus();
+  if (src == nullptr || positions == nullptr) {
+    return absl::InvalidArgumentError("WritePagedRowsF32: null src or positions");
+  }
+  WritePagedKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(src, src_stride, cols, col_offset, positions,
+                                                                       view, rows * cols);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const float* shared, int64_t rows,
+                                int64_t top_k, int64_t dim, float* x, void* stream) {
+  if (rows < 0 || top_k < 0 || dim < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeCombineF32Slots: rows ", rows, ", top_k ", top_k, ", dim ", dim,
+                                                   " (need top_k >= 0, dim >= 1)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  if (x == nullptr || (top_k > 0 && (slots == nullptr || weights == nullptr))) {
+    return absl::InvalidArgumentError("MoeCombineF32Slots: null slots, weights or x");
+  }
+  MoeCombineKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(slots, weights, shared, top_k, dim, rows * dim, x);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace ferry::kernels::cuda

@@ -1,0 +1,150 @@
+// The kernels of kernels/cuda/ops.h under one name per op, overloaded on the activation type:
+// uint16_t (bf16 bits, the serving precision) or float (the verification precision). The CUDA
+// model's forward is written once, as a template over that type, against these.
+// Internal to model/cuda.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::model::cuda::act {
+
+namespace cu = ferry::kernels::cuda;
+using bf16 = uint16_t;
+
+template <typename T>
+struct CacheOf;
+template <>
+struct CacheOf<bf16> {
+  using type = cu::PagedCacheBf16;
+};
+template <>
+struct CacheOf<float> {
+  using type = cu::PagedCacheF32;
+};
+template <typename T>
+using Cache = typename CacheOf<T>::type;
+
+inline absl::Status Linear(const bf16* x, int64_t rows, int64_t in, const bf16* w, int64_t out, bf16* y) {
+  return cu::LinearBf16(x, rows, in, w, out, y);
+}
+inline absl::Status Linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
+  return cu::LinearF32(x, rows, in, w, out, 1.0f, y);
+}
+// Float32 output whatever the activations (router logits, indexer head weights, lm_head).
+inline absl::Status LinearToF32(const bf16* x, int64_t rows, int64_t in, const bf16* w, int64_t out, float alpha,
+                                float* y) {
+  return cu::LinearBf16F32(x, rows, in, w, out, alpha, y);
+}
+inline absl::Status LinearToF32(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float alpha,
+                                float* y) {
+  return cu::LinearF32(x, rows, in, w, out, alpha, y);
+}
+inline absl::Status BatchedLinear(const bf16* x, int64_t x_batch, int64_t x_row, int64_t rows, int64_t in,
+                                  const bf16* w, int64_t w_batch, int64_t out, bf16* y, int64_t y_batch, int64_t y_row,
+                                  int64_t batch) {
+  return cu::BatchedLinearBf16(x, x_batch, x_row, rows, in, w, w_batch, out, y, y_batch, y_row, batch);
+}
+inline absl::Status BatchedLinear(const float* x, int64_t x_batch, int64_t x_row, int64_t rows, int64_t in,
+                                  const float* w, int64_t w_batch, int64_t out, float* y, int64_t y_batch,
+                                  int64_t y_row, int64_t batch) {
+  return cu::BatchedLinearF32(x, x_batch, x_row, rows, in, w, w_batch, out, y, y_batch, y_row, batch);
+}
+inline absl::Status RmsNorm(const bf16* x, int64_t rows, int64_t dim, const bf16* w, float eps, bf16* y) {
+  return cu::RmsNormBf16(x, rows, dim, w, eps, y);
+}
+inline absl::Status RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y) {
+  return cu::RmsNormF32(x, rows, dim, w, eps, y);
+}
+// The float32 residual stream normed into the activation type.
+inline absl::Status NormResidual(const float* x, int64_t rows, int64_t dim, const bf16* w, float eps, bf16* y) {
+  return cu::RmsNormF32ToBf16(x, rows, dim, w, eps, y);
+}
+inline absl::Status NormResidual(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y) {
+  return cu::RmsNormF32(x, rows, dim, w, eps, y);
+}
+inline absl::Status LayerNorm(const bf16* x, int64_t rows, int64_t dim, const bf16* w, const bf16* b, float eps,
+                              bf16* y) {
+  return cu::LayerNormBf16(x, rows, dim, w, b, eps, y);
+}
+inline absl::Status LayerNorm(const float* x, int64_t rows, int64_t dim, const float* w, const float* b, float eps,
+                              float* y) {
+  return cu::LayerNormF32(x, rows, dim, w, b, eps, y);
+}
+inline absl::Status Rope(bf16* x, int64_t rows, int64_t heads, int64_t row_stride, int64_t head_stride, int64_t offset,
+                         int64_t dim, const int64_t* pos, const float* inv_freq) {
+  return cu::RopeInterleavedBf16(x, rows, heads, row_stride, head_stride, offset, dim, pos, inv_freq);
+}
+inline absl::Status Rope(float* x, int64_t rows, int64_t heads, int64_t row_stride, int64_t head_stride,
+                         int64_t offset, int64_t dim, const int64_t* pos, const float* inv_freq) {
+  return cu::RopeInterleavedF32(x, rows, heads, row_stride, head_stride, offset, dim, pos, inv_freq);
+}
+inline absl::Status SwiGlu(const bf16* gate, const bf16* up, int64_t rows, int64_t cols, int64_t in_stride,
+                           float limit, bf16* out) {
+  return cu::SwiGluBf16(gate, up, rows, cols, in_stride, limit, out);
+}
+inline absl::Status SwiGlu(const float* gate, const float* up, int64_t rows, int64_t cols, int64_t in_stride,
+                           float limit, float* out) {
+  return cu::SwiGluF32(gate, up, rows, cols, in_stride, limit, out);
+}
+inline absl::Status CopyRows(const bf16* src, int64_t src_stride, const int32_t* src_idx, bf16* dst,
+                             int64_t dst_stride, const int32_t* dst_idx, int64_t rows, int64_t cols) {
+  return cu::CopyRowsBf16(src, src_stride, src_idx, dst, dst_stride, dst_idx, rows, cols);
+}
+inline absl::Status CopyRows(const float* src, int64_t src_stride, const int32_t* src_idx, float* dst,
+                             int64_t dst_stride, const int32_t* dst_idx, int64_t rows, int64_t cols) {
+  return cu::CopyRowsF32(src, src_stride, src_idx, dst, dst_stride, dst_idx, rows, cols);
+}
+inline absl::Status WritePaged(const bf16* src, int64_t rows, int64_t src_stride, int64_t cols, int64_t col_offset,
+                               const int64_t* pos, const cu::PagedCacheBf16& cache) {
+  return cu::WritePagedRowsBf16(src, rows, src_stride, cols, col_offset, pos, cache);
+}
+inline absl::Status WritePaged(const float* src, int64_t rows, int64_t src_stride, int64_t cols, int64_t col_offset,
+                               const int64_t* pos, const cu::PagedCacheF32& cache) {
+  return cu::WritePagedRowsF32(src, rows, src_stride, cols, col_offset, pos, cache);
+}
+inline absl::Status AddResidual(float* x, const bf16* y, int64_t n) { return cu::AddBf16ToF32(x, y, n); }
+inline absl::Status AddResidual(float* x, const float* y, int64_t n) { return cu::AddF32(x, y, n); }
+inline absl::Status MoeCombine(const bf16* slots, const float* weights, const bf16* shared, int64_t rows,
+                               int64_t top_k, int64_t dim, float* x) {
+  return cu::MoeCombineF32(slots, weights, shared, rows, top_k, dim, x);
+}
+inline absl::Status MoeCombine(const float* slots, const float* weights, const float* shared, int64_t rows,
+                               int64_t top_k, int64_t dim, float* x) {
+  return cu::MoeCombineF32Slots(slots, weights, shared, rows, top_k, dim, x);
+}
+inline absl::Status MlaDecode(const bf16* q_abs, const bf16* q_pe, int64_t rows, int64_t heads, int64_t latent,
+                              int64_t rope, const cu::PagedCacheBf16& cache, const int32_t* sel,
+                              const int32_t* offsets, float scale, bf16* out) {
+  return cu::MlaDecodeAttention(q_abs, q_pe, rows, heads, latent, rope, cache, sel, offsets, scale, out);
+}
+inline absl::Status MlaDecode(const float* q_abs, const float* q_pe, int64_t rows, int64_t heads, int64_t latent,
+                              int64_t rope, const cu::PagedCacheF32& cache, const int32_t* sel,
+                              const int32_t* offsets, float scale, float* out) {
+  return cu::MlaDecodeAttentionF32(q_abs, q_pe, rows, heads, latent, rope, cache, sel, offsets, scale, out);
+}
+inline absl::Status IndexerScores(const bf16* qi, const float* w, int64_t rows, int64_t heads, int64_t dim,
+                                  const cu::PagedCacheBf16& keys, const int32_t* n_keys, float scale, float* scores,
+                                  int64_t stride) {
+  return cu::IndexerScores(qi, w, rows, heads, dim, keys, n_keys, scale, scores, stride);
+}
+inline absl::Status IndexerScores(const float* qi, const float* w, int64_t rows, int64_t heads, int64_t dim,
+                                  const cu::PagedCacheF32& keys, const int32_t* n_keys, float scale, float* scores,
+                                  int64_t stride) {
+  return cu::IndexerScoresF32(qi, w, rows, heads, dim, keys, n_keys, scale, scores, stride);
+}
+// x [rows, dim] float32 = table[ids[r]] (ids checked on the host before).
+inline absl::Status Embed(const bf16* table, int64_t vocab, int64_t dim, const int32_t* ids, int64_t rows, float* x) {
+  return cu::EmbeddingGatherF32(table, vocab, dim, ids, rows, x);
+}
+inline absl::Status Embed(const float* table, int64_t vocab, int64_t dim, const int32_t* ids, int64_t rows, float* x) {
+  return cu::CopyRowsF32(table, dim, ids, x, dim, nullptr, rows, dim);
+}
+inline absl::Status ToF32(const bf16* x, int64_t n, float* y) { return cu::CastBf16ToF32(x, n, y); }
+inline absl::Status ToF32(const float* x, int64_t n, float* y) {
+  return cu::CopyDeviceToDevice(y, x, static_cast<size_t>(n) * sizeof(float));
+}
+
+}  // namespace ferry::model::cuda::act

@@ -1,0 +1,118 @@
+#include "model/cuda/device_buffer.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::model::cuda {
+
+namespace cu = ferry::kernels::cuda;
+
+absl::StatusOr<DeviceBuffer> DeviceBuffer::Alloc(size_t bytes) {
+  absl::StatusOr<void*> p = cu::DeviceAlloc(std::max<size_t>(bytes, 1));
+  if (!p.ok()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot allocate ", bytes, " bytes of device memory: ", p.status().message()));
+  }
+  DeviceBuffer b;
+  b.ptr_ = *p;
+  b.bytes_ = bytes;
+  return b;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) (void)cu::DeviceFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_ != nullptr) (void)cu::DeviceFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+absl::StatusOr<DeviceBuffer> Upload(const void* host, size_t bytes) {
+  FERRY_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Alloc(bytes));
+  if (bytes > 0) FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.get(), host, bytes));
+  return b;
+}
+
+absl::StatusOr<DeviceWeight> UploadBf16(const Weight& w) {
+  std::vector<uint16_t> bits(w.data.size());
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = F32ToBf16(w.data[i]);
+  DeviceWeight d;
+  FERRY_ASSIGN_OR_RETURN(d.buf, Upload(bits.data(), bits.size() * sizeof(uint16_t)));
+  d.rows = w.rows;
+  d.cols = w.cols;
+  return d;
+}
+
+const char* PrecisionName(Precision p) { return p == Precision::kF32 ? "f32" : "bf16"; }
+
+absl::StatusOr<DeviceWeight> UploadWeight(const Weight& w, Precision p) {
+  if (p == Precision::kBf16) return UploadBf16(w);
+  DeviceWeight d;
+  FERRY_ASSIGN_OR_RETURN(d.buf, Upload(w.data.data(), w.data.size() * sizeof(float)));
+  d.rows = w.rows;
+  d.cols = w.cols;
+  d.elem = 4;
+  return d;
+}
+
+absl::StatusOr<DeviceWeight> UploadStacked(const Weight& a, const Weight& b, Precision p) {
+  if (a.cols != b.cols) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot stack a [", a.rows, ", ", a.cols, "] and a [", b.rows,
+                                                   ", ", b.cols, "] matrix"));
+  }
+  Weight both{a.data, a.rows + b.rows, a.cols};
+  both.data.insert(both.data.end(), b.data.begin(), b.data.end());
+  return UploadWeight(both, p);
+}
+
+absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& v) {
+  return Upload(v.data(), v.size() * sizeof(float));
+}
+
+absl::Status Workspace::Reset() {
+  if (blocks_.size() > 1) {
+    size_t total = 0;
+    for (const DeviceBuffer& b : blocks_) total += b.bytes();
+    blocks_.clear();
+    FERRY_ASSIGN_OR_RETURN(DeviceBuffer one, DeviceBuffer::Alloc(total));
+    blocks_.push_back(std::move(one));
+  }
+  cursor_ = 0;
+  used_ = 0;
+  return absl::OkStatus();
+}
+
+size_t Workspace::bytes() const {
+  size_t total = 0;
+  for (const DeviceBuffer& b : blocks_) total += b.bytes();
+  return total;
+}
+
+absl::StatusOr<void*> Workspace::TakeBytes(size_t bytes) {
+  constexpr size_t kAlign = 256;
+  const size_t need = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  if (blocks_.empty() || cursor_ + need > blocks_.back().bytes()) {
+    // A new block; earlier ones stay valid until Reset().
+    const size_t size = std::max<size_t>({need, size_t{1} << 20, blocks_.empty() ? 0 : 2 * blocks_.back().bytes()});
+    FERRY_ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Alloc(size));
+    blocks_.push_back(std::move(b));
+    cursor_ = 0;
+  }
+  void* p = static_cast<char*>(blocks_.back().get()) + cursor_;
+  cursor_ += need;
+  used_ += need;
+  return p;
+}
+
+}  // namespace ferry::model::cuda

@@ -1,0 +1,98 @@
+// Device memory owned by the CUDA model (plain C++ over kernels/cuda/ops.h: no CUDA headers).
+//   DeviceBuffer: one cudaMalloc'd block, freed by the destructor (move-only).
+//   DeviceWeight: a bf16 weight matrix [rows, cols] (PyTorch Linear layout) on the device.
+//   Workspace:   per-step scratch, handed out by bumping a cursor; Reset() at the start of a
+//                step invalidates everything handed out before.
+// Thread safety: none; one model instance is driven by one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/weights.h"
+
+namespace ferry::model::cuda {
+
+// The element type of a CUDA model's activations, weights and KV pages. kBf16 serves (weights
+// and activations bf16, float32 accumulation and residual stream); kF32 verifies (float32
+// activations and weights, bf16 checkpoints upcast exactly: the goldens' own arithmetic, so a
+// whole forward can be compared tightly; twice the bytes, not for serving).
+enum class Precision { kBf16, kF32 };
+inline int64_t ElemBytes(Precision p) { return p == Precision::kF32 ? 4 : 2; }
+const char* PrecisionName(Precision p);  // "bf16", "f32"
+
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  // A block of `bytes` (>= 1 byte is allocated even for 0). RESOURCE_EXHAUSTED with the bytes.
+  static absl::StatusOr<DeviceBuffer> Alloc(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr, o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Copies `n` elements of `host` into a new buffer.
+absl::StatusOr<DeviceBuffer> Upload(const void* host, size_t bytes);
+
+// A weight matrix [rows, cols] (PyTorch Linear layout) of bf16 bits or float32 (elem bytes).
+struct DeviceWeight {
+  DeviceBuffer buf;
+  int64_t rows = 0, cols = 0;
+  int64_t elem = 2;
+  const uint16_t* ptr() const { return buf.as<const uint16_t>(); }
+  // The data as T (uint16_t for bf16, float for float32). REQUIRES: sizeof(T) == elem.
+  template <typename T>
+  const T* as() const {
+    return buf.as<const T>();
+  }
+  int64_t bytes() const { return rows * cols * elem; }
+};
+
+// The float32 weight rounded to bf16 (exact for a bf16 checkpoint; FP8 block-scaled weights were
+// upcast by the loader and round here) and uploaded.
+absl::StatusOr<DeviceWeight> UploadBf16(const Weight& w);
+// The weight in precision p: UploadBf16, or float32 as it is.
+absl::StatusOr<DeviceWeight> UploadWeight(const Weight& w, Precision p);
+// Rows [0, a.rows) of `a` then all of `b`, one matrix (fused gate_up), in precision p.
+// REQUIRES a.cols == b.cols.
+absl::StatusOr<DeviceWeight> UploadStacked(const Weight& a, const Weight& b, Precision p);
+// A float32 vector kept in float32 on the device (routing bias).
+absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& v);
+
+class Workspace {
+ public:
+  // Forgets every block handed out since the last Reset(). If the last step overflowed the first
+  // block, the blocks are replaced by one of the total size, so steady steps use one block.
+  absl::Status Reset();
+  // n elements of T, 256-byte aligned, valid until the next Reset(). Never null (n may be 0).
+  template <typename T>
+  absl::StatusOr<T*> Take(int64_t n) {
+    absl::StatusOr<void*> p = TakeBytes(static_cast<size_t>(n < 0 ? 0 : n) * sizeof(T));
+    if (!p.ok()) return p.status();
+    return static_cast<T*>(*p);
+  }
+  size_t bytes() const;
+
+ private:
+  absl::StatusOr<void*> TakeBytes(size_t bytes);
+  std::vector<DeviceBuffer> blocks_;
+  size_t cursor_ = 0;  // in the last block
+  size_t used_ = 0;    // over all blocks since Reset()
+};
+
+}  // namespace ferry::model::cuda

@@ -1,0 +1,163 @@
+// GlmMoeDsaCuda: loading (the CPU loaders' shape checks, then bf16 uploads) and the sequence
+// state. The forward step is in glm_moe_dsa_cuda_forward.cc.
+#include "model/cuda/glm_moe_dsa_cuda.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "model/dsa_indexer.h"
+#include "model/ffn.h"
+#include "model/mla.h"
+#include "model/weights.h"
+
+namespace ferry::model::cuda {
+
+namespace cpu = ferry::kernels::cpu;
+
+int64_t DsaCudaSequence::bytes() const {
+  return static_cast<int64_t>(table_->ids().size()) * table_->pages().page_bytes();
+}
+
+absl::Status DsaCudaSequence::RewindTo(int64_t position) {
+  if (position < 0 || position > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
+                                              length_, " tokens"));
+  }
+  FERRY_RETURN_IF_ERROR(table_->Truncate(position));
+  length_ = position;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> DsaCudaSequence::ForkAt(int64_t length, int32_t copy_page) const {
+  if (length < 0 || length > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
+  }
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<DevicePageTable> table, table_->Fork(length, copy_page));
+  auto copy = std::make_unique<DsaCudaSequence>(std::shared_ptr<DevicePages>());
+  copy->table_ = std::move(table);
+  copy->length_ = length;
+  return std::unique_ptr<SequenceState>(std::move(copy));
+}
+
+namespace {
+
+// A [rows, cols] window of a float32 matrix as its own matrix.
+Weight Rows(const Weight& w, int64_t begin, int64_t end) {
+  Weight out{std::vector<float>(w.data.begin() + begin * w.cols, w.data.begin() + end * w.cols), end - begin, w.cols};
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpoint& ck, const ModelConfig& c,
+                                                                   const CacheOptions& cache, Precision precision) {
+  std::unique_ptr<GlmMoeDsaCuda> m(new GlmMoeDsaCuda(c, precision));
+  const int64_t D = c.hidden_size, L = c.kv_lora_rank, P = c.qk_rope_head_dim;
+  if (P > c.index_head_dim || P % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("qk_rope_head_dim ", P, " must be even and at most index_head_dim ",
+                                                   c.index_head_dim, " (the indexer ropes its first dims)"));
+  }
+  // Regions: per layer its latent rows, then its indexer keys on full layers.
+  std::vector<int64_t> widths;
+  m->layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    Layer& Ly = m->layers_[static_cast<size_t>(l)];
+    Ly.latent_region = static_cast<int>(widths.size());
+    widths.push_back(c.latent_row_width());
+    if (c.indexer_types[static_cast<size_t>(l)] == IndexerType::kFull) {
+      Ly.key_region = static_cast<int>(widths.size());
+      widths.push_back(c.index_head_dim);
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(m->pages_, DevicePages::Create(widths, cache, precision));
+
+  WeightLoader top(ck, "");
+  WeightLoader model(ck, c.weight_prefix);
+  int64_t bytes = 0;
+  auto up = [&bytes, precision](DeviceWeight* dst, const absl::StatusOr<Weight>& w) -> absl::Status {
+    if (!w.ok()) return w.status();
+    FERRY_ASSIGN_OR_RETURN(*dst, UploadWeight(*w, precision));
+    bytes += dst->bytes();
+    return absl::OkStatus();
+  };
+  auto up_mlp = [&bytes, precision](Mlp* dst, const MlpWeights& w) -> absl::Status {
+    FERRY_ASSIGN_OR_RETURN(dst->gate_up, UploadStacked(w.gate, w.up, precision));
+    FERRY_ASSIGN_OR_RETURN(dst->down, UploadWeight(w.down, precision));
+    bytes += dst->gate_up.bytes() + dst->down.bytes();
+    return absl::OkStatus();
+  };
+  {
+    FERRY_ASSIGN_OR_RETURN(Weight embed, model.Matrix("embed_tokens.weight", c.vocab_size, D));
+    FERRY_ASSIGN_OR_RETURN(m->embed_, UploadWeight(embed, precision));
+    bytes += m->embed_.bytes();
+  }
+  FERRY_RETURN_IF_ERROR(up(&m->norm_, model.Vector("norm.weight", D)));
+  FERRY_RETURN_IF_ERROR(up(&m->lm_head_, c.tie_word_embeddings ? model.Matrix("embed_tokens.weight", c.vocab_size, D)
+                                                                : top.Matrix("lm_head.weight", c.vocab_size, D)));
+  if (P > 0) {
+    FERRY_ASSIGN_OR_RETURN(m->inv_freq_, UploadF32(cpu::RopeInvFreq(P, c.rope_theta)));
+  }
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Layer& Ly = m->layers_[static_cast<size_t>(i)];
+    WeightLoader lw(ck, c.LayerPrefix(i));
+    FERRY_RETURN_IF_ERROR(up(&Ly.input_norm, lw.Vector("input_layernorm.weight", D)));
+    FERRY_RETURN_IF_ERROR(up(&Ly.post_norm, lw.Vector("post_attention_layernorm.weight", D)));
+    {
+      FERRY_ASSIGN_OR_RETURN(MlaWeights a, LoadMla(lw.Sub("self_attn."), c, 1e-6f));
+      FERRY_RETURN_IF_ERROR(up(&Ly.q_a, a.q_a));
+      FERRY_RETURN_IF_ERROR(up(&Ly.q_a_norm, a.q_a_norm));
+      FERRY_RETURN_IF_ERROR(up(&Ly.q_b, a.q_b));
+      FERRY_RETURN_IF_ERROR(up(&Ly.kv_a_c, Rows(a.kv_a, 0, L)));
+      if (P > 0) FERRY_RETURN_IF_ERROR(up(&Ly.kv_a_pe, Rows(a.kv_a, L, L + P)));
+      FERRY_RETURN_IF_ERROR(up(&Ly.kv_a_norm, a.kv_a_norm));
+      FERRY_RETURN_IF_ERROR(up(&Ly.w_uk_t, a.w_uk_t));
+      FERRY_RETURN_IF_ERROR(up(&Ly.w_uv, a.w_uv));
+      FERRY_RETURN_IF_ERROR(up(&Ly.o_proj, a.o_proj));
+    }
+    Ly.has_indexer = Ly.key_region >= 0;
+    if (Ly.has_indexer) {
+      FERRY_ASSIGN_OR_RETURN(DsaIndexerWeights x, LoadDsaIndexer(lw.Sub("self_attn.indexer."), c));
+      FERRY_RETURN_IF_ERROR(up(&Ly.wq_b, x.wq_b));
+      FERRY_RETURN_IF_ERROR(up(&Ly.wk, x.wk));
+      FERRY_RETURN_IF_ERROR(up(&Ly.k_norm_w, x.k_norm_w));
+      FERRY_RETURN_IF_ERROR(up(&Ly.k_norm_b, x.k_norm_b));
+      FERRY_RETURN_IF_ERROR(up(&Ly.weights_proj, x.weights_proj));
+    }
+    const WeightLoader mw = lw.Sub("mlp.");
+    Ly.dense = c.mlp_types[static_cast<size_t>(i)] == MlpType::kDense;
+    if (Ly.dense) {
+      FERRY_ASSIGN_OR_RETURN(MlpWeights w, LoadMlp(mw, D, c.intermediate_size));
+      FERRY_RETURN_IF_ERROR(up_mlp(&Ly.mlp, w));
+      continue;
+    }
+    // MoE, one expert at a time (the float32 copies of all experts need not coexist).
+    const int64_t E = c.n_routed_experts;
+    FERRY_RETURN_IF_ERROR(up(&Ly.router, mw.Matrix("gate.weight", E, D)));
+    FERRY_ASSIGN_OR_RETURN(Weight bias, mw.Vector("gate.e_score_correction_bias", E));
+    FERRY_ASSIGN_OR_RETURN(Ly.bias, UploadF32(bias.data));
+    Ly.experts.resize(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      FERRY_ASSIGN_OR_RETURN(MlpWeights w, LoadMlp(mw.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size));
+      FERRY_RETURN_IF_ERROR(up_mlp(&Ly.experts[static_cast<size_t>(e)], w));
+    }
+    Ly.has_shared = c.n_shared_experts > 0;
+    if (Ly.has_shared) {
+      FERRY_ASSIGN_OR_RETURN(MlpWeights w, LoadMlp(mw.Sub("shared_experts."), D,
+                                                   c.moe_intermediate_size * c.n_shared_experts));
+      FERRY_RETURN_IF_ERROR(up_mlp(&Ly.shared, w));
+    }
+    Ly.routing.n_experts = E;
+    Ly.routing.top_k = c.num_experts_per_tok;
+    Ly.routing.n_group = c.n_group;
+    Ly.routing.topk_group = c.topk_group;
+    Ly.routing.norm_topk_prob = c.norm_topk_prob;
+    Ly.routing.routed_scaling_factor = c.routed_scaling_factor;
+  }
+  m->set_weight_bytes(bytes);
+  return m;
+}
+
+std::unique_ptr<SequenceState> GlmMoeDsaCuda::NewSequence() const {
+  return std::make_unique<DsaCudaSequence>(pages_);
+}
+
+}  // namespace ferry::model::cuda

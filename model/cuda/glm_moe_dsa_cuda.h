@@ -1,0 +1,121 @@
+// glm_moe_dsa on one CUDA device: the same math as model/glm_moe_dsa.h (../shared/MODELS.md),
+// bf16 weights and activations with float32 accumulation, float32 where MODELS.md asks for it
+// (router logits and routing, indexer head weights and scores, softmax, the lm_head logits) and
+// a float32 residual stream. Precision::kF32 runs the same forward with float32 activations and
+// weights (verification against the float32 goldens; see device_buffer.h). The cache is DevicePages: per layer a latent region [c | k_pe]
+// (kv_lora + rope wide) and, on full indexer layers, a key region (index_head_dim wide).
+//
+// What is naive (correctness first; see Forward()):
+//   - prefill runs MlaDecodeAttention with one query row per token (no prefill attention
+//     kernel): each token re-reads its selected rows;
+//   - the indexer scores every visible key of every row, also below index_topk visible tokens,
+//     where TopK then keeps them all (the dense causal case);
+//   - MoE dispatch syncs with the host once per MoE layer (expert ids to the host, grouping
+//     there, one cuBLAS call per expert with rows);
+//   - everything runs on the default stream with synchronous copies; no CUDA graphs.
+// Tensor parallelism: one rank only (the loader refuses world > 1).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/ops.h"
+#include "model/causal_lm.h"
+#include "model/checkpoint.h"
+#include "model/cuda/device_buffer.h"
+#include "model/cuda/device_pages.h"
+
+namespace ferry::model::cuda {
+
+class DsaCudaSequence final : public SequenceState {
+ public:
+  explicit DsaCudaSequence(std::shared_ptr<DevicePages> pages)
+      : table_(std::make_unique<DevicePageTable>(std::move(pages))) {}
+  int64_t length() const override { return length_; }
+  int64_t bytes() const override;
+  absl::Status RewindTo(int64_t position) override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
+  absl::Status AdoptPages(std::span<const int32_t> pages) override { return table_->Adopt(pages); }
+  std::vector<int32_t> Pages() const override { return table_->ids(); }
+
+ private:
+  friend class GlmMoeDsaCuda;
+  int64_t length_ = 0;
+  std::unique_ptr<DevicePageTable> table_;
+};
+
+class GlmMoeDsaCuda final : public CausalLM {
+ public:
+  // Uploads the whole checkpoint (one rank) to the current device.
+  static absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
+                                                             const CacheOptions& cache,
+                                                             Precision precision = Precision::kBf16);
+  Precision precision() const { return precision_; }
+
+  const ModelConfig& config() const override { return config_; }
+  const PageArena& arena() const override { return pages_->books(); }
+  std::unique_ptr<SequenceState> NewSequence() const override;
+  // As CausalLM::Forward. Logits come back to the host (float32); the step synchronizes.
+  absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
+  // As Forward(), and when `hidden` is non-null also copies the residual stream to the host
+  // after every layer, in GlmMoeDsa::ForwardWithHidden's convention (hidden[0] the embeddings,
+  // hidden[i] layer i - 1's output, hidden[num_layers] the final-normed rows, bf16 widened).
+  // For diagnosis (ferry-cuda-model-check): when `layer_inputs` is non-null, layer l starts from
+  // layer_inputs[l] ([rows, hidden], e.g. the reference's hidden states) instead of layer l - 1's
+  // output, so hidden[l + 1] shows one layer's own error. REQUIRES: num_layers entries of R * hidden.
+  absl::StatusOr<ForwardOutput> ForwardWithHidden(std::span<const ForwardSegment> segments,
+                                                  std::vector<std::vector<float>>* hidden,
+                                                  const std::vector<std::vector<float>>* layer_inputs = nullptr);
+
+ private:
+  struct Mlp {
+    DeviceWeight gate_up;  // [2 * inter, hidden]: gate rows, then up rows
+    DeviceWeight down;     // [hidden, inter]
+    int64_t inter() const { return down.cols; }
+  };
+  struct Layer {
+    DeviceWeight input_norm, post_norm;
+    // MLA (model/mla.h names): kv_a split into its c rows and its k_pe rows.
+    DeviceWeight q_a, q_a_norm, q_b, kv_a_c, kv_a_pe, kv_a_norm, w_uk_t, w_uv, o_proj;
+    int latent_region = -1;
+    // Lightning indexer (full layers).
+    bool has_indexer = false;
+    int key_region = -1;
+    DeviceWeight wq_b, wk, k_norm_w, k_norm_b, weights_proj;
+    // FFN.
+    bool dense = false;
+    Mlp mlp;  // dense layers
+    DeviceWeight router;
+    DeviceBuffer bias;  // float32 [E]
+    std::vector<Mlp> experts;
+    bool has_shared = false;
+    Mlp shared;
+    kernels::cpu::RoutingParams routing;
+  };
+  // One step's device buffers, T the activation type (uint16_t bf16 bits or float).
+  template <typename T>
+  struct Step;
+
+  GlmMoeDsaCuda(ModelConfig c, Precision p) : config_(std::move(c)), precision_(p) {}
+  template <typename T>
+  absl::StatusOr<ForwardOutput> ForwardT(std::span<const ForwardSegment> segments,
+                                         std::vector<std::vector<float>>* hidden,
+                                         const std::vector<std::vector<float>>* layer_inputs);
+  template <typename T>
+  absl::Status Attention(const Layer& L, Step<T>& b);
+  template <typename T>
+  absl::Status Ffn(const Layer& L, Step<T>& b);
+  template <typename T>
+  absl::Status MoeFfn(const Layer& L, Step<T>& b);
+
+  ModelConfig config_;
+  Precision precision_;
+  std::shared_ptr<DevicePages> pages_;
+  DeviceWeight embed_, norm_, lm_head_;
+  DeviceBuffer inv_freq_;  // float32 [rope / 2]
+  std::vector<Layer> layers_;
+  Workspace ws_;
+};
+
+}  // namespace ferry::model::cuda

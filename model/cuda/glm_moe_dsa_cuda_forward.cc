@@ -1,0 +1,353 @@
+// GlmMoeDsaCuda::Forward: one step over several conversations on the device, written once over
+// the activation type T (act_ops.h: uint16_t bf16 bits, or float). The layer math is
+// model/glm_moe_dsa.cc's, op by op; the comments name what differs (precision, naive parts).
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
+#include "model/cuda/act_ops.h"
+#include "model/cuda/glm_moe_dsa_cuda.h"
+#include "model/step_rows.h"
+
+namespace ferry::model::cuda {
+
+namespace cu = ferry::kernels::cuda;
+
+template <typename T>
+struct GlmMoeDsaCuda::Step {
+  int64_t R = 0;  // rows
+  int64_t T_ = 0;  // page-table entries a row
+  int64_t S = 0;  // score columns (longest visible length)
+  const int64_t* pos = nullptr;     // [R]
+  const int32_t* n_keys = nullptr;  // [R] pos + 1
+  const int32_t* table = nullptr;   // [R, T_]
+  float* x = nullptr;  // [R, D] residual stream (float32 in both precisions)
+  T* a = nullptr;      // [R, D] normed input of a block
+  T* y = nullptr;      // [R, D] a block's output
+  // MLA
+  T *cq, *q, *kvc, *kpe, *q_abs, *q_pe, *o_lat, *o_v;
+  // indexer
+  T *qi, *ki;
+  float *iw, *scores;
+  int32_t *top_ids, *top_counts, *sel, *sel_offsets;
+  bool have_selection = false;
+  // FFN (sized for the widest of the dense MLP, the routed experts' R * top_k rows and the
+  // shared expert, which runs after the routed outputs are out of gu and h)
+  T *gu, *h, *xin, *yout, *slots;
+  float *logits, *route_w;
+  int32_t *experts, *order, *src_row;
+
+  act::Cache<T> View(const DevicePages& p, int region) const {
+    if constexpr (sizeof(T) == 4) {
+      return p.ViewF32(region, table, T_);
+    } else {
+      return p.View(region, table, T_);
+    }
+  }
+};
+
+absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::Forward(std::span<const ForwardSegment> segments) {
+  return ForwardWithHidden(segments, nullptr);
+}
+
+absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardWithHidden(std::span<const ForwardSegment> segments,
+                                                               std::vector<std::vector<float>>* hidden,
+                                                               const std::vector<std::vector<float>>* layer_inputs) {
+  if (precision_ == Precision::kF32) return ForwardT<float>(segments, hidden, layer_inputs);
+  return ForwardT<uint16_t>(segments, hidden, layer_inputs);
+}
+
+template <typename T>
+absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSegment> segments,
+                                                      std::vector<std::vector<float>>* hidden,
+                                                      const std::vector<std::vector<float>>* layer_inputs) {
+  const ModelConfig& c = config_;
+  FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
+  FERRY_ASSIGN_OR_RETURN(std::vector<DsaCudaSequence*> seqs, CastStates<DsaCudaSequence>(segments, "glm_moe_dsa (CUDA)"));
+  std::vector<int64_t> lengths;
+  for (const DsaCudaSequence* s : seqs) lengths.push_back(s->length_);
+  const StepRows rows = PlanStepRows(segments, lengths);
+  const int64_t R = rows.count();
+  const int64_t D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
+                P = c.qk_rope_head_dim, V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads,
+                Di = c.index_head_dim, K = c.index_topk;
+  if (layer_inputs != nullptr && layer_inputs->size() < layers_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(layer_inputs->size(), " layer inputs for ", layers_.size(), " layers"));
+  }
+
+  // Pages for the new tokens, all or nothing.
+  for (size_t s = 0; s < segments.size(); ++s) {
+    absl::Status st = seqs[s]->table_->Reserve(lengths[s] + static_cast<int64_t>(segments[s].tokens.size()));
+    if (!st.ok()) {
+      for (size_t k = 0; k < s; ++k) (void)seqs[k]->table_->Truncate(lengths[k]);
+      return st;
+    }
+  }
+
+  // Host-side rows: tokens, positions, visible lengths, each row's copy of its page table.
+  Step<T> b;
+  b.R = R;
+  for (const DsaCudaSequence* s : seqs) b.T_ = std::max<int64_t>(b.T_, static_cast<int64_t>(s->table_->ids().size()));
+  std::vector<int32_t> tokens, n_keys(static_cast<size_t>(R)), table(static_cast<size_t>(R * b.T_), -1);
+  for (const ForwardSegment& seg : segments) tokens.insert(tokens.end(), seg.tokens.begin(), seg.tokens.end());
+  for (int64_t r = 0; r < R; ++r) {
+    n_keys[r] = static_cast<int32_t>(rows.pos[r] + 1);
+    b.S = std::max<int64_t>(b.S, rows.pos[r] + 1);
+    const std::vector<int32_t>& ids = seqs[rows.seg_of[r]]->table_->ids();
+    std::copy(ids.begin(), ids.end(), table.begin() + r * b.T_);
+  }
+
+  FERRY_RETURN_IF_ERROR(ws_.Reset());
+  auto take = [&](int64_t n) { return ws_.Take<T>(n); };
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_tokens, ws_.Take<int32_t>(R));
+  FERRY_ASSIGN_OR_RETURN(int64_t* d_pos, ws_.Take<int64_t>(R));
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_nkeys, ws_.Take<int32_t>(R));
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_table, ws_.Take<int32_t>(R * b.T_));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_tokens, tokens.data(), tokens.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_pos, rows.pos.data(), rows.pos.size() * sizeof(int64_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_nkeys, n_keys.data(), n_keys.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_table, table.data(), table.size() * sizeof(int32_t)));
+  b.pos = d_pos;
+  b.n_keys = d_nkeys;
+  b.table = d_table;
+  FERRY_ASSIGN_OR_RETURN(b.x, ws_.Take<float>(R * D));
+  FERRY_ASSIGN_OR_RETURN(b.a, take(R * D));
+  FERRY_ASSIGN_OR_RETURN(b.y, take(R * D));
+  FERRY_ASSIGN_OR_RETURN(b.cq, take(R * QL));
+  FERRY_ASSIGN_OR_RETURN(b.q, take(R * H * (N + P)));
+  FERRY_ASSIGN_OR_RETURN(b.kvc, take(R * L));
+  FERRY_ASSIGN_OR_RETURN(b.kpe, take(R * P));
+  FERRY_ASSIGN_OR_RETURN(b.q_abs, take(R * H * L));
+  FERRY_ASSIGN_OR_RETURN(b.q_pe, take(R * H * P));
+  FERRY_ASSIGN_OR_RETURN(b.o_lat, take(R * H * L));
+  FERRY_ASSIGN_OR_RETURN(b.o_v, take(R * H * V));
+  FERRY_ASSIGN_OR_RETURN(b.qi, take(R * Hi * Di));
+  FERRY_ASSIGN_OR_RETURN(b.ki, take(R * Di));
+  FERRY_ASSIGN_OR_RETURN(b.iw, ws_.Take<float>(R * Hi));
+  FERRY_ASSIGN_OR_RETURN(b.scores, ws_.Take<float>(R * b.S));
+  FERRY_ASSIGN_OR_RETURN(b.top_ids, ws_.Take<int32_t>(R * K));
+  FERRY_ASSIGN_OR_RETURN(b.top_counts, ws_.Take<int32_t>(R));
+  FERRY_ASSIGN_OR_RETURN(b.sel, ws_.Take<int32_t>(R * K));
+  FERRY_ASSIGN_OR_RETURN(b.sel_offsets, ws_.Take<int32_t>(R + 1));
+  {
+    const int64_t KE = c.num_experts_per_tok, E = c.n_routed_experts, MI = c.moe_intermediate_size;
+    const int64_t inter = std::max({c.intermediate_size, KE * MI, c.n_shared_experts * MI});
+    const int64_t moe_rows = E > 0 ? R * KE : 0;
+    FERRY_ASSIGN_OR_RETURN(b.gu, take(R * 2 * inter));
+    FERRY_ASSIGN_OR_RETURN(b.h, take(R * inter));
+    FERRY_ASSIGN_OR_RETURN(b.xin, take(moe_rows * D));
+    FERRY_ASSIGN_OR_RETURN(b.yout, take(moe_rows * D));
+    FERRY_ASSIGN_OR_RETURN(b.slots, take(moe_rows * D));
+    FERRY_ASSIGN_OR_RETURN(b.logits, ws_.Take<float>(R * E));
+    FERRY_ASSIGN_OR_RETURN(b.route_w, ws_.Take<float>(moe_rows));
+    FERRY_ASSIGN_OR_RETURN(b.experts, ws_.Take<int32_t>(moe_rows));
+    FERRY_ASSIGN_OR_RETURN(b.order, ws_.Take<int32_t>(moe_rows));
+    FERRY_ASSIGN_OR_RETURN(b.src_row, ws_.Take<int32_t>(moe_rows));
+  }
+
+  auto record = [&](const float* x_dev) -> absl::Status {
+    hidden->emplace_back(static_cast<size_t>(R * D));
+    return cu::CopyToHost(hidden->back().data(), x_dev, static_cast<size_t>(R * D) * sizeof(float));
+  };
+  if (hidden) hidden->clear();
+  FERRY_RETURN_IF_ERROR(act::Embed(embed_.as<T>(), c.vocab_size, D, d_tokens, R, b.x));
+  if (hidden) FERRY_RETURN_IF_ERROR(record(b.x));
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& Ly = layers_[l];
+    if (layer_inputs != nullptr) {
+      const std::vector<float>& in = (*layer_inputs)[l];
+      if (static_cast<int64_t>(in.size()) != R * D) {
+        return absl::InvalidArgumentError(absl::StrCat("layer ", l, " input holds ", in.size(), " values, not ", R * D));
+      }
+      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.x, in.data(), in.size() * sizeof(float)));
+    }
+    FERRY_RETURN_IF_ERROR(act::NormResidual(b.x, R, D, Ly.input_norm.as<T>(), c.rms_norm_eps, b.a));
+    FERRY_RETURN_IF_ERROR(Attention(Ly, b));
+    FERRY_RETURN_IF_ERROR(act::AddResidual(b.x, b.y, R * D));
+    FERRY_RETURN_IF_ERROR(act::NormResidual(b.x, R, D, Ly.post_norm.as<T>(), c.rms_norm_eps, b.a));
+    FERRY_RETURN_IF_ERROR(Ffn(Ly, b));  // adds into b.x itself
+    if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.x));
+  }
+
+  // Final norm, then lm_head (float32 logits) on the rows whose logits were asked for.
+  FERRY_RETURN_IF_ERROR(act::NormResidual(b.x, R, D, norm_.as<T>(), c.rms_norm_eps, b.a));
+  if (hidden) {
+    FERRY_ASSIGN_OR_RETURN(float* normed, ws_.Take<float>(R * D));
+    FERRY_RETURN_IF_ERROR(act::ToF32(b.a, R * D, normed));
+    FERRY_RETURN_IF_ERROR(record(normed));
+  }
+  ForwardOutput out;
+  out.vocab = c.vocab_size;
+  std::vector<int32_t> picked;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
+    out.first_row.push_back(static_cast<int64_t>(picked.size()));
+    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) {
+      picked.push_back(static_cast<int32_t>(rows.seg_begin[s] + i));
+    }
+  }
+  const int64_t n_out = static_cast<int64_t>(picked.size());
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_picked, ws_.Take<int32_t>(n_out));
+  FERRY_ASSIGN_OR_RETURN(T* h, take(n_out * D));
+  FERRY_ASSIGN_OR_RETURN(float* logits, ws_.Take<float>(n_out * c.vocab_size));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_picked, picked.data(), picked.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, h, D, nullptr, n_out, D));
+  FERRY_RETURN_IF_ERROR(act::LinearToF32(h, n_out, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
+  out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(out.logits.data(), logits, out.logits.size() * sizeof(float)));
+  FERRY_RETURN_IF_ERROR(cu::Synchronize());  // surfaces any asynchronous kernel fault of the step
+  for (size_t s = 0; s < segments.size(); ++s) {
+    seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
+  }
+  return out;
+}
+
+// MLA with the lightning indexer; b.a is the normed input, the o_proj output lands in b.y.
+template <typename T>
+absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
+  const ModelConfig& c = config_;
+  const int64_t R = b.R, D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
+                P = c.qk_rope_head_dim, V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads,
+                Di = c.index_head_dim, K = c.index_topk;
+  const float* inv_freq = inv_freq_.as<const float>();
+  // cq = RMSNorm(a q_a^T) (eps 1e-6); q = cq q_b^T [R, H, N + P].
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.q_a.as<T>(), QL, b.cq));
+  FERRY_RETURN_IF_ERROR(act::RmsNorm(b.cq, R, QL, Ly.q_a_norm.as<T>(), 1e-6f, b.cq));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * (N + P), b.q));
+  // The new cache rows [RMSNorm(c) | RoPE(k_pe)], written at each row's position.
+  const act::Cache<T> latent = b.View(*pages_, Ly.latent_region);
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.kv_a_c.as<T>(), L, b.kvc));
+  FERRY_RETURN_IF_ERROR(act::RmsNorm(b.kvc, R, L, Ly.kv_a_norm.as<T>(), 1e-6f, b.kvc));
+  FERRY_RETURN_IF_ERROR(act::WritePaged(b.kvc, R, L, L, 0, b.pos, latent));
+  if (P > 0) {
+    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.kv_a_pe.as<T>(), P, b.kpe));
+    FERRY_RETURN_IF_ERROR(act::Rope(b.kpe, R, 1, P, P, 0, P, b.pos, inv_freq));
+    FERRY_RETURN_IF_ERROR(act::WritePaged(b.kpe, R, P, P, L, b.pos, latent));
+    // q_pe [R, H, P], dense, RoPE'd.
+    FERRY_RETURN_IF_ERROR(act::CopyRows(b.q + N, N + P, nullptr, b.q_pe, P, nullptr, R * H, P));
+    FERRY_RETURN_IF_ERROR(act::Rope(b.q_pe, R, H, H * P, P, 0, P, b.pos, inv_freq));
+  }
+  // q_abs = W_UK^T q_nope per head [R, H, L].
+  FERRY_RETURN_IF_ERROR(
+      act::BatchedLinear(b.q, N + P, H * (N + P), R, N, Ly.w_uk_t.as<T>(), L * N, L, b.q_abs, L, H * L, H));
+
+  if (Ly.has_indexer) {
+    // Keys: LayerNorm(a wk^T) (eps 1e-6), RoPE on the first P dims; cached per token.
+    const act::Cache<T> keys = b.View(*pages_, Ly.key_region);
+    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.wk.as<T>(), Di, b.ki));
+    FERRY_RETURN_IF_ERROR(act::LayerNorm(b.ki, R, Di, Ly.k_norm_w.as<T>(), Ly.k_norm_b.as<T>(), 1e-6f, b.ki));
+    if (P > 0) FERRY_RETURN_IF_ERROR(act::Rope(b.ki, R, 1, Di, Di, 0, P, b.pos, inv_freq));
+    FERRY_RETURN_IF_ERROR(act::WritePaged(b.ki, R, Di, Di, 0, b.pos, keys));
+    // Queries qi = RoPE(cq wq_b^T) [R, Hi, Di]; head weights (float32) = a weights_proj^T * Hi^-0.5.
+    FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.wq_b.as<T>(), Hi * Di, b.qi));
+    if (P > 0) FERRY_RETURN_IF_ERROR(act::Rope(b.qi, R, Hi, Hi * Di, Di, 0, P, b.pos, inv_freq));
+    FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.weights_proj.as<T>(), Hi,
+                                           1.0f / std::sqrt(static_cast<float>(Hi)), b.iw));
+    // Naive: scores over every visible key of every row, then the top index_topk (all of them
+    // when fewer are visible: the dense causal case), as the CSR selection the attention reads.
+    FERRY_RETURN_IF_ERROR(act::IndexerScores(b.qi, b.iw, R, Hi, Di, keys, b.n_keys,
+                                             1.0f / std::sqrt(static_cast<float>(Di)), b.scores, b.S));
+    FERRY_RETURN_IF_ERROR(cu::TopK(b.scores, R, b.S, b.n_keys, K, b.top_ids, b.top_counts));
+    FERRY_RETURN_IF_ERROR(cu::CompactSelection(b.top_ids, b.top_counts, R, K, b.sel, b.sel_offsets));
+    b.have_selection = true;
+  } else if (!b.have_selection) {
+    return absl::FailedPreconditionError("a shared indexer layer comes before any full one");
+  }
+  // A shared layer reuses the latest full layer's selection. Naive prefill: every row, prompt
+  // rows included, runs the decode attention kernel over its own selection.
+  FERRY_RETURN_IF_ERROR(act::MlaDecode(b.q_abs, P > 0 ? b.q_pe : nullptr, R, H, L, P, latent, b.sel, b.sel_offsets,
+                                       1.0f / std::sqrt(static_cast<float>(N + P)), b.o_lat));
+  // o_h = W_UV o_lat_h, then o_proj.
+  FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.o_lat, L, H * L, R, L, Ly.w_uv.as<T>(), V * L, V, b.o_v, V, H * V, H));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.o_v, R, H * V, Ly.o_proj.as<T>(), D, b.y));
+  return absl::OkStatus();
+}
+
+namespace {
+
+// y [rows, hidden] = down(SwiGLU(x gate_up^T)) through gu [rows, 2I] and h [rows, I].
+template <typename T>
+absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const DeviceWeight& gate_up, const DeviceWeight& down,
+                    float limit, T* gu, T* h, T* y) {
+  const int64_t I = down.cols;
+  FERRY_RETURN_IF_ERROR(act::Linear(x, rows, hidden, gate_up.as<T>(), 2 * I, gu));
+  FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
+  return act::Linear(h, rows, I, down.as<T>(), hidden, y);
+}
+
+}  // namespace
+
+// The FFN of b.a, added into the residual b.x.
+template <typename T>
+absl::Status GlmMoeDsaCuda::Ffn(const Layer& Ly, Step<T>& b) {
+  if (!Ly.dense) return MoeFfn(Ly, b);
+  const int64_t R = b.R, D = config_.hidden_size;
+  FERRY_RETURN_IF_ERROR(MlpRun(b.a, R, D, Ly.mlp.gate_up, Ly.mlp.down, config_.swiglu_limit, b.gu, b.h, b.y));
+  return act::AddResidual(b.x, b.y, R * D);
+}
+
+// Sigmoid-routed MoE. Routing (float32 logits, MoeRoute) stays on the device; the dispatch is
+// naive: the chosen expert ids come to the host (a sync per MoE layer), which orders the
+// (row, slot) pairs by expert (stable, so rows stay ascending within an expert) and runs each
+// expert with rows as one cuBLAS call over its contiguous piece. Outputs go back to their
+// (row, slot) and MoeCombine sums them per row in slot order with the shared expert, as
+// model::MoeForward does.
+template <typename T>
+absl::Status GlmMoeDsaCuda::MoeFfn(const Layer& Ly, Step<T>& b) {
+  const ModelConfig& c = config_;
+  const int64_t R = b.R, D = c.hidden_size, E = Ly.routing.n_experts, K = Ly.routing.top_k,
+                MI = c.moe_intermediate_size;
+  FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.router.as<T>(), E, 1.0f, b.logits));
+  FERRY_RETURN_IF_ERROR(cu::MoeRoute(b.logits, Ly.bias.as<const float>(), R, Ly.routing, b.experts, b.route_w));
+
+  std::vector<int32_t> chosen(static_cast<size_t>(R * K));
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(chosen.data(), b.experts, chosen.size() * sizeof(int32_t)));
+  std::vector<int64_t> start(static_cast<size_t>(E) + 1, 0);
+  for (int32_t e : chosen) {
+    if (e < 0 || e >= E) {
+      return absl::InternalError(absl::StrCat("MoE routing chose expert ", e, " of ", E, " (NaN router logits?)"));
+    }
+    ++start[static_cast<size_t>(e) + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+  // order[j]: the (row * K + slot) pair at position j of the expert-ordered batch; src_row its row.
+  std::vector<int32_t> order(static_cast<size_t>(R * K)), src_row(order.size());
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < R * K; ++i) {
+      const int64_t j = next[chosen[i]]++;
+      order[j] = static_cast<int32_t>(i);
+      src_row[j] = static_cast<int32_t>(i / K);
+    }
+  }
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.order, order.data(), order.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.src_row, src_row.data(), src_row.size() * sizeof(int32_t)));
+
+  FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, b.src_row, b.xin, D, nullptr, R * K, D));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = start[e + 1] - start[e], j0 = start[e];
+    if (n == 0) continue;
+    const Mlp& ex = Ly.experts[static_cast<size_t>(e)];
+    FERRY_RETURN_IF_ERROR(act::Linear(b.xin + j0 * D, n, D, ex.gate_up.as<T>(), 2 * MI, b.gu + j0 * 2 * MI));
+  }
+  FERRY_RETURN_IF_ERROR(act::SwiGlu(b.gu, b.gu + MI, R * K, MI, 2 * MI, c.swiglu_limit, b.h));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = start[e + 1] - start[e], j0 = start[e];
+    if (n == 0) continue;
+    const Mlp& ex = Ly.experts[static_cast<size_t>(e)];
+    FERRY_RETURN_IF_ERROR(act::Linear(b.h + j0 * MI, n, MI, ex.down.as<T>(), D, b.yout + j0 * D));
+  }
+  FERRY_RETURN_IF_ERROR(act::CopyRows(b.yout, D, nullptr, b.slots, D, b.order, R * K, D));
+
+  const T* shared = nullptr;
+  if (Ly.has_shared) {
+    // gu and h are free again: the routed outputs are in slots.
+    FERRY_RETURN_IF_ERROR(MlpRun(b.a, R, D, Ly.shared.gate_up, Ly.shared.down, c.swiglu_limit, b.gu, b.h, b.y));
+    shared = b.y;
+  }
+  return act::MoeCombine(b.slots, b.route_w, shared, R, K, D, b.x);
+}
+
+}  // namespace ferry::model::cuda

@@ -1,0 +1,48 @@
+#include "model/cuda/load_cuda.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/cuda/glm_moe_dsa_cuda.h"
+
+namespace ferry::model::cuda {
+
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp,
+                                                           const CacheOptions& cache, Precision precision) {
+  if (tp.world > 1) {
+    return absl::UnimplementedError(absl::StrCat("the CUDA backend runs one rank on one GPU; asked for rank ", tp.rank,
+                                                 " of ", tp.world, " (tensor parallelism is CPU-only for now)"));
+  }
+  const int devices = kernels::cuda::DeviceCount();
+  if (devices == 0) {
+    return absl::FailedPreconditionError("no CUDA device: the CUDA backend needs a GPU (use --device cpu)");
+  }
+  FERRY_RETURN_IF_ERROR(ValidateCacheOptions(cache));
+  FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
+  std::unique_ptr<CausalLM> model;
+  switch (cfg.family) {
+    case Family::kGlmMoeDsa: {
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, precision));
+      break;
+    }
+    case Family::kGlm5Next:
+      return absl::UnimplementedError(
+          absl::StrCat(dir, ": ", FamilyName(cfg.family), " has no CUDA forward yet (use --device cpu)"));
+  }
+  absl::StatusOr<std::string> name = kernels::cuda::DeviceName(0);
+  absl::StatusOr<kernels::cuda::DeviceMemory> mem = kernels::cuda::MemoryInfo();
+  FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << " onto "
+                  << (name.ok() ? *name : std::string("a CUDA device")) << ": " << cfg.num_layers << " layers, hidden "
+                  << cfg.hidden_size << ", vocab " << cfg.vocab_size << ", " << model->weight_bytes() << " bytes of "
+                  << PrecisionName(precision) << " weights"
+                  << (mem.ok() ? absl::StrCat(", ", mem->free_bytes >> 20, " of ", mem->total_bytes >> 20,
+                                              " MiB free")
+                               : std::string());
+  return model;
+}
+
+}  // namespace ferry::model::cuda

@@ -1,0 +1,25 @@
+// Loading a model onto one CUDA device (the CUDA twin of model::LoadCausalLM).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "model/causal_lm.h"
+#include "model/cuda/device_buffer.h"
+#include "model/tensor_parallel.h"
+
+namespace ferry::model::cuda {
+
+// Opens the checkpoint at `dir` and uploads it to the current CUDA device in `precision` (bf16
+// weights and activations to serve; float32 to verify against the goldens, device_buffer.h).
+// FP8 block-scaled weights are upcast on load. The returned model's Forward() runs on that
+// device and its cache pages live there (DevicePages).
+// Errors: FAILED_PRECONDITION without a CUDA device; UNIMPLEMENTED for tp.world > 1 (one GPU
+// only for now) and for a family without a CUDA forward yet; the checkpoint's and the device
+// allocator's errors as they come.
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp = {},
+                                                           const CacheOptions& cache = {},
+                                                           Precision precision = Precision::kBf16);
+
+}  // namespace ferry::model::cuda

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# One round of the CUDA backend's checks on the GPU machine: the kernel harness (seed 1), the
+# CUDA model check (layer by layer, decode path, batching), then `ferry check-golden` on the tiny
+# glm_moe_dsa checkpoint with --device cuda in both precisions (f32 also with 7-token prefill
+# chunks) and --device cpu for comparison, and `ferry generate --device cuda`. glm5_next has no
+# CUDA forward yet: its cuda run shows the refusal (not counted as a failure).
+# Meant to run there from the repository root with a device bundle on PATH:
+#
+#   source .device/env.sh && scripts/gpu-check-golden.sh [--sanitize]
+#
+# Logs go to "$OUT" when set (the device tool's output folder), else to a temporary folder; a
+# summary (one line per run, and every golden prompt line) is printed last. --sanitize adds a
+# compute-sanitizer memcheck run of check-golden --device cuda on glm-dsa-tiny.
+# Exit status: 0 when every run passed, 1 otherwise, 2 on setup errors.
+set -uo pipefail
+
+sanitize=0
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize) sanitize=1 ;;
+    *) echo "usage: $0 [--sanitize]" >&2; exit 2 ;;
+  esac
+done
+for b in ferry ferry-kernel-check ferry-cuda-model-check; do
+  command -v "$b" >/dev/null 2>&1 || { echo "gpu-check-golden: $b is not on PATH (source .device/env.sh first)" >&2; exit 2; }
+done
+dir=${OUT:-$(mktemp -d /tmp/gpu-check-golden.XXXXXX)}
+mkdir -p "$dir"
+status=0
+summary=()
+run() {  # run LOGNAME LABEL COMMAND...
+  local log="$dir/$1" label=$2; shift 2
+  local start end rc
+  start=$(date +%s.%N)
+  { echo "== $label: $*"; "$@"; } > "$log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  [ "$rc" -eq 0 ] || status=1
+  summary+=("$(printf '%-48s exit %d, %.1f s' "$label" "$rc" "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')")")
+}
+
+run kernel-check.txt "kernel check seed 1" ferry-kernel-check --seed 1
+run model-check.txt "cuda model check" ferry-cuda-model-check --model tests/data/glm-dsa-tiny
+m=glm-dsa-tiny
+run "golden-$m-cuda-f32.txt" "check-golden $m cuda f32" ferry check-golden --device cuda --precision f32 --model "tests/data/$m"
+run "golden-$m-cuda-f32-chunk7.txt" "check-golden $m cuda f32 chunk 7" \
+  ferry check-golden --device cuda --precision f32 --model "tests/data/$m" --prefill-chunk 7
+run "golden-$m-cuda-bf16.txt" "check-golden $m cuda bf16" ferry check-golden --device cuda --precision bf16 --model "tests/data/$m"
+run "golden-$m-cpu.txt" "check-golden $m cpu" ferry check-golden --device cpu --model "tests/data/$m"
+run "golden-glm5next-tiny-cpu.txt" "check-golden glm5next-tiny cpu" ferry check-golden --device cpu --model tests/data/glm5next-tiny
+ferry check-golden --device cuda --model tests/data/glm5next-tiny > "$dir/golden-glm5next-tiny-cuda.txt" 2>&1
+run generate-cuda-bf16.txt "generate glm-dsa-tiny cuda bf16" \
+  ferry generate --device cuda --model tests/data/glm-dsa-tiny --prompt-ids 5,6,7,8 --max-tokens 8
+run generate-cuda-f32.txt "generate glm-dsa-tiny cuda f32" \
+  ferry generate --device cuda --precision f32 --model tests/data/glm-dsa-tiny --prompt-ids 5,6,7,8 --max-tokens 8
+run generate-cpu.txt "generate glm-dsa-tiny cpu" \
+  ferry generate --device cpu --model tests/data/glm-dsa-tiny --prompt-ids 5,6,7,8 --max-tokens 8
+if [ "$sanitize" -eq 1 ]; then
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  if [ -x "$sanitizer" ]; then
+    run memcheck.txt "memcheck model check" "$sanitizer" --tool memcheck --error-exitcode 1 \
+      ferry-cuda-model-check --model tests/data/glm-dsa-tiny
+  else
+    summary+=("memcheck: compute-sanitizer not found, skipped")
+  fi
+fi
+
+echo "gpu-check-golden: logs in $dir"
+grep -h -m1 -E '^device:' "$dir/kernel-check.txt" || true
+grep -h -E '^kernels:' "$dir/kernel-check.txt" || true
+grep -h -E ' (FAIL|ERROR)' "$dir/kernel-check.txt" | head -20
+grep -h -E '^(==|  hidden|  layer|decode path|batching|pages:|f32:|bf16:|cuda model check)' "$dir/model-check.txt"
+for f in "$dir"/golden-*.txt; do
+  echo "-- $(basename "$f")"
+  grep -E '^(device|p[0-9]+:|  expected|  got|golden:|ferry check-golden:)' "$f"
+done
+for f in "$dir"/generate-*.txt; do echo "-- $(basename "$f"): $(grep -E '^[0-9,]+$|ferry generate:' "$f")"; done
+[ -f "$dir/memcheck.txt" ] && grep -E 'ERROR SUMMARY|cuda model check' "$dir/memcheck.txt"
+for line in "${summary[@]}"; do echo "  $line"; done
+echo "gpu-check-golden: $([ "$status" -eq 0 ] && echo PASSED || echo FAILED)"
+exit "$status"

@@ -1,0 +1,244 @@
+// ferry-cuda-model-check: the CUDA model (model/cuda) against transformers' goldens and against
+// itself, finer-grained than `ferry check-golden --device cuda` (which gives one number a prompt):
+// in both precisions (float32: held to 1e-4 relative a layer and 1e-3 logits; bf16: printed):
+//   1. p1's residual stream layer by layer (golden p1.hidden.L), CUDA and CPU side by side, and
+//      each layer alone from transformers' input to it;
+//   2. every prompt's prefill logits, the max |error| at each position;
+//   3. the decode path: p1 fed token by token equals p1 prefilled (max |difference|);
+//   4. batching: p0 and p2 in one step equal each alone (max |difference|);
+//   5. pages: a fork at a partial page and a rewind continue as the uninterrupted prefill, and a
+//      fixed arena too small refuses a step with RESOURCE_EXHAUSTED, keeping nothing.
+// Without a CUDA device it says so and exits 0 (what CI sees).
+//
+//   ferry-cuda-model-check [--model DIR]   (default: tests/data/glm-dsa-tiny under the source dir)
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/ops.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/cuda/glm_moe_dsa_cuda.h"
+#include "model/glm_moe_dsa.h"
+#include "model/golden.h"
+#include "model/safetensors.h"
+
+namespace {
+
+using namespace ferry::model;
+
+#define CHECK_OK(expr)                                                                  \
+  do {                                                                                  \
+    const absl::Status s_ = (expr);                                                     \
+    if (!s_.ok()) {                                                                     \
+      fprintf(stderr, "%s: %s\n", #expr, std::string(s_.message()).c_str());            \
+      return 2;                                                                         \
+    }                                                                                   \
+  } while (0)
+
+double RelErr(const float* got, const float* want, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+float MaxAbs(const float* a, const float* b, size_t n) {
+  float m = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+template <typename M>
+absl::StatusOr<ForwardOutput> Run(M& m, std::span<const int32_t> ids, std::vector<std::vector<float>>* hidden) {
+  auto seq = m.NewSequence();
+  ForwardSegment seg{seq.get(), ids, true};
+  return m.ForwardWithHidden(std::span<const ForwardSegment>(&seg, 1), hidden);
+}
+
+int Main(const std::string& dir, cuda::Precision precision) {
+  const bool f32 = precision == cuda::Precision::kF32;
+  printf("== %s, precision %s\n", dir.c_str(), cuda::PrecisionName(precision));
+  absl::StatusOr<Checkpoint> ck = Checkpoint::Open(dir);
+  CHECK_OK(ck.status());
+  absl::StatusOr<ModelConfig> cfg = ParseModelConfig(ck->config_json(), ck->config_path());
+  CHECK_OK(cfg.status());
+  if (cfg->family != Family::kGlmMoeDsa) {
+    fprintf(stderr, "%s: only glm_moe_dsa has a CUDA forward\n", dir.c_str());
+    return 2;
+  }
+  auto cpu = GlmMoeDsa::Load(*ck, *cfg);
+  CHECK_OK(cpu.status());
+  auto gpu = cuda::GlmMoeDsaCuda::Load(*ck, *cfg, CacheOptions{16, -1}, precision);  // small pages: many a prompt
+  CHECK_OK(gpu.status());
+  auto goldens = ReadGolden(dir + "/golden.safetensors");
+  CHECK_OK(goldens.status());
+  auto file = SafetensorsFile::Open(dir + "/golden.safetensors");
+  CHECK_OK(file.status());
+  const int64_t V = cfg->vocab_size;
+  int bad = 0;
+
+  // 1. p1 prompt + continuation, teacher-forced in one forward, as the golden hidden states were made.
+  const GoldenPrompt& g1 = (*goldens)[1];
+  std::vector<int32_t> ids1 = g1.ids;
+  ids1.insert(ids1.end(), g1.greedy.begin(), g1.greedy.end());
+  std::vector<std::vector<float>> h_cpu, h_gpu;
+  auto o_cpu = Run(**cpu, ids1, &h_cpu);
+  CHECK_OK(o_cpu.status());
+  auto o_gpu = Run(**gpu, ids1, &h_gpu);
+  CHECK_OK(o_gpu.status());
+  printf("p1 residual stream, relative norm error vs transformers (cuda | cpu):\n");
+  for (size_t L = 0; L < h_gpu.size(); ++L) {
+    const TensorInfo* t = file->Find("p1.hidden." + std::to_string(L));
+    if (t == nullptr || t->numel() != static_cast<int64_t>(h_gpu[L].size())) continue;
+    const float* want = reinterpret_cast<const float*>(file->Data(*t));
+    const double e = RelErr(h_gpu[L].data(), want, h_gpu[L].size());
+    printf("  hidden.%zu  %.3e | %.3e\n", L, e, RelErr(h_cpu[L].data(), want, h_cpu[L].size()));
+    bad += f32 && e > 1e-4;  // float32: only summation order differs
+  }
+  // 1b. Each layer alone, started from transformers' input to it.
+  {
+    std::vector<std::vector<float>> inputs;
+    for (int64_t L = 0; L < cfg->num_layers; ++L) {
+      const TensorInfo* t = file->Find("p1.hidden." + std::to_string(L));
+      if (t == nullptr) break;
+      const float* v = reinterpret_cast<const float*>(file->Data(*t));
+      inputs.emplace_back(v, v + t->numel());
+    }
+    if (static_cast<int64_t>(inputs.size()) == cfg->num_layers) {
+      auto seq = (*gpu)->NewSequence();
+      ForwardSegment seg{seq.get(), ids1, true};
+      std::vector<std::vector<float>> out;
+      auto o = (*gpu)->ForwardWithHidden(std::span<const ForwardSegment>(&seg, 1), &out, &inputs);
+      CHECK_OK(o.status());
+      printf("each layer alone from transformers' input (cuda), relative norm error of its output, worst rows:\n");
+      const int64_t D = cfg->hidden_size, R = static_cast<int64_t>(ids1.size());
+      for (size_t L = 1; L < out.size(); ++L) {
+        const TensorInfo* t = file->Find("p1.hidden." + std::to_string(L));
+        if (t == nullptr) continue;
+        const float* want = reinterpret_cast<const float*>(file->Data(*t));
+        printf("  layer %zu: %.3e  rows:", L - 1, RelErr(out[L].data(), want, out[L].size()));
+        for (int64_t r = 0; r < R; ++r) {
+          const double e = RelErr(out[L].data() + r * D, want + r * D, D);
+          if (e > 2e-2) printf(" %ld(%.2f)", static_cast<long>(r), e);
+        }
+        printf("\n");
+      }
+    }
+  }
+  // 2. Per position, the max |logit error| of that one forward (cuda).
+  for (const GoldenPrompt& g : *goldens) {
+    std::vector<int32_t> ids = g.ids;
+    ids.insert(ids.end(), g.greedy.begin(), g.greedy.end());
+    auto o = Run(**gpu, ids, nullptr);
+    CHECK_OK(o.status());
+    printf("%s max |logit error| by position (cuda, one forward of %zu tokens):", g.name.c_str(), ids.size());
+    float worst = 0;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const float e = MaxAbs(o->logits.data() + i * V, g.logits.data() + i * V, V);
+      worst = std::max(worst, e);
+      printf("%s%.3f", i % 16 == 0 ? "\n   " : " ", e);
+    }
+    printf("\n  worst %.3f\n", worst);
+    bad += f32 && worst > 1e-3f;
+  }
+  // 3. Token by token (the decode path, one row a step) against the one-forward logits.
+  {
+    auto seq = (*gpu)->NewSequence();
+    float worst = 0;
+    for (size_t i = 0; i < ids1.size(); ++i) {
+      ForwardSegment seg{seq.get(), std::span<const int32_t>(&ids1[i], 1), false};
+      auto o = (*gpu)->Forward(std::span<const ForwardSegment>(&seg, 1));
+      CHECK_OK(o.status());
+      worst = std::max(worst, MaxAbs(o->logits.data(), o_gpu->logits.data() + i * V, V));
+    }
+    printf("decode path: p1 token by token vs one forward, max |difference| %.3g\n", worst);
+    bad += worst > (f32 ? 1e-3f : 0.05f);
+  }
+  // 4. Two conversations in one step vs each alone.
+  {
+    const GoldenPrompt &g0 = (*goldens)[0], &g2 = (*goldens)[2];
+    auto s0 = (*gpu)->NewSequence(), s2 = (*gpu)->NewSequence();
+    ForwardSegment segs[2] = {{s0.get(), g0.ids, true}, {s2.get(), g2.ids, true}};
+    auto both = (*gpu)->Forward(segs);
+    CHECK_OK(both.status());
+    auto a0 = Run(**gpu, g0.ids, nullptr);
+    auto a2 = Run(**gpu, g2.ids, nullptr);
+    CHECK_OK(a0.status());
+    CHECK_OK(a2.status());
+    const float d0 = MaxAbs(both->logits.data(), a0->logits.data(), a0->logits.size());
+    const float d2 = MaxAbs(both->logits.data() + both->first_row[1] * V, a2->logits.data(), a2->logits.size());
+    printf("batching: p0 + p2 in one step vs alone, max |difference| %.3g and %.3g\n", d0, d2);
+    bad += std::max(d0, d2) > (f32 ? 1e-3f : 0.05f);
+  }
+  // 5. Pages (16 tokens each): a fork at a partial page and a rewind both continue exactly as
+  //    the uninterrupted prefill; a fixed arena too small refuses the step and keeps nothing.
+  {
+    const GoldenPrompt& g2 = (*goldens)[2];
+    const std::vector<int32_t>& ids = g2.ids;
+    const int64_t cut = 40, n = static_cast<int64_t>(ids.size());  // 40 % 16 != 0: a shared partial page
+    auto seq = (*gpu)->NewSequence();
+    ForwardSegment whole{seq.get(), ids, true};
+    auto full = (*gpu)->Forward(std::span<const ForwardSegment>(&whole, 1));
+    CHECK_OK(full.status());
+    auto tail = std::span<const int32_t>(ids.data() + cut, static_cast<size_t>(n - cut));
+    auto fork = seq->ForkAt(cut);
+    CHECK_OK(fork.status());
+    ForwardSegment fseg{fork->get(), tail, true};
+    auto after_fork = (*gpu)->Forward(std::span<const ForwardSegment>(&fseg, 1));
+    CHECK_OK(after_fork.status());
+    CHECK_OK(seq->RewindTo(cut));
+    ForwardSegment rseg{seq.get(), tail, true};
+    auto after_rewind = (*gpu)->Forward(std::span<const ForwardSegment>(&rseg, 1));
+    CHECK_OK(after_rewind.status());
+    const float* want = full->logits.data() + cut * V;
+    const float df = MaxAbs(after_fork->logits.data(), want, after_fork->logits.size());
+    const float dr = MaxAbs(after_rewind->logits.data(), want, after_rewind->logits.size());
+    printf("pages: fork at %ld then the rest vs one prefill %.3g, rewind to %ld then the rest %.3g; %ld pages in use\n",
+           static_cast<long>(cut), df, static_cast<long>(cut), dr, static_cast<long>((*gpu)->arena().used_pages()));
+    bad += std::max(df, dr) > (f32 ? 1e-3f : 0.05f);
+    auto small = cuda::GlmMoeDsaCuda::Load(*ck, *cfg, CacheOptions{16, 4}, precision);  // 64 tokens
+    CHECK_OK(small.status());
+    auto s1 = (*small)->NewSequence();
+    ForwardSegment big{s1.get(), ids, false};
+    auto refused = (*small)->Forward(std::span<const ForwardSegment>(&big, 1));
+    printf("pages: %ld tokens on a 4-page arena: %s; length %ld, %ld pages in use after\n", static_cast<long>(n),
+           refused.ok() ? "accepted" : std::string(refused.status().message()).c_str(), static_cast<long>(s1->length()),
+           static_cast<long>((*small)->arena().used_pages()));
+    bad += refused.ok() || refused.status().code() != absl::StatusCode::kResourceExhausted || s1->length() != 0 ||
+           (*small)->arena().used_pages() != 0;
+  }
+  printf("%s: %s\n", cuda::PrecisionName(precision), bad == 0 ? "ok" : "FAILED");
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string dir = FERRY_TEST_DATA_DIR "/glm-dsa-tiny";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
+      dir = argv[++i];
+    } else {
+      fprintf(stderr, "usage: ferry-cuda-model-check [--model DIR]\n");
+      return 2;
+    }
+  }
+  if (ferry::kernels::cuda::DeviceCount() == 0) {
+    printf("ferry-cuda-model-check: no CUDA device: skipped\n");
+    return 0;
+  }
+  // float32: held to the goldens (layers 1e-4, logits 1e-3) and to itself; bf16: numbers only
+  // (near-tied top-k and routing decisions flip under bf16 rounding) plus self-consistency.
+  const int f32 = Main(dir, ferry::model::cuda::Precision::kF32);
+  const int bf16 = Main(dir, ferry::model::cuda::Precision::kBf16);
+  printf("cuda model check: %s\n", f32 == 0 && bf16 == 0 ? "done" : "FAILED");
+  return f32 == 0 && bf16 == 0 ? 0 : 1;
+}
