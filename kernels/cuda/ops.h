@@ -343,6 +343,85 @@ absl::Status IndexerScoresF32(const float* qi, const float* w, int64_t rows, int
                               const PagedCacheF32& keys, const int32_t* n_keys, float scale, float* scores,
                               int64_t score_stride, void* stream = nullptr);
 
+// ---- glm5_next (model/cuda): hyper-connections, KDA and the pooled indexer. Float32 inside; the
+// activation-typed ends come as Bf16 / F32 pairs. Rows are [rows, ...] dense unless stated.
+
+// u[r, d] = sum_{j < streams} pre[r, j] * h[r, j, d] (j ascending): an mHC site's input, or the
+// head's stream mean with pre = 1 / streams. h [rows, streams, dim], pre [rows, streams], u
+// [rows, dim], float32. CPU twin: the u loop of model::MhcPre. REQUIRES: streams, dim >= 1.
+absl::Status MhcMixIn(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim, float* u,
+                      void* stream = nullptr);
+// In place, per row r, stream k and channel d (the old h on the right):
+//   h[r, k, d] <- post[r, k] * y[r, d] + sum_{j ascending} comb[r, j, k] * h[r, j, d]
+// post [rows, streams], comb [rows, streams, streams] float32; y [rows, dim] bf16 or float32.
+// CPU twin: model::MhcPost. REQUIRES: 1 <= streams <= 8, dim >= 1.
+absl::Status MhcMixOutBf16(float* h, const float* post, const float* comb, const uint16_t* y, int64_t rows,
+                           int64_t streams, int64_t dim, void* stream = nullptr);
+absl::Status MhcMixOutF32(float* h, const float* post, const float* comb, const float* y, int64_t rows,
+                          int64_t streams, int64_t dim, void* stream = nullptr);
+
+// y[r, o] = x[r, :] · w[o, :], float32, each output one block-wide dot in a fixed order (thread t
+// sums elements t, t + 256, ...; then a fixed tree): a row's result does not depend on how many
+// rows the call has, unlike cuBLAS, whose kernel choice (and summation order) changes with the
+// row count. For small outputs feeding discrete decisions (mHC's mixing logits), where a
+// last-bit change could flip a later bf16 rounding. CPU twin: cpu::Linear (rounding only).
+// REQUIRES: in, out >= 1, rows * out <= INT32_MAX.
+absl::Status LinearF32RowInvariant(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
+                                   void* stream = nullptr);
+
+// Causal depthwise conv then SiLU over n consecutive tokens of one conversation, continuing from
+// its tail: with window = [tail (kernel - 1 rows) | x (n rows)] per channel c,
+//   y[t, c] = silu(sum_{j < kernel} weight[c, j] * window[t + j, c])   (j ascending)
+// and tail <- the window's last kernel - 1 rows. x [n, channels] (bf16 or float32, row stride
+// channels), weight [channels, kernel], tail [kernel - 1, channels] and y [n, channels] float32.
+// CPU twin: ConvSilu of model/kda.cc. REQUIRES: channels >= 1, 2 <= kernel <= 8; y aliases nothing.
+absl::Status KdaConvSiluBf16(const uint16_t* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
+                             float* tail, float* y, void* stream = nullptr);
+absl::Status KdaConvSiluF32(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
+                            float* tail, float* y, void* stream = nullptr);
+// In place per (row, head): x <- x / sqrt(sum x^2 + 1e-6) * scale over the head's d values.
+// x [rows, heads, d] float32. CPU twin: L2Norm (and the q scale) of model/kda.cc. REQUIRES: d >= 1.
+absl::Status KdaL2Norm(float* x, int64_t rows, int64_t heads, int64_t d, float scale, void* stream = nullptr);
+// The log decay: g[r, c] = lower_bound * sigmoid(exp(a_log[c / d]) * (f[r, c] + dt_bias[c])),
+// f [rows, heads * d] bf16 or float32 (a f_a^T f_b^T), a_log [heads], dt_bias [heads * d], g float32.
+// CPU twin: KdaProject's g loop. REQUIRES: heads, d >= 1.
+absl::Status KdaDecayBf16(const uint16_t* f, int64_t rows, int64_t heads, int64_t d, const float* a_log,
+                          const float* dt_bias, float lower_bound, float* g, void* stream = nullptr);
+absl::Status KdaDecayF32(const float* f, int64_t rows, int64_t heads, int64_t d, const float* a_log,
+                         const float* dt_bias, float lower_bound, float* g, void* stream = nullptr);
+// x[i] <- sigmoid(x[i]) = 1 / (1 + exp(-x[i])), float32 in place (KDA's beta).
+absl::Status SigmoidF32(float* x, int64_t n, void* stream = nullptr);
+// The KDA output before o_proj, per (row, head):
+//   out[r, h, :] = RMSNorm(o[r, h, :]; o_norm, eps) * sigmoid(gate[r, h, :])
+// o [rows, heads, d] float32, o_norm [d] float32, gate [rows, heads * d] (logits) and out of the
+// activation type. CPU twin: KdaOutput's norm and gate. REQUIRES: heads, d >= 1.
+absl::Status KdaOutputBf16(const float* o, const uint16_t* gate, int64_t rows, int64_t heads, int64_t d,
+                           const float* o_norm, float eps, uint16_t* out, void* stream = nullptr);
+absl::Status KdaOutputF32(const float* o, const float* gate, int64_t rows, int64_t heads, int64_t d,
+                          const float* o_norm, float eps, float* out, void* stream = nullptr);
+
+// Pool keys of the pooled indexer for pools [p0, p1) of the conversation whose page table is
+// query row `row` of the views': per pool p and channel c, over its tokens t_j = p * kpool + j,
+//   K_p[c] = sum_j softmax_j(gate(t_j)[c] + ape[j, c]) * key(t_j)[c]    (j ascending)
+// read from the `keys` and `gates` caches (width dim each) and written at "token" p of `pools`
+// (width dim; pool p < its first token, so the conversation's pages hold it). ape [kpool, dim]
+// float32. Tokens or pages that cannot be addressed give NaN keys. Writes through pools.arena.
+// CPU twin: model::PooledIndexerCompletePools. REQUIRES: kpool >= 1, 0 <= p0 <= p1, all three
+// views of one width.
+absl::Status PooledKeysBf16(const PagedCacheBf16& keys, const PagedCacheBf16& gates, const PagedCacheBf16& pools,
+                            int64_t row, int64_t p0, int64_t p1, int64_t kpool, const float* ape,
+                            void* stream = nullptr);
+absl::Status PooledKeysF32(const PagedCacheF32& keys, const PagedCacheF32& gates, const PagedCacheF32& pools,
+                           int64_t row, int64_t p0, int64_t p1, int64_t kpool, const float* ape,
+                           void* stream = nullptr);
+// The pooled indexer's CSR selection: per row r with n = (pos[r] + 1) / kpool complete pools,
+// every token 0..pos[r] when n <= k (dense), else the kpool tokens of each of its k chosen
+// pools (pool_ids [rows, k], ascending, TopK's) then the tail n * kpool..pos[r]. sel is written
+// from offsets[r] (int32 [rows + 1], the host's prefix sums of those counts).
+// CPU twin: the expansion in model::PooledIndexerSelect. REQUIRES: kpool >= 1, k >= 0.
+absl::Status ExpandPoolSelection(const int32_t* pool_ids, int64_t k, const int64_t* pos, int64_t rows, int64_t kpool,
+                                 const int32_t* offsets, int32_t* sel, void* stream = nullptr);
+
 // Device memory helpers for the harness and tests.
 absl::StatusOr<void*> DeviceAlloc(size_t bytes);
 absl::Status DeviceFree(void* p);

@@ -135,6 +135,50 @@ inline absl::Status IndexerScores(const float* qi, const float* w, int64_t rows,
                                   int64_t stride) {
   return cu::IndexerScoresF32(qi, w, rows, heads, dim, keys, n_keys, scale, scores, stride);
 }
+// glm5_next.
+inline absl::Status MhcMixOut(float* h, const float* post, const float* comb, const bf16* y, int64_t rows,
+                              int64_t streams, int64_t dim) {
+  return cu::MhcMixOutBf16(h, post, comb, y, rows, streams, dim);
+}
+inline absl::Status MhcMixOut(float* h, const float* post, const float* comb, const float* y, int64_t rows,
+                              int64_t streams, int64_t dim) {
+  return cu::MhcMixOutF32(h, post, comb, y, rows, streams, dim);
+}
+inline absl::Status KdaConvSilu(const bf16* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
+                                float* tail, float* y) {
+  return cu::KdaConvSiluBf16(x, n, channels, kernel, weight, tail, y);
+}
+inline absl::Status KdaConvSilu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
+                                float* tail, float* y) {
+  return cu::KdaConvSiluF32(x, n, channels, kernel, weight, tail, y);
+}
+inline absl::Status KdaDecay(const bf16* f, int64_t rows, int64_t heads, int64_t d, const float* a_log,
+                             const float* dt_bias, float lower_bound, float* g) {
+  return cu::KdaDecayBf16(f, rows, heads, d, a_log, dt_bias, lower_bound, g);
+}
+inline absl::Status KdaDecay(const float* f, int64_t rows, int64_t heads, int64_t d, const float* a_log,
+                             const float* dt_bias, float lower_bound, float* g) {
+  return cu::KdaDecayF32(f, rows, heads, d, a_log, dt_bias, lower_bound, g);
+}
+inline absl::Status KdaOutput(const float* o, const bf16* gate, int64_t rows, int64_t heads, int64_t d,
+                              const float* o_norm, float eps, bf16* out) {
+  return cu::KdaOutputBf16(o, gate, rows, heads, d, o_norm, eps, out);
+}
+inline absl::Status KdaOutput(const float* o, const float* gate, int64_t rows, int64_t heads, int64_t d,
+                              const float* o_norm, float eps, float* out) {
+  return cu::KdaOutputF32(o, gate, rows, heads, d, o_norm, eps, out);
+}
+inline absl::Status PooledKeys(const cu::PagedCacheBf16& keys, const cu::PagedCacheBf16& gates,
+                               const cu::PagedCacheBf16& pools, int64_t row, int64_t p0, int64_t p1, int64_t kpool,
+                               const float* ape) {
+  return cu::PooledKeysBf16(keys, gates, pools, row, p0, p1, kpool, ape);
+}
+inline absl::Status PooledKeys(const cu::PagedCacheF32& keys, const cu::PagedCacheF32& gates,
+                               const cu::PagedCacheF32& pools, int64_t row, int64_t p0, int64_t p1, int64_t kpool,
+                               const float* ape) {
+  return cu::PooledKeysF32(keys, gates, pools, row, p0, p1, kpool, ape);
+}
+
 // x [rows, dim] float32 = table[ids[r]] (ids checked on the host before).
 inline absl::Status Embed(const bf16* table, int64_t vocab, int64_t dim, const int32_t* ids, int64_t rows, float* x) {
   return cu::EmbeddingGatherF32(table, vocab, dim, ids, rows, x);

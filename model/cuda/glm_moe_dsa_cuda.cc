@@ -5,7 +5,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "model/dsa_indexer.h"
-#include "model/ffn.h"
 #include "model/mla.h"
 #include "model/weights.h"
 
@@ -79,12 +78,6 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
     bytes += dst->bytes();
     return absl::OkStatus();
   };
-  auto up_mlp = [&bytes, precision](Mlp* dst, const MlpWeights& w) -> absl::Status {
-    FERRY_ASSIGN_OR_RETURN(dst->gate_up, UploadStacked(w.gate, w.up, precision));
-    FERRY_ASSIGN_OR_RETURN(dst->down, UploadWeight(w.down, precision));
-    bytes += dst->gate_up.bytes() + dst->down.bytes();
-    return absl::OkStatus();
-  };
   {
     FERRY_ASSIGN_OR_RETURN(Weight embed, model.Matrix("embed_tokens.weight", c.vocab_size, D));
     FERRY_ASSIGN_OR_RETURN(m->embed_, UploadWeight(embed, precision));
@@ -122,35 +115,7 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
       FERRY_RETURN_IF_ERROR(up(&Ly.k_norm_b, x.k_norm_b));
       FERRY_RETURN_IF_ERROR(up(&Ly.weights_proj, x.weights_proj));
     }
-    const WeightLoader mw = lw.Sub("mlp.");
-    Ly.dense = c.mlp_types[static_cast<size_t>(i)] == MlpType::kDense;
-    if (Ly.dense) {
-      FERRY_ASSIGN_OR_RETURN(MlpWeights w, LoadMlp(mw, D, c.intermediate_size));
-      FERRY_RETURN_IF_ERROR(up_mlp(&Ly.mlp, w));
-      continue;
-    }
-    // MoE, one expert at a time (the float32 copies of all experts need not coexist).
-    const int64_t E = c.n_routed_experts;
-    FERRY_RETURN_IF_ERROR(up(&Ly.router, mw.Matrix("gate.weight", E, D)));
-    FERRY_ASSIGN_OR_RETURN(Weight bias, mw.Vector("gate.e_score_correction_bias", E));
-    FERRY_ASSIGN_OR_RETURN(Ly.bias, UploadF32(bias.data));
-    Ly.experts.resize(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) {
-      FERRY_ASSIGN_OR_RETURN(MlpWeights w, LoadMlp(mw.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size));
-      FERRY_RETURN_IF_ERROR(up_mlp(&Ly.experts[static_cast<size_t>(e)], w));
-    }
-    Ly.has_shared = c.n_shared_experts > 0;
-    if (Ly.has_shared) {
-      FERRY_ASSIGN_OR_RETURN(MlpWeights w, LoadMlp(mw.Sub("shared_experts."), D,
-                                                   c.moe_intermediate_size * c.n_shared_experts));
-      FERRY_RETURN_IF_ERROR(up_mlp(&Ly.shared, w));
-    }
-    Ly.routing.n_experts = E;
-    Ly.routing.top_k = c.num_experts_per_tok;
-    Ly.routing.n_group = c.n_group;
-    Ly.routing.topk_group = c.topk_group;
-    Ly.routing.norm_topk_prob = c.norm_topk_prob;
-    Ly.routing.routed_scaling_factor = c.routed_scaling_factor;
+    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, precision, &bytes));
   }
   m->set_weight_bytes(bytes);
   return m;

@@ -25,6 +25,7 @@
 #include "model/checkpoint.h"
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_pages.h"
+#include "model/cuda/ffn_cuda.h"
 
 namespace ferry::model::cuda {
 
@@ -69,11 +70,6 @@ class GlmMoeDsaCuda final : public CausalLM {
                                                   const std::vector<std::vector<float>>* layer_inputs = nullptr);
 
  private:
-  struct Mlp {
-    DeviceWeight gate_up;  // [2 * inter, hidden]: gate rows, then up rows
-    DeviceWeight down;     // [hidden, inter]
-    int64_t inter() const { return down.cols; }
-  };
   struct Layer {
     DeviceWeight input_norm, post_norm;
     // MLA (model/mla.h names): kv_a split into its c rows and its k_pe rows.
@@ -83,15 +79,7 @@ class GlmMoeDsaCuda final : public CausalLM {
     bool has_indexer = false;
     int key_region = -1;
     DeviceWeight wq_b, wk, k_norm_w, k_norm_b, weights_proj;
-    // FFN.
-    bool dense = false;
-    Mlp mlp;  // dense layers
-    DeviceWeight router;
-    DeviceBuffer bias;  // float32 [E]
-    std::vector<Mlp> experts;
-    bool has_shared = false;
-    Mlp shared;
-    kernels::cpu::RoutingParams routing;
+    CudaFfn ffn;
   };
   // One step's device buffers, T the activation type (uint16_t bf16 bits or float).
   template <typename T>
@@ -104,10 +92,6 @@ class GlmMoeDsaCuda final : public CausalLM {
                                          const std::vector<std::vector<float>>* layer_inputs);
   template <typename T>
   absl::Status Attention(const Layer& L, Step<T>& b);
-  template <typename T>
-  absl::Status Ffn(const Layer& L, Step<T>& b);
-  template <typename T>
-  absl::Status MoeFfn(const Layer& L, Step<T>& b);
 
   ModelConfig config_;
   Precision precision_;

@@ -33,11 +33,7 @@ struct GlmMoeDsaCuda::Step {
   float *iw, *scores;
   int32_t *top_ids, *top_counts, *sel, *sel_offsets;
   bool have_selection = false;
-  // FFN (sized for the widest of the dense MLP, the routed experts' R * top_k rows and the
-  // shared expert, which runs after the routed outputs are out of gu and h)
-  T *gu, *h, *xin, *yout, *slots;
-  float *logits, *route_w;
-  int32_t *experts, *order, *src_row;
+  FfnScratch<T> ffn;
 
   act::Cache<T> View(const DevicePages& p, int region) const {
     if constexpr (sizeof(T) == 4) {
@@ -131,21 +127,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
   FERRY_ASSIGN_OR_RETURN(b.top_counts, ws_.Take<int32_t>(R));
   FERRY_ASSIGN_OR_RETURN(b.sel, ws_.Take<int32_t>(R * K));
   FERRY_ASSIGN_OR_RETURN(b.sel_offsets, ws_.Take<int32_t>(R + 1));
-  {
-    const int64_t KE = c.num_experts_per_tok, E = c.n_routed_experts, MI = c.moe_intermediate_size;
-    const int64_t inter = std::max({c.intermediate_size, KE * MI, c.n_shared_experts * MI});
-    const int64_t moe_rows = E > 0 ? R * KE : 0;
-    FERRY_ASSIGN_OR_RETURN(b.gu, take(R * 2 * inter));
-    FERRY_ASSIGN_OR_RETURN(b.h, take(R * inter));
-    FERRY_ASSIGN_OR_RETURN(b.xin, take(moe_rows * D));
-    FERRY_ASSIGN_OR_RETURN(b.yout, take(moe_rows * D));
-    FERRY_ASSIGN_OR_RETURN(b.slots, take(moe_rows * D));
-    FERRY_ASSIGN_OR_RETURN(b.logits, ws_.Take<float>(R * E));
-    FERRY_ASSIGN_OR_RETURN(b.route_w, ws_.Take<float>(moe_rows));
-    FERRY_ASSIGN_OR_RETURN(b.experts, ws_.Take<int32_t>(moe_rows));
-    FERRY_ASSIGN_OR_RETURN(b.order, ws_.Take<int32_t>(moe_rows));
-    FERRY_ASSIGN_OR_RETURN(b.src_row, ws_.Take<int32_t>(moe_rows));
-  }
+  FERRY_ASSIGN_OR_RETURN(b.ffn, TakeFfnScratch<T>(ws_, c, R));
 
   auto record = [&](const float* x_dev) -> absl::Status {
     hidden->emplace_back(static_cast<size_t>(R * D));
@@ -167,7 +149,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
     FERRY_RETURN_IF_ERROR(Attention(Ly, b));
     FERRY_RETURN_IF_ERROR(act::AddResidual(b.x, b.y, R * D));
     FERRY_RETURN_IF_ERROR(act::NormResidual(b.x, R, D, Ly.post_norm.as<T>(), c.rms_norm_eps, b.a));
-    FERRY_RETURN_IF_ERROR(Ffn(Ly, b));  // adds into b.x itself
+    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.x));
     if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.x));
   }
 
@@ -263,91 +245,6 @@ absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
   FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.o_lat, L, H * L, R, L, Ly.w_uv.as<T>(), V * L, V, b.o_v, V, H * V, H));
   FERRY_RETURN_IF_ERROR(act::Linear(b.o_v, R, H * V, Ly.o_proj.as<T>(), D, b.y));
   return absl::OkStatus();
-}
-
-namespace {
-
-// y [rows, hidden] = down(SwiGLU(x gate_up^T)) through gu [rows, 2I] and h [rows, I].
-template <typename T>
-absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const DeviceWeight& gate_up, const DeviceWeight& down,
-                    float limit, T* gu, T* h, T* y) {
-  const int64_t I = down.cols;
-  FERRY_RETURN_IF_ERROR(act::Linear(x, rows, hidden, gate_up.as<T>(), 2 * I, gu));
-  FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
-  return act::Linear(h, rows, I, down.as<T>(), hidden, y);
-}
-
-}  // namespace
-
-// The FFN of b.a, added into the residual b.x.
-template <typename T>
-absl::Status GlmMoeDsaCuda::Ffn(const Layer& Ly, Step<T>& b) {
-  if (!Ly.dense) return MoeFfn(Ly, b);
-  const int64_t R = b.R, D = config_.hidden_size;
-  FERRY_RETURN_IF_ERROR(MlpRun(b.a, R, D, Ly.mlp.gate_up, Ly.mlp.down, config_.swiglu_limit, b.gu, b.h, b.y));
-  return act::AddResidual(b.x, b.y, R * D);
-}
-
-// Sigmoid-routed MoE. Routing (float32 logits, MoeRoute) stays on the device; the dispatch is
-// naive: the chosen expert ids come to the host (a sync per MoE layer), which orders the
-// (row, slot) pairs by expert (stable, so rows stay ascending within an expert) and runs each
-// expert with rows as one cuBLAS call over its contiguous piece. Outputs go back to their
-// (row, slot) and MoeCombine sums them per row in slot order with the shared expert, as
-// model::MoeForward does.
-template <typename T>
-absl::Status GlmMoeDsaCuda::MoeFfn(const Layer& Ly, Step<T>& b) {
-  const ModelConfig& c = config_;
-  const int64_t R = b.R, D = c.hidden_size, E = Ly.routing.n_experts, K = Ly.routing.top_k,
-                MI = c.moe_intermediate_size;
-  FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.router.as<T>(), E, 1.0f, b.logits));
-  FERRY_RETURN_IF_ERROR(cu::MoeRoute(b.logits, Ly.bias.as<const float>(), R, Ly.routing, b.experts, b.route_w));
-
-  std::vector<int32_t> chosen(static_cast<size_t>(R * K));
-  FERRY_RETURN_IF_ERROR(cu::CopyToHost(chosen.data(), b.experts, chosen.size() * sizeof(int32_t)));
-  std::vector<int64_t> start(static_cast<size_t>(E) + 1, 0);
-  for (int32_t e : chosen) {
-    if (e < 0 || e >= E) {
-      return absl::InternalError(absl::StrCat("MoE routing chose expert ", e, " of ", E, " (NaN router logits?)"));
-    }
-    ++start[static_cast<size_t>(e) + 1];
-  }
-  for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
-  // order[j]: the (row * K + slot) pair at position j of the expert-ordered batch; src_row its row.
-  std::vector<int32_t> order(static_cast<size_t>(R * K)), src_row(order.size());
-  {
-    std::vector<int64_t> next(start.begin(), start.end() - 1);
-    for (int64_t i = 0; i < R * K; ++i) {
-      const int64_t j = next[chosen[i]]++;
-      order[j] = static_cast<int32_t>(i);
-      src_row[j] = static_cast<int32_t>(i / K);
-    }
-  }
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.order, order.data(), order.size() * sizeof(int32_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.src_row, src_row.data(), src_row.size() * sizeof(int32_t)));
-
-  FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, b.src_row, b.xin, D, nullptr, R * K, D));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = start[e + 1] - start[e], j0 = start[e];
-    if (n == 0) continue;
-    const Mlp& ex = Ly.experts[static_cast<size_t>(e)];
-    FERRY_RETURN_IF_ERROR(act::Linear(b.xin + j0 * D, n, D, ex.gate_up.as<T>(), 2 * MI, b.gu + j0 * 2 * MI));
-  }
-  FERRY_RETURN_IF_ERROR(act::SwiGlu(b.gu, b.gu + MI, R * K, MI, 2 * MI, c.swiglu_limit, b.h));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = start[e + 1] - start[e], j0 = start[e];
-    if (n == 0) continue;
-    const Mlp& ex = Ly.experts[static_cast<size_t>(e)];
-    FERRY_RETURN_IF_ERROR(act::Linear(b.h + j0 * MI, n, MI, ex.down.as<T>(), D, b.yout + j0 * D));
-  }
-  FERRY_RETURN_IF_ERROR(act::CopyRows(b.yout, D, nullptr, b.slots, D, b.order, R * K, D));
-
-  const T* shared = nullptr;
-  if (Ly.has_shared) {
-    // gu and h are free again: the routed outputs are in slots.
-    FERRY_RETURN_IF_ERROR(MlpRun(b.a, R, D, Ly.shared.gate_up, Ly.shared.down, c.swiglu_limit, b.gu, b.h, b.y));
-    shared = b.y;
-  }
-  return act::MoeCombine(b.slots, b.route_w, shared, R, K, D, b.x);
 }
 
 }  // namespace ferry::model::cuda

@@ -6,6 +6,7 @@
 #include "kernels/cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/cuda/glm5_next_cuda.h"
 #include "model/cuda/glm_moe_dsa_cuda.h"
 
 namespace ferry::model::cuda {
@@ -29,9 +30,10 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
       FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, precision));
       break;
     }
-    case Family::kGlm5Next:
-      return absl::UnimplementedError(
-          absl::StrCat(dir, ": ", FamilyName(cfg.family), " has no CUDA forward yet (use --device cpu)"));
+    case Family::kGlm5Next: {
+      FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, precision));
+      break;
+    }
   }
   absl::StatusOr<std::string> name = kernels::cuda::DeviceName(0);
   absl::StatusOr<kernels::cuda::DeviceMemory> mem = kernels::cuda::MemoryInfo();

@@ -7,7 +7,8 @@
 //
 // The cases live in harness_dense.cc (linear, rope, swiglu, kda, mhc), harness_attention.cc
 // (MLA decode, indexer scores), harness_select.cc (top-k, routing, greedy sampling) and
-// harness_model.cc (the model glue: embedding, casts, norms, row copies, paged writes, MoE combine).
+// harness_model.cc (the model glue: embedding, casts, norms, row copies, paged writes, MoE combine)
+// and harness_next.cc (glm5_next: mHC mixing, KDA conv / norms / gates, pool keys and selection).
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -54,6 +55,7 @@ std::vector<Case> AllCases() {
   AddAttentionCases(&cases);
   AddSelectCases(&cases);
   AddModelCases(&cases);
+  AddNextCases(&cases);
   return cases;
 }
 

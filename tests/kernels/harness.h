@@ -136,5 +136,6 @@ void AddDenseCases(std::vector<Case>* cases);      // harness_dense.cc
 void AddAttentionCases(std::vector<Case>* cases);  // harness_attention.cc
 void AddSelectCases(std::vector<Case>* cases);     // harness_select.cc
 void AddModelCases(std::vector<Case>* cases);      // harness_model.cc
+void AddNextCases(std::vector<Case>* cases);       // harness_next.cc
 
 }  // namespace ferry::harness

@@ -20,7 +20,9 @@
 #include "kernels/cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/cuda/glm5_next_cuda.h"
 #include "model/cuda/glm_moe_dsa_cuda.h"
+#include "model/glm5_next.h"
 #include "model/glm_moe_dsa.h"
 #include "model/golden.h"
 #include "model/safetensors.h"
@@ -56,11 +58,18 @@ float MaxAbs(const float* a, const float* b, size_t n) {
   return m;
 }
 
-template <typename M>
-absl::StatusOr<ForwardOutput> Run(M& m, std::span<const int32_t> ids, std::vector<std::vector<float>>* hidden) {
+absl::StatusOr<ForwardOutput> Hidden(CausalLM& m, std::span<const int32_t> ids, std::vector<std::vector<float>>* hidden) {
   auto seq = m.NewSequence();
   ForwardSegment seg{seq.get(), ids, true};
-  return m.ForwardWithHidden(std::span<const ForwardSegment>(&seg, 1), hidden);
+  const std::span<const ForwardSegment> segs(&seg, 1);
+  if (auto* x = dynamic_cast<GlmMoeDsa*>(&m)) return x->ForwardWithHidden(segs, hidden);
+  if (auto* x = dynamic_cast<Glm5Next*>(&m)) return x->ForwardWithOptions(segs, hidden);
+  if (auto* x = dynamic_cast<cuda::GlmMoeDsaCuda*>(&m)) return x->ForwardWithHidden(segs, hidden);
+  if (auto* x = dynamic_cast<cuda::Glm5NextCuda*>(&m)) return x->ForwardWithHidden(segs, hidden);
+  return absl::InternalError("unknown model class");
+}
+absl::StatusOr<ForwardOutput> Run(CausalLM& m, std::span<const int32_t> ids, std::vector<std::vector<float>>* hidden) {
+  return Hidden(m, ids, hidden);
 }
 
 int Main(const std::string& dir, cuda::Precision precision) {
@@ -70,14 +79,24 @@ int Main(const std::string& dir, cuda::Precision precision) {
   CHECK_OK(ck.status());
   absl::StatusOr<ModelConfig> cfg = ParseModelConfig(ck->config_json(), ck->config_path());
   CHECK_OK(cfg.status());
-  if (cfg->family != Family::kGlmMoeDsa) {
-    fprintf(stderr, "%s: only glm_moe_dsa has a CUDA forward\n", dir.c_str());
-    return 2;
+  const bool dsa = cfg->family == Family::kGlmMoeDsa;
+  const CacheOptions pages16{16, -1};  // small pages: many a prompt
+  std::unique_ptr<CausalLM> cpu, gpu;
+  if (dsa) {
+    auto c = GlmMoeDsa::Load(*ck, *cfg);
+    CHECK_OK(c.status());
+    cpu = std::move(*c);
+    auto g = cuda::GlmMoeDsaCuda::Load(*ck, *cfg, pages16, precision);
+    CHECK_OK(g.status());
+    gpu = std::move(*g);
+  } else {
+    auto c = Glm5Next::Load(*ck, *cfg);
+    CHECK_OK(c.status());
+    cpu = std::move(*c);
+    auto g = cuda::Glm5NextCuda::Load(*ck, *cfg, pages16, precision);
+    CHECK_OK(g.status());
+    gpu = std::move(*g);
   }
-  auto cpu = GlmMoeDsa::Load(*ck, *cfg);
-  CHECK_OK(cpu.status());
-  auto gpu = cuda::GlmMoeDsaCuda::Load(*ck, *cfg, CacheOptions{16, -1}, precision);  // small pages: many a prompt
-  CHECK_OK(gpu.status());
   auto goldens = ReadGolden(dir + "/golden.safetensors");
   CHECK_OK(goldens.status());
   auto file = SafetensorsFile::Open(dir + "/golden.safetensors");
@@ -90,9 +109,9 @@ int Main(const std::string& dir, cuda::Precision precision) {
   std::vector<int32_t> ids1 = g1.ids;
   ids1.insert(ids1.end(), g1.greedy.begin(), g1.greedy.end());
   std::vector<std::vector<float>> h_cpu, h_gpu;
-  auto o_cpu = Run(**cpu, ids1, &h_cpu);
+  auto o_cpu = Run(*cpu, ids1, &h_cpu);
   CHECK_OK(o_cpu.status());
-  auto o_gpu = Run(**gpu, ids1, &h_gpu);
+  auto o_gpu = Run(*gpu, ids1, &h_gpu);
   CHECK_OK(o_gpu.status());
   printf("p1 residual stream, relative norm error vs transformers (cuda | cpu):\n");
   for (size_t L = 0; L < h_gpu.size(); ++L) {
@@ -112,11 +131,12 @@ int Main(const std::string& dir, cuda::Precision precision) {
       const float* v = reinterpret_cast<const float*>(file->Data(*t));
       inputs.emplace_back(v, v + t->numel());
     }
-    if (static_cast<int64_t>(inputs.size()) == cfg->num_layers) {
-      auto seq = (*gpu)->NewSequence();
+    auto* dsa_gpu = dynamic_cast<cuda::GlmMoeDsaCuda*>(gpu.get());
+    if (dsa_gpu != nullptr && static_cast<int64_t>(inputs.size()) == cfg->num_layers) {
+      auto seq = dsa_gpu->NewSequence();
       ForwardSegment seg{seq.get(), ids1, true};
       std::vector<std::vector<float>> out;
-      auto o = (*gpu)->ForwardWithHidden(std::span<const ForwardSegment>(&seg, 1), &out, &inputs);
+      auto o = dsa_gpu->ForwardWithHidden(std::span<const ForwardSegment>(&seg, 1), &out, &inputs);
       CHECK_OK(o.status());
       printf("each layer alone from transformers' input (cuda), relative norm error of its output, worst rows:\n");
       const int64_t D = cfg->hidden_size, R = static_cast<int64_t>(ids1.size());
@@ -137,7 +157,7 @@ int Main(const std::string& dir, cuda::Precision precision) {
   for (const GoldenPrompt& g : *goldens) {
     std::vector<int32_t> ids = g.ids;
     ids.insert(ids.end(), g.greedy.begin(), g.greedy.end());
-    auto o = Run(**gpu, ids, nullptr);
+    auto o = Run(*gpu, ids, nullptr);
     CHECK_OK(o.status());
     printf("%s max |logit error| by position (cuda, one forward of %zu tokens):", g.name.c_str(), ids.size());
     float worst = 0;
@@ -151,11 +171,11 @@ int Main(const std::string& dir, cuda::Precision precision) {
   }
   // 3. Token by token (the decode path, one row a step) against the one-forward logits.
   {
-    auto seq = (*gpu)->NewSequence();
+    auto seq = gpu->NewSequence();
     float worst = 0;
     for (size_t i = 0; i < ids1.size(); ++i) {
       ForwardSegment seg{seq.get(), std::span<const int32_t>(&ids1[i], 1), false};
-      auto o = (*gpu)->Forward(std::span<const ForwardSegment>(&seg, 1));
+      auto o = gpu->Forward(std::span<const ForwardSegment>(&seg, 1));
       CHECK_OK(o.status());
       worst = std::max(worst, MaxAbs(o->logits.data(), o_gpu->logits.data() + i * V, V));
     }
@@ -165,12 +185,12 @@ int Main(const std::string& dir, cuda::Precision precision) {
   // 4. Two conversations in one step vs each alone.
   {
     const GoldenPrompt &g0 = (*goldens)[0], &g2 = (*goldens)[2];
-    auto s0 = (*gpu)->NewSequence(), s2 = (*gpu)->NewSequence();
+    auto s0 = gpu->NewSequence(), s2 = gpu->NewSequence();
     ForwardSegment segs[2] = {{s0.get(), g0.ids, true}, {s2.get(), g2.ids, true}};
-    auto both = (*gpu)->Forward(segs);
+    auto both = gpu->Forward(segs);
     CHECK_OK(both.status());
-    auto a0 = Run(**gpu, g0.ids, nullptr);
-    auto a2 = Run(**gpu, g2.ids, nullptr);
+    auto a0 = Run(*gpu, g0.ids, nullptr);
+    auto a2 = Run(*gpu, g2.ids, nullptr);
     CHECK_OK(a0.status());
     CHECK_OK(a2.status());
     const float d0 = MaxAbs(both->logits.data(), a0->logits.data(), a0->logits.size());
@@ -184,36 +204,53 @@ int Main(const std::string& dir, cuda::Precision precision) {
     const GoldenPrompt& g2 = (*goldens)[2];
     const std::vector<int32_t>& ids = g2.ids;
     const int64_t cut = 40, n = static_cast<int64_t>(ids.size());  // 40 % 16 != 0: a shared partial page
-    auto seq = (*gpu)->NewSequence();
-    ForwardSegment whole{seq.get(), ids, true};
-    auto full = (*gpu)->Forward(std::span<const ForwardSegment>(&whole, 1));
+    auto one = gpu->NewSequence();
+    ForwardSegment whole{one.get(), ids, true};
+    auto full = gpu->Forward(std::span<const ForwardSegment>(&whole, 1));
     CHECK_OK(full.status());
+    // The same prompt in two steps with a snapshot at the cut (glm5_next's KDA state rewinds and
+    // forks only there; a no-op for glm_moe_dsa).
+    auto seq = gpu->NewSequence();
+    auto head = std::span<const int32_t>(ids.data(), static_cast<size_t>(cut));
     auto tail = std::span<const int32_t>(ids.data() + cut, static_cast<size_t>(n - cut));
+    ForwardSegment hseg{seq.get(), head, false};
+    CHECK_OK(gpu->Forward(std::span<const ForwardSegment>(&hseg, 1)).status());
+    seq->KeepSnapshot();
+    ForwardSegment tseg{seq.get(), tail, false};
+    CHECK_OK(gpu->Forward(std::span<const ForwardSegment>(&tseg, 1)).status());
     auto fork = seq->ForkAt(cut);
     CHECK_OK(fork.status());
     ForwardSegment fseg{fork->get(), tail, true};
-    auto after_fork = (*gpu)->Forward(std::span<const ForwardSegment>(&fseg, 1));
+    auto after_fork = gpu->Forward(std::span<const ForwardSegment>(&fseg, 1));
     CHECK_OK(after_fork.status());
     CHECK_OK(seq->RewindTo(cut));
     ForwardSegment rseg{seq.get(), tail, true};
-    auto after_rewind = (*gpu)->Forward(std::span<const ForwardSegment>(&rseg, 1));
+    auto after_rewind = gpu->Forward(std::span<const ForwardSegment>(&rseg, 1));
     CHECK_OK(after_rewind.status());
     const float* want = full->logits.data() + cut * V;
     const float df = MaxAbs(after_fork->logits.data(), want, after_fork->logits.size());
     const float dr = MaxAbs(after_rewind->logits.data(), want, after_rewind->logits.size());
     printf("pages: fork at %ld then the rest vs one prefill %.3g, rewind to %ld then the rest %.3g; %ld pages in use\n",
-           static_cast<long>(cut), df, static_cast<long>(cut), dr, static_cast<long>((*gpu)->arena().used_pages()));
+           static_cast<long>(cut), df, static_cast<long>(cut), dr, static_cast<long>(gpu->arena().used_pages()));
     bad += std::max(df, dr) > (f32 ? 1e-3f : 0.05f);
-    auto small = cuda::GlmMoeDsaCuda::Load(*ck, *cfg, CacheOptions{16, 4}, precision);  // 64 tokens
-    CHECK_OK(small.status());
-    auto s1 = (*small)->NewSequence();
+    std::unique_ptr<CausalLM> small;  // 4 pages: 64 tokens
+    if (dsa) {
+      auto s = cuda::GlmMoeDsaCuda::Load(*ck, *cfg, CacheOptions{16, 4}, precision);
+      CHECK_OK(s.status());
+      small = std::move(*s);
+    } else {
+      auto s = cuda::Glm5NextCuda::Load(*ck, *cfg, CacheOptions{16, 4}, precision);
+      CHECK_OK(s.status());
+      small = std::move(*s);
+    }
+    auto s1 = small->NewSequence();
     ForwardSegment big{s1.get(), ids, false};
-    auto refused = (*small)->Forward(std::span<const ForwardSegment>(&big, 1));
+    auto refused = small->Forward(std::span<const ForwardSegment>(&big, 1));
     printf("pages: %ld tokens on a 4-page arena: %s; length %ld, %ld pages in use after\n", static_cast<long>(n),
            refused.ok() ? "accepted" : std::string(refused.status().message()).c_str(), static_cast<long>(s1->length()),
-           static_cast<long>((*small)->arena().used_pages()));
+           static_cast<long>(small->arena().used_pages()));
     bad += refused.ok() || refused.status().code() != absl::StatusCode::kResourceExhausted || s1->length() != 0 ||
-           (*small)->arena().used_pages() != 0;
+           small->arena().used_pages() != 0;
   }
   printf("%s: %s\n", cuda::PrecisionName(precision), bad == 0 ? "ok" : "FAILED");
   return bad == 0 ? 0 : 1;

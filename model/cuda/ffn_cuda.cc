@@ -1,0 +1,155 @@
+#include "model/cuda/ffn_cuda.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
+#include "model/cuda/act_ops.h"
+#include "model/ffn.h"
+
+namespace ferry::model::cuda {
+
+namespace cu = ferry::kernels::cuda;
+
+namespace {
+
+absl::Status UploadMlp(const MlpWeights& w, Precision p, CudaMlp* dst, int64_t* bytes) {
+  FERRY_ASSIGN_OR_RETURN(dst->gate_up, UploadStacked(w.gate, w.up, p));
+  FERRY_ASSIGN_OR_RETURN(dst->down, UploadWeight(w.down, p));
+  *bytes += dst->gate_up.bytes() + dst->down.bytes();
+  return absl::OkStatus();
+}
+
+// y [rows, hidden] = down(SwiGLU(x gate_up^T)) through gu [rows, 2I] and h [rows, I].
+template <typename T>
+absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, float limit, T* gu, T* h, T* y) {
+  const int64_t I = m.inter();
+  FERRY_RETURN_IF_ERROR(act::Linear(x, rows, hidden, m.gate_up.as<T>(), 2 * I, gu));
+  FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
+  return act::Linear(h, rows, I, m.down.as<T>(), hidden, y);
+}
+
+}  // namespace
+
+absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
+                                    int64_t* bytes) {
+  CudaFfn f;
+  const int64_t D = c.hidden_size;
+  f.dense = c.mlp_types[static_cast<size_t>(layer)] == MlpType::kDense;
+  if (f.dense) {
+    FERRY_ASSIGN_OR_RETURN(MlpWeights m, LoadMlp(w, D, c.intermediate_size));
+    FERRY_RETURN_IF_ERROR(UploadMlp(m, p, &f.mlp, bytes));
+    return f;
+  }
+  const int64_t E = c.n_routed_experts;
+  FERRY_ASSIGN_OR_RETURN(Weight router, w.Matrix("gate.weight", E, D));
+  FERRY_ASSIGN_OR_RETURN(f.router, UploadWeight(router, p));
+  *bytes += f.router.bytes();
+  FERRY_ASSIGN_OR_RETURN(Weight bias, w.Vector("gate.e_score_correction_bias", E));
+  FERRY_ASSIGN_OR_RETURN(f.bias, UploadF32(bias.data));
+  f.experts.resize(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    FERRY_ASSIGN_OR_RETURN(MlpWeights m, LoadMlp(w.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size));
+    FERRY_RETURN_IF_ERROR(UploadMlp(m, p, &f.experts[static_cast<size_t>(e)], bytes));
+  }
+  f.has_shared = c.n_shared_experts > 0;
+  if (f.has_shared) {
+    FERRY_ASSIGN_OR_RETURN(MlpWeights m, LoadMlp(w.Sub("shared_experts."), D, c.moe_intermediate_size * c.n_shared_experts));
+    FERRY_RETURN_IF_ERROR(UploadMlp(m, p, &f.shared, bytes));
+  }
+  f.routing.n_experts = E;
+  f.routing.top_k = c.num_experts_per_tok;
+  f.routing.n_group = c.n_group;
+  f.routing.topk_group = c.topk_group;
+  f.routing.norm_topk_prob = c.norm_topk_prob;
+  f.routing.routed_scaling_factor = c.routed_scaling_factor;
+  return f;
+}
+
+template <typename T>
+absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t R) {
+  const int64_t KE = c.num_experts_per_tok, E = c.n_routed_experts, MI = c.moe_intermediate_size, D = c.hidden_size;
+  const int64_t inter = std::max({c.intermediate_size, KE * MI, c.n_shared_experts * MI});
+  const int64_t moe_rows = E > 0 ? R * KE : 0;
+  FfnScratch<T> s;
+  FERRY_ASSIGN_OR_RETURN(s.gu, ws.Take<T>(R * 2 * inter));
+  FERRY_ASSIGN_OR_RETURN(s.h, ws.Take<T>(R * inter));
+  FERRY_ASSIGN_OR_RETURN(s.xin, ws.Take<T>(moe_rows * D));
+  FERRY_ASSIGN_OR_RETURN(s.yout, ws.Take<T>(moe_rows * D));
+  FERRY_ASSIGN_OR_RETURN(s.slots, ws.Take<T>(moe_rows * D));
+  FERRY_ASSIGN_OR_RETURN(s.logits, ws.Take<float>(R * E));
+  FERRY_ASSIGN_OR_RETURN(s.route_w, ws.Take<float>(moe_rows));
+  FERRY_ASSIGN_OR_RETURN(s.experts, ws.Take<int32_t>(moe_rows));
+  FERRY_ASSIGN_OR_RETURN(s.order, ws.Take<int32_t>(moe_rows));
+  FERRY_ASSIGN_OR_RETURN(s.src_row, ws.Take<int32_t>(moe_rows));
+  return s;
+}
+
+template <typename T>
+absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t R, const FfnScratch<T>& s, T* y,
+                    float* x) {
+  const int64_t D = c.hidden_size;
+  if (f.dense) {
+    FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s.gu, s.h, y));
+    return act::AddResidual(x, y, R * D);
+  }
+  const int64_t E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
+  FERRY_RETURN_IF_ERROR(act::LinearToF32(a, R, D, f.router.as<T>(), E, 1.0f, s.logits));
+  FERRY_RETURN_IF_ERROR(cu::MoeRoute(s.logits, f.bias.as<const float>(), R, f.routing, s.experts, s.route_w));
+
+  std::vector<int32_t> chosen(static_cast<size_t>(R * K));
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(chosen.data(), s.experts, chosen.size() * sizeof(int32_t)));
+  std::vector<int64_t> start(static_cast<size_t>(E) + 1, 0);
+  for (int32_t e : chosen) {
+    if (e < 0 || e >= E) {
+      return absl::InternalError(absl::StrCat("MoE routing chose expert ", e, " of ", E, " (NaN router logits?)"));
+    }
+    ++start[static_cast<size_t>(e) + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) start[e + 1] += start[e];
+  // order[j]: the (row * K + slot) pair at position j of the expert-ordered batch; src_row its row.
+  std::vector<int32_t> order(static_cast<size_t>(R * K)), src_row(order.size());
+  {
+    std::vector<int64_t> next(start.begin(), start.end() - 1);
+    for (int64_t i = 0; i < R * K; ++i) {
+      const int64_t j = next[chosen[i]]++;
+      order[j] = static_cast<int32_t>(i);
+      src_row[j] = static_cast<int32_t>(i / K);
+    }
+  }
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(s.order, order.data(), order.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(s.src_row, src_row.data(), src_row.size() * sizeof(int32_t)));
+
+  FERRY_RETURN_IF_ERROR(act::CopyRows(a, D, s.src_row, s.xin, D, nullptr, R * K, D));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = start[e + 1] - start[e], j0 = start[e];
+    if (n == 0) continue;
+    const CudaMlp& ex = f.experts[static_cast<size_t>(e)];
+    FERRY_RETURN_IF_ERROR(act::Linear(s.xin + j0 * D, n, D, ex.gate_up.as<T>(), 2 * MI, s.gu + j0 * 2 * MI));
+  }
+  FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, R * K, MI, 2 * MI, c.swiglu_limit, s.h));
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t n = start[e + 1] - start[e], j0 = start[e];
+    if (n == 0) continue;
+    const CudaMlp& ex = f.experts[static_cast<size_t>(e)];
+    FERRY_RETURN_IF_ERROR(act::Linear(s.h + j0 * MI, n, MI, ex.down.as<T>(), D, s.yout + j0 * D));
+  }
+  FERRY_RETURN_IF_ERROR(act::CopyRows(s.yout, D, nullptr, s.slots, D, s.order, R * K, D));
+  const T* shared = nullptr;
+  if (f.has_shared) {
+    // gu and h are free again: the routed outputs are in slots.
+    FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
+    shared = y;
+  }
+  return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x);
+}
+
+template absl::StatusOr<FfnScratch<uint16_t>> TakeFfnScratch<uint16_t>(Workspace&, const ModelConfig&, int64_t);
+template absl::StatusOr<FfnScratch<float>> TakeFfnScratch<float>(Workspace&, const ModelConfig&, int64_t);
+template absl::Status FfnAdd<uint16_t>(const CudaFfn&, const ModelConfig&, const uint16_t*, int64_t,
+                                       const FfnScratch<uint16_t>&, uint16_t*, float*);
+template absl::Status FfnAdd<float>(const CudaFfn&, const ModelConfig&, const float*, int64_t, const FfnScratch<float>&,
+                                    float*, float*);
+
+}  // namespace ferry::model::cuda

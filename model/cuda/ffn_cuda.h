@@ -1,0 +1,59 @@
+// The feed-forward blocks of both families on the device (model/ffn.h's math): the SwiGLU MLP
+// (dense layers, each expert, the shared expert; glm5_next's clamp via swiglu_limit) and the
+// sigmoid-routed MoE.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/ops.h"
+#include "model/config.h"
+#include "model/cuda/device_buffer.h"
+#include "model/weights.h"
+
+namespace ferry::model::cuda {
+
+struct CudaMlp {
+  DeviceWeight gate_up;  // [2 * inter, hidden]: gate rows, then up rows
+  DeviceWeight down;     // [hidden, inter]
+  int64_t inter() const { return down.cols; }
+};
+
+struct CudaFfn {
+  bool dense = false;
+  CudaMlp mlp;  // dense layers
+  DeviceWeight router;  // [E, hidden]
+  DeviceBuffer bias;    // float32 [E] (selection only)
+  std::vector<CudaMlp> experts;
+  bool has_shared = false;
+  CudaMlp shared;
+  kernels::cpu::RoutingParams routing;
+};
+
+// Loads layer `layer`'s FFN under `w` ("...mlp.") in precision p (one expert at a time: the
+// float32 copies of all experts never coexist); adds the device bytes to *bytes.
+absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
+                                    int64_t* bytes);
+
+// A step's FFN scratch for R rows (the widest of the dense MLP, the routed experts' R * top_k
+// rows and the shared expert), T the activation type (uint16_t bf16 bits or float).
+template <typename T>
+struct FfnScratch {
+  T *gu, *h, *xin, *yout, *slots;
+  float *logits, *route_w;
+  int32_t *experts, *order, *src_row;
+};
+template <typename T>
+absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t rows);
+
+// x [R, hidden] float32 += FFN(a), a [R, hidden] of type T; y [R, hidden] T is scratch.
+// MoE dispatch is naive: the chosen expert ids come to the host (one sync), which orders the
+// (row, slot) pairs by expert and runs each expert with rows as one cuBLAS call; MoeCombine sums
+// each row's slots in model::MoeForward's order, with the shared expert.
+// Instantiated for uint16_t and float (ffn_cuda.cc).
+template <typename T>
+absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t rows, const FfnScratch<T>& s, T* y,
+                    float* x);
+
+}  // namespace ferry::model::cuda

@@ -1,0 +1,227 @@
+// Glm5NextCuda: loading (the CPU loaders' shape checks, then uploads) and the sequence state.
+// The forward step is in glm5_next_cuda_forward.cc.
+#include "model/cuda/glm5_next_cuda.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
+#include "model/kda.h"
+#include "model/mhc.h"
+#include "model/mla.h"
+#include "model/pooled_indexer.h"
+#include "model/weights.h"
+
+namespace ferry::model::cuda {
+
+namespace cu = ferry::kernels::cuda;
+
+absl::StatusOr<std::unique_ptr<NextCudaSequence>> NextCudaSequence::Create(
+    std::shared_ptr<DevicePages> pages, std::shared_ptr<const NextStateLayout> layout, int64_t kpool) {
+  std::unique_ptr<NextCudaSequence> s(new NextCudaSequence(std::move(pages), std::move(layout), kpool));
+  FERRY_ASSIGN_OR_RETURN(s->state_, DeviceBuffer::Alloc(static_cast<size_t>(s->fixed_bytes())));
+  FERRY_RETURN_IF_ERROR(cu::DeviceFill(s->state_.get(), 0, static_cast<size_t>(s->fixed_bytes())));
+  return s;
+}
+
+int64_t NextCudaSequence::bytes() const {
+  return static_cast<int64_t>(table_->ids().size()) * table_->pages().page_bytes() +
+         fixed_bytes() * (1 + static_cast<int64_t>(snapshots_.size()));
+}
+
+void NextCudaSequence::KeepSnapshot() {
+  absl::StatusOr<DeviceBuffer> copy = DeviceBuffer::Alloc(static_cast<size_t>(fixed_bytes()));
+  absl::Status st = copy.ok() ? cu::CopyDeviceToDevice(copy->get(), state_.get(), static_cast<size_t>(fixed_bytes()))
+                              : copy.status();
+  if (!st.ok()) {
+    FERRY_LOG(WARNING) << "no KDA snapshot at position " << length_ << ": " << st.message();
+    return;
+  }
+  snapshots_[length_] = std::move(*copy);
+}
+
+std::vector<int64_t> NextCudaSequence::SnapshotPositions() const {
+  std::vector<int64_t> out;
+  for (const auto& [pos, snap] : snapshots_) out.push_back(pos);
+  return out;
+}
+
+absl::Status NextCudaSequence::RewindTo(int64_t position) {
+  if (position < 0 || position > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
+                                              length_, " tokens"));
+  }
+  if (position == length_) return absl::OkStatus();
+  auto it = snapshots_.find(position);
+  if (it == snapshots_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot rewind to position ", position, ": the KDA recurrent state cannot be rewound and has "
+        "snapshots only at [", absl::StrJoin(SnapshotPositions(), ", "), "]"));
+  }
+  FERRY_RETURN_IF_ERROR(table_->Truncate(position));
+  FERRY_RETURN_IF_ERROR(cu::CopyDeviceToDevice(state_.get(), it->second.get(), static_cast<size_t>(fixed_bytes())));
+  snapshots_.erase(std::next(it), snapshots_.end());
+  length_ = position;  // pools past position / kpool are recomputed when they complete again
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> NextCudaSequence::ForkAt(int64_t length, int32_t copy_page) const {
+  if (length < 0 || length > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
+  }
+  const DeviceBuffer* from = &state_;
+  if (length != length_) {
+    auto it = snapshots_.find(length);
+    if (it == snapshots_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot fork at ", length, ": the KDA recurrent state exists only at ", length_, " and at the snapshots [",
+          absl::StrJoin(SnapshotPositions(), ", "), "]"));
+    }
+    from = &it->second;
+  }
+  std::unique_ptr<NextCudaSequence> copy(new NextCudaSequence(nullptr, layout_, kpool_));
+  FERRY_ASSIGN_OR_RETURN(copy->table_, table_->Fork(length, copy_page));
+  FERRY_ASSIGN_OR_RETURN(copy->state_, DeviceBuffer::Alloc(static_cast<size_t>(fixed_bytes())));
+  FERRY_RETURN_IF_ERROR(cu::CopyDeviceToDevice(copy->state_.get(), from->get(), static_cast<size_t>(fixed_bytes())));
+  for (const auto& [pos, snap] : snapshots_) {
+    if (pos > length) continue;
+    FERRY_ASSIGN_OR_RETURN(DeviceBuffer s, DeviceBuffer::Alloc(static_cast<size_t>(fixed_bytes())));
+    FERRY_RETURN_IF_ERROR(cu::CopyDeviceToDevice(s.get(), snap.get(), static_cast<size_t>(fixed_bytes())));
+    copy->snapshots_[pos] = std::move(s);
+  }
+  copy->length_ = length;
+  return std::unique_ptr<SequenceState>(std::move(copy));
+}
+
+absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoint& ck, const ModelConfig& c,
+                                                                 const CacheOptions& cache, Precision precision) {
+  if (!c.index_kpool_always_select_tail) {
+    return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": text_config.index_kpool_always_select_tail "
+                                                 "is false; only the always-selected tail is implemented"));
+  }
+  if (c.qk_rope_head_dim != 0 || c.hc_mult < 1 || c.hc_mult > 8) {
+    return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": glm5_next on CUDA expects NoPE MLA and 1 to 8 "
+                                                 "streams; got rope ", c.qk_rope_head_dim, ", hc_mult ", c.hc_mult));
+  }
+  std::unique_ptr<Glm5NextCuda> m(new Glm5NextCuda(c, precision));
+  const int64_t D = c.hidden_size, S = c.hc_mult, Di = c.index_head_dim;
+  auto layout = std::make_shared<NextStateLayout>();
+  std::vector<int64_t> widths;
+  m->layers_.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    Layer& Ly = m->layers_[static_cast<size_t>(l)];
+    Ly.kda = c.layer_types[static_cast<size_t>(l)] == AttentionType::kKda;
+    layout->conv.push_back(-1);
+    layout->s.push_back(-1);
+    if (Ly.kda) {
+      const int64_t C = c.linear_num_heads * c.linear_head_dim;
+      layout->conv.back() = layout->floats;
+      layout->floats += 3 * (c.linear_conv_kernel_dim - 1) * C;
+      layout->s.back() = layout->floats;
+      layout->floats += c.linear_num_heads * c.linear_head_dim * c.linear_head_dim;
+      continue;
+    }
+    Ly.latent_region = static_cast<int>(widths.size());
+    widths.push_back(c.latent_row_width());
+    if (c.indexer_types[static_cast<size_t>(l)] == IndexerType::kFull) {
+      Ly.key_region = static_cast<int>(widths.size());
+      widths.push_back(Di);
+      Ly.gate_region = static_cast<int>(widths.size());
+      widths.push_back(Di);
+      Ly.pool_region = static_cast<int>(widths.size());
+      widths.push_back(Di);
+    }
+  }
+  m->layout_ = layout;
+  FERRY_ASSIGN_OR_RETURN(m->pages_, DevicePages::Create(widths, cache, precision));
+
+  WeightLoader model(ck, c.weight_prefix);
+  int64_t bytes = 0;
+  auto up = [&bytes, precision](DeviceWeight* dst, const absl::StatusOr<Weight>& w) -> absl::Status {
+    if (!w.ok()) return w.status();
+    FERRY_ASSIGN_OR_RETURN(*dst, UploadWeight(*w, precision));
+    bytes += dst->bytes();
+    return absl::OkStatus();
+  };
+  auto up32 = [&bytes](DeviceBuffer* dst, const absl::StatusOr<Weight>& w) -> absl::Status {
+    if (!w.ok()) return w.status();
+    FERRY_ASSIGN_OR_RETURN(*dst, UploadF32(w->data));
+    bytes += static_cast<int64_t>(w->data.size() * sizeof(float));
+    return absl::OkStatus();
+  };
+  auto up_mhc = [&](Mhc* dst, const WeightLoader& lw, const std::string& site) -> absl::Status {
+    FERRY_ASSIGN_OR_RETURN(MhcWeights w, LoadMhc(lw, site, c));
+    FERRY_ASSIGN_OR_RETURN(dst->fn, UploadWeight(w.fn, Precision::kF32));  // mHC is float32 in both precisions
+    bytes += dst->fn.bytes();
+    FERRY_RETURN_IF_ERROR(up32(&dst->base, w.base));
+    return up32(&dst->scale, w.scale);
+  };
+  FERRY_RETURN_IF_ERROR(up(&m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, D)));
+  FERRY_RETURN_IF_ERROR(up(&m->norm_, model.Vector("norm.weight", D)));
+  FERRY_RETURN_IF_ERROR(up(&m->lm_head_, c.tie_word_embeddings ? model.Matrix("embed_tokens.weight", c.vocab_size, D)
+                                                                : WeightLoader(ck, "").Matrix("lm_head.weight",
+                                                                                              c.vocab_size, D)));
+  FERRY_ASSIGN_OR_RETURN(m->ones_, UploadF32(std::vector<float>(static_cast<size_t>(S * D), 1.0f)));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    Layer& Ly = m->layers_[static_cast<size_t>(i)];
+    WeightLoader lw(ck, c.LayerPrefix(i));
+    FERRY_RETURN_IF_ERROR(up(&Ly.input_norm, lw.Vector("input_layernorm.weight", D)));
+    FERRY_RETURN_IF_ERROR(up(&Ly.post_norm, lw.Vector("post_attention_layernorm.weight", D)));
+    FERRY_RETURN_IF_ERROR(up_mhc(&Ly.hc_attn, lw, "hc_attn"));
+    FERRY_RETURN_IF_ERROR(up_mhc(&Ly.hc_ffn, lw, "hc_ffn"));
+    if (Ly.kda) {
+      FERRY_ASSIGN_OR_RETURN(KdaWeights k, LoadKda(lw.Sub("self_attn."), c));
+      Ly.low_rank = k.f_a.rows;
+      FERRY_RETURN_IF_ERROR(up(&Ly.q_proj, k.q_proj));
+      FERRY_RETURN_IF_ERROR(up(&Ly.k_proj, k.k_proj));
+      FERRY_RETURN_IF_ERROR(up(&Ly.v_proj, k.v_proj));
+      FERRY_RETURN_IF_ERROR(up(&Ly.f_a, k.f_a));
+      FERRY_RETURN_IF_ERROR(up(&Ly.f_b, k.f_b));
+      FERRY_RETURN_IF_ERROR(up(&Ly.g_a, k.g_a));
+      FERRY_RETURN_IF_ERROR(up(&Ly.g_b, k.g_b));
+      FERRY_RETURN_IF_ERROR(up(&Ly.b_proj, k.b_proj));
+      FERRY_RETURN_IF_ERROR(up(&Ly.o_proj_kda, k.o_proj));
+      FERRY_RETURN_IF_ERROR(up32(&Ly.q_conv, k.q_conv));
+      FERRY_RETURN_IF_ERROR(up32(&Ly.k_conv, k.k_conv));
+      FERRY_RETURN_IF_ERROR(up32(&Ly.v_conv, k.v_conv));
+      FERRY_RETURN_IF_ERROR(up32(&Ly.a_log, k.a_log));
+      FERRY_RETURN_IF_ERROR(up32(&Ly.dt_bias, k.dt_bias));
+      FERRY_RETURN_IF_ERROR(up32(&Ly.o_norm, k.o_norm));
+    } else {
+      FERRY_ASSIGN_OR_RETURN(MlaWeights a, LoadMla(lw.Sub("self_attn."), c, c.rms_norm_eps));
+      FERRY_RETURN_IF_ERROR(up(&Ly.q_a, a.q_a));
+      FERRY_RETURN_IF_ERROR(up(&Ly.q_a_norm, a.q_a_norm));
+      FERRY_RETURN_IF_ERROR(up(&Ly.q_b, a.q_b));
+      FERRY_RETURN_IF_ERROR(up(&Ly.kv_a, a.kv_a));
+      FERRY_RETURN_IF_ERROR(up(&Ly.kv_a_norm, a.kv_a_norm));
+      FERRY_RETURN_IF_ERROR(up(&Ly.w_uk_t, a.w_uk_t));
+      FERRY_RETURN_IF_ERROR(up(&Ly.w_uv, a.w_uv));
+      FERRY_RETURN_IF_ERROR(up(&Ly.o_proj, a.o_proj));
+      Ly.has_indexer = Ly.key_region >= 0;
+      if (Ly.has_indexer) {
+        FERRY_ASSIGN_OR_RETURN(PooledIndexerWeights x, LoadPooledIndexer(lw.Sub("self_attn.indexer."), c));
+        FERRY_RETURN_IF_ERROR(up(&Ly.wq_b, x.wq_b));
+        FERRY_RETURN_IF_ERROR(up(&Ly.wk, x.wk));
+        FERRY_RETURN_IF_ERROR(up(&Ly.k_norm_w, x.k_norm_w));
+        FERRY_RETURN_IF_ERROR(up(&Ly.k_norm_b, x.k_norm_b));
+        FERRY_RETURN_IF_ERROR(up(&Ly.weights_proj, x.weights_proj));
+        FERRY_RETURN_IF_ERROR(up(&Ly.pool_gate, x.gate));
+        FERRY_RETURN_IF_ERROR(up32(&Ly.ape, x.ape));
+      }
+    }
+    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, precision, &bytes));
+  }
+  m->set_weight_bytes(bytes);
+  return m;
+}
+
+std::unique_ptr<SequenceState> Glm5NextCuda::NewSequence() const {
+  absl::StatusOr<std::unique_ptr<NextCudaSequence>> s = NextCudaSequence::Create(pages_, layout_, config_.index_kpool);
+  if (s.ok()) return std::move(*s);
+  // The interface cannot fail here: a sequence without device state refuses every Forward().
+  FERRY_LOG(ERROR) << "glm5_next (CUDA): no device memory for a conversation's KDA state: " << s.status().message();
+  return std::unique_ptr<SequenceState>(new NextCudaSequence(pages_, layout_, config_.index_kpool));
+}
+
+}  // namespace ferry::model::cuda

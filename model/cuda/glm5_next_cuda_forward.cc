@@ -1,0 +1,328 @@
+// Glm5NextCuda::Forward: one step over several conversations on the device, written once over
+// the activation type T (act_ops.h). The math is model/glm5_next.cc's, op by op.
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
+#include "model/cuda/act_ops.h"
+#include "model/cuda/glm5_next_cuda.h"
+#include "model/step_rows.h"
+
+namespace ferry::model::cuda {
+
+namespace cu = ferry::kernels::cuda;
+
+template <typename T>
+struct Glm5NextCuda::Step {
+  int64_t R = 0, T_ = 0, S_pools = 1;
+  std::span<const ForwardSegment> segments;
+  std::vector<NextCudaSequence*> seqs;
+  std::vector<int64_t> lengths, seg_begin;
+  const int64_t* pos = nullptr;   // [R]
+  const int32_t* table = nullptr;  // [R, T_]
+  const int32_t* n_pools = nullptr;  // [R] complete pools visible to the row
+  const int32_t* sel_offsets = nullptr;  // [R + 1] the pooled selection's CSR offsets (host-computed)
+  float *h, *rn, *m, *pre, *post, *comb, *u, *yf;  // mHC (float32)
+  T *a, *y;
+  // KDA
+  T *kq, *kk, *kv, *low, *f, *gate, *ky;
+  float *qc, *kc, *vc, *g, *beta, *o;
+  // MLA and the pooled indexer
+  T *cq, *q, *kvc, *q_abs, *o_lat, *o_v, *qi, *ki, *gk;
+  float *iw, *scores;
+  int32_t *top_ids, *top_counts, *sel;
+  bool have_selection = false;
+  FfnScratch<T> ffn;
+
+  act::Cache<T> View(const DevicePages& p, int region) const {
+    if constexpr (sizeof(T) == 4) {
+      return p.ViewF32(region, table, T_);
+    } else {
+      return p.View(region, table, T_);
+    }
+  }
+};
+
+absl::StatusOr<ForwardOutput> Glm5NextCuda::Forward(std::span<const ForwardSegment> segments) {
+  return ForwardWithHidden(segments, nullptr);
+}
+
+absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardWithHidden(std::span<const ForwardSegment> segments,
+                                                              std::vector<std::vector<float>>* hidden) {
+  if (precision_ == Precision::kF32) return ForwardT<float>(segments, hidden);
+  return ForwardT<uint16_t>(segments, hidden);
+}
+
+template <typename T>
+absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegment> segments,
+                                                     std::vector<std::vector<float>>* hidden) {
+  const ModelConfig& c = config_;
+  FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
+  Step<T> b;
+  b.segments = segments;
+  FERRY_ASSIGN_OR_RETURN(b.seqs, CastStates<NextCudaSequence>(segments, "glm5_next (CUDA)"));
+  for (size_t s = 0; s < segments.size(); ++s) {
+    if (b.seqs[s]->state_.get() == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("segment ", s, ": its conversation has no device state "
+                                                       "(the allocation failed when it was created)"));
+    }
+    b.lengths.push_back(b.seqs[s]->length_);
+  }
+  const StepRows rows = PlanStepRows(segments, b.lengths);
+  b.seg_begin = rows.seg_begin;
+  const int64_t R = rows.count();
+  b.R = R;
+  const int64_t D = c.hidden_size, S = c.hc_mult, M = (2 + S) * S, H = c.num_heads, L = c.kv_lora_rank,
+                N = c.qk_nope_head_dim, V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads,
+                Di = c.index_head_dim, kp = c.index_kpool, keep = c.index_topk / c.index_kpool,
+                HK = c.linear_num_heads, C = c.linear_num_heads * c.linear_head_dim;
+  int64_t low_rank = 1;
+  for (const Layer& Ly : layers_) low_rank = std::max(low_rank, Ly.low_rank);
+
+  for (size_t s = 0; s < segments.size(); ++s) {
+    absl::Status st = b.seqs[s]->table_->Reserve(b.lengths[s] + static_cast<int64_t>(segments[s].tokens.size()));
+    if (!st.ok()) {
+      for (size_t k = 0; k < s; ++k) (void)b.seqs[k]->table_->Truncate(b.lengths[k]);
+      return st;
+    }
+  }
+
+  // Host-side rows: tokens, positions, page tables, visible pools and the selection's offsets.
+  for (const NextCudaSequence* s : b.seqs) b.T_ = std::max<int64_t>(b.T_, static_cast<int64_t>(s->table_->ids().size()));
+  std::vector<int32_t> tokens, table(static_cast<size_t>(R * b.T_), -1), n_pools(static_cast<size_t>(R)),
+      offsets(static_cast<size_t>(R) + 1, 0);
+  for (const ForwardSegment& seg : segments) tokens.insert(tokens.end(), seg.tokens.begin(), seg.tokens.end());
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t t = rows.pos[r], n = (t + 1) / kp;
+    n_pools[r] = static_cast<int32_t>(n);
+    b.S_pools = std::max(b.S_pools, n);
+    offsets[r + 1] = offsets[r] + static_cast<int32_t>(n <= keep ? t + 1 : keep * kp + (t + 1 - n * kp));
+    const std::vector<int32_t>& ids = b.seqs[rows.seg_of[r]]->table_->ids();
+    std::copy(ids.begin(), ids.end(), table.begin() + r * b.T_);
+  }
+  FERRY_RETURN_IF_ERROR(ws_.Reset());
+  auto take = [&](int64_t n) { return ws_.Take<T>(n); };
+  auto take32 = [&](int64_t n) { return ws_.Take<float>(n); };
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_tokens, ws_.Take<int32_t>(R));
+  FERRY_ASSIGN_OR_RETURN(int64_t* d_pos, ws_.Take<int64_t>(R));
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_table, ws_.Take<int32_t>(R * b.T_));
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_npools, ws_.Take<int32_t>(R));
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_offsets, ws_.Take<int32_t>(R + 1));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_tokens, tokens.data(), tokens.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_pos, rows.pos.data(), rows.pos.size() * sizeof(int64_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_table, table.data(), table.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_npools, n_pools.data(), n_pools.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_offsets, offsets.data(), offsets.size() * sizeof(int32_t)));
+  b.pos = d_pos;
+  b.table = d_table;
+  b.n_pools = d_npools;
+  b.sel_offsets = d_offsets;
+  FERRY_ASSIGN_OR_RETURN(b.h, take32(R * S * D));
+  FERRY_ASSIGN_OR_RETURN(b.rn, take32(R * S * D));
+  FERRY_ASSIGN_OR_RETURN(b.m, take32(R * M));
+  FERRY_ASSIGN_OR_RETURN(b.pre, take32(R * S));
+  FERRY_ASSIGN_OR_RETURN(b.post, take32(R * S));
+  FERRY_ASSIGN_OR_RETURN(b.comb, take32(R * S * S));
+  FERRY_ASSIGN_OR_RETURN(b.u, take32(R * D));
+  FERRY_ASSIGN_OR_RETURN(b.yf, take32(R * D));
+  FERRY_ASSIGN_OR_RETURN(b.a, take(R * D));
+  FERRY_ASSIGN_OR_RETURN(b.y, take(R * D));
+  FERRY_ASSIGN_OR_RETURN(b.kq, take(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.kk, take(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.kv, take(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.low, take(R * low_rank));
+  FERRY_ASSIGN_OR_RETURN(b.f, take(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.gate, take(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.ky, take(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.qc, take32(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.kc, take32(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.vc, take32(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.g, take32(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.beta, take32(R * HK));
+  FERRY_ASSIGN_OR_RETURN(b.o, take32(R * C));
+  FERRY_ASSIGN_OR_RETURN(b.cq, take(R * QL));
+  FERRY_ASSIGN_OR_RETURN(b.q, take(R * H * N));
+  FERRY_ASSIGN_OR_RETURN(b.kvc, take(R * L));
+  FERRY_ASSIGN_OR_RETURN(b.q_abs, take(R * H * L));
+  FERRY_ASSIGN_OR_RETURN(b.o_lat, take(R * H * L));
+  FERRY_ASSIGN_OR_RETURN(b.o_v, take(R * H * V));
+  FERRY_ASSIGN_OR_RETURN(b.qi, take(R * Hi * Di));
+  FERRY_ASSIGN_OR_RETURN(b.ki, take(R * Di));
+  FERRY_ASSIGN_OR_RETURN(b.gk, take(R * Di));
+  FERRY_ASSIGN_OR_RETURN(b.iw, take32(R * Hi));
+  FERRY_ASSIGN_OR_RETURN(b.scores, take32(R * b.S_pools));
+  FERRY_ASSIGN_OR_RETURN(b.top_ids, ws_.Take<int32_t>(R * std::max<int64_t>(keep, 1)));
+  FERRY_ASSIGN_OR_RETURN(b.top_counts, ws_.Take<int32_t>(R));
+  FERRY_ASSIGN_OR_RETURN(b.sel, ws_.Take<int32_t>(offsets[R]));
+  FERRY_ASSIGN_OR_RETURN(b.ffn, TakeFfnScratch<T>(ws_, c, R));
+
+  auto record = [&](const float* dev, int64_t n) -> absl::Status {
+    hidden->emplace_back(static_cast<size_t>(n));
+    return cu::CopyToHost(hidden->back().data(), dev, static_cast<size_t>(n) * sizeof(float));
+  };
+  if (hidden) hidden->clear();
+  // Every stream starts as the embedding.
+  FERRY_RETURN_IF_ERROR(act::Embed(embed_.as<T>(), c.vocab_size, D, d_tokens, R, b.u));
+  for (int64_t j = 0; j < S; ++j) FERRY_RETURN_IF_ERROR(cu::CopyRowsF32(b.u, D, nullptr, b.h + j * D, S * D, nullptr, R, D));
+  if (hidden) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
+
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const Layer& Ly = layers_[l];
+    FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_attn, b));
+    FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, Ly.input_norm.as<T>(), c.rms_norm_eps, b.a));
+    if (Ly.kda) {
+      FERRY_RETURN_IF_ERROR(Kda(l, b));
+    } else {
+      FERRY_RETURN_IF_ERROR(Mla(Ly, b));
+    }
+    FERRY_RETURN_IF_ERROR(act::MhcMixOut(b.h, b.post, b.comb, b.y, R, S, D));
+
+    FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_ffn, b));
+    FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, Ly.post_norm.as<T>(), c.rms_norm_eps, b.a));
+    FERRY_RETURN_IF_ERROR(cu::DeviceFill(b.yf, 0, static_cast<size_t>(R * D) * sizeof(float)));
+    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf));
+    FERRY_RETURN_IF_ERROR(cu::MhcMixOutF32(b.h, b.post, b.comb, b.yf, R, S, D));
+    if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
+  }
+
+  // Head: the unweighted mean of the streams (weights 1 / S), the final norm, lm_head.
+  {
+    std::vector<float> mean_w(static_cast<size_t>(R * S), 1.0f / static_cast<float>(S));
+    FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.pre, mean_w.data(), mean_w.size() * sizeof(float)));
+    FERRY_RETURN_IF_ERROR(cu::MhcMixIn(b.h, b.pre, R, S, D, b.u));
+  }
+  FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, norm_.as<T>(), c.rms_norm_eps, b.a));
+  if (hidden) {
+    FERRY_RETURN_IF_ERROR(act::ToF32(b.a, R * D, b.u));
+    FERRY_RETURN_IF_ERROR(record(b.u, R * D));
+  }
+  ForwardOutput out;
+  out.vocab = c.vocab_size;
+  std::vector<int32_t> picked;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
+    out.first_row.push_back(static_cast<int64_t>(picked.size()));
+    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) {
+      picked.push_back(static_cast<int32_t>(rows.seg_begin[s] + i));
+    }
+  }
+  const int64_t n_out = static_cast<int64_t>(picked.size());
+  FERRY_ASSIGN_OR_RETURN(int32_t* d_picked, ws_.Take<int32_t>(n_out));
+  FERRY_ASSIGN_OR_RETURN(T* hsel, take(n_out * D));
+  FERRY_ASSIGN_OR_RETURN(float* logits, take32(n_out * c.vocab_size));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_picked, picked.data(), picked.size() * sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, hsel, D, nullptr, n_out, D));
+  FERRY_RETURN_IF_ERROR(act::LinearToF32(hsel, n_out, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
+  out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(out.logits.data(), logits, out.logits.size() * sizeof(float)));
+  FERRY_RETURN_IF_ERROR(cu::Synchronize());
+  for (size_t s = 0; s < segments.size(); ++s) b.seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
+  return out;
+}
+
+// An mHC site's mixing weights (b.pre, b.post, b.comb) and its input b.u, all float32.
+template <typename T>
+absl::Status Glm5NextCuda::MhcIn(const Mhc& m, Step<T>& b) {
+  const ModelConfig& c = config_;
+  const int64_t R = b.R, S = c.hc_mult, D = c.hidden_size, M = (2 + S) * S;
+  FERRY_RETURN_IF_ERROR(cu::RmsNormF32(b.h, R, S * D, ones_.as<const float>(), c.rms_norm_eps, b.rn));
+  // Row-invariant (not cuBLAS): the mixing weights of a token must not depend on the batch, or a
+  // last-bit change can flip a bf16 rounding downstream (decode vs prefill).
+  FERRY_RETURN_IF_ERROR(cu::LinearF32RowInvariant(b.rn, R, S * D, m.fn.as<float>(), M, b.m));
+  FERRY_RETURN_IF_ERROR(cu::MhcSinkhorn(b.m, R, S, m.scale.as<const float>(), m.base.as<const float>(), c.hc_eps,
+                                        c.hc_sinkhorn_iters, b.pre, b.post, b.comb));
+  return cu::MhcMixIn(b.h, b.pre, R, S, D, b.u);
+}
+
+// KDA of b.a into b.y. Naive: the recurrence runs one token a launch, also in prefill.
+template <typename T>
+absl::Status Glm5NextCuda::Kda(size_t l, Step<T>& b) {
+  const ModelConfig& c = config_;
+  const Layer& Ly = layers_[l];
+  const int64_t R = b.R, D = c.hidden_size, H = c.linear_num_heads, d = c.linear_head_dim, C = H * d,
+                K = c.linear_conv_kernel_dim, r = Ly.low_rank;
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.q_proj.as<T>(), C, b.kq));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.k_proj.as<T>(), C, b.kk));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.v_proj.as<T>(), C, b.kv));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.f_a.as<T>(), r, b.low));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.low, R, r, Ly.f_b.as<T>(), C, b.f));
+  FERRY_RETURN_IF_ERROR(act::KdaDecay(b.f, R, H, d, Ly.a_log.as<const float>(), Ly.dt_bias.as<const float>(),
+                                      c.linear_lower_bound, b.g));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.g_a.as<T>(), r, b.low));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.low, R, r, Ly.g_b.as<T>(), C, b.gate));
+  FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.b_proj.as<T>(), H, 1.0f, b.beta));
+  FERRY_RETURN_IF_ERROR(cu::SigmoidF32(b.beta, R * H));
+  for (size_t s = 0; s < b.segments.size(); ++s) {
+    const int64_t begin = b.seg_begin[s], n = static_cast<int64_t>(b.segments[s].tokens.size());
+    float* tails = b.seqs[s]->state() + layout_->conv[l];
+    FERRY_RETURN_IF_ERROR(act::KdaConvSilu(b.kq + begin * C, n, C, K, Ly.q_conv.as<const float>(), tails,
+                                           b.qc + begin * C));
+    FERRY_RETURN_IF_ERROR(act::KdaConvSilu(b.kk + begin * C, n, C, K, Ly.k_conv.as<const float>(),
+                                           tails + (K - 1) * C, b.kc + begin * C));
+    FERRY_RETURN_IF_ERROR(act::KdaConvSilu(b.kv + begin * C, n, C, K, Ly.v_conv.as<const float>(),
+                                           tails + 2 * (K - 1) * C, b.vc + begin * C));
+  }
+  FERRY_RETURN_IF_ERROR(cu::KdaL2Norm(b.qc, R, H, d, 1.0f / std::sqrt(static_cast<float>(d))));
+  FERRY_RETURN_IF_ERROR(cu::KdaL2Norm(b.kc, R, H, d, 1.0f));
+  for (size_t s = 0; s < b.segments.size(); ++s) {
+    const int64_t begin = b.seg_begin[s], n = static_cast<int64_t>(b.segments[s].tokens.size());
+    float* state = b.seqs[s]->state() + layout_->s[l];
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t row = begin + i;
+      FERRY_RETURN_IF_ERROR(cu::KdaRecurrentStep(state, nullptr, 1, 1, H, d, b.qc + row * C, b.kc + row * C,
+                                                 b.vc + row * C, b.g + row * C, b.beta + row * H, b.o + row * C));
+    }
+  }
+  FERRY_RETURN_IF_ERROR(act::KdaOutput(b.o, b.gate, R, H, d, Ly.o_norm.as<const float>(), c.rms_norm_eps, b.ky));
+  return act::Linear(b.ky, R, C, Ly.o_proj_kda.as<T>(), D, b.y);
+}
+
+// NoPE MLA with the pooled indexer, b.a into b.y.
+template <typename T>
+absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
+  const ModelConfig& c = config_;
+  const int64_t R = b.R, D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
+                V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads, Di = c.index_head_dim,
+                kp = c.index_kpool, keep = c.index_topk / c.index_kpool;
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.q_a.as<T>(), QL, b.cq));
+  FERRY_RETURN_IF_ERROR(act::RmsNorm(b.cq, R, QL, Ly.q_a_norm.as<T>(), c.rms_norm_eps, b.cq));
+  FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * N, b.q));
+  const act::Cache<T> latent = b.View(*pages_, Ly.latent_region);
+  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.kv_a.as<T>(), L, b.kvc));
+  FERRY_RETURN_IF_ERROR(act::RmsNorm(b.kvc, R, L, Ly.kv_a_norm.as<T>(), c.rms_norm_eps, b.kvc));
+  FERRY_RETURN_IF_ERROR(act::WritePaged(b.kvc, R, L, L, 0, b.pos, latent));
+  FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.q, N, H * N, R, N, Ly.w_uk_t.as<T>(), L * N, L, b.q_abs, L, H * L, H));
+  if (Ly.has_indexer) {
+    const act::Cache<T> keys = b.View(*pages_, Ly.key_region), gates = b.View(*pages_, Ly.gate_region),
+                        pools = b.View(*pages_, Ly.pool_region);
+    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.wk.as<T>(), Di, b.ki));
+    FERRY_RETURN_IF_ERROR(act::LayerNorm(b.ki, R, Di, Ly.k_norm_w.as<T>(), Ly.k_norm_b.as<T>(), 1e-6f, b.ki));
+    FERRY_RETURN_IF_ERROR(act::WritePaged(b.ki, R, Di, Di, 0, b.pos, keys));
+    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.pool_gate.as<T>(), Di, b.gk));
+    FERRY_RETURN_IF_ERROR(act::WritePaged(b.gk, R, Di, Di, 0, b.pos, gates));
+    // The pools each conversation completes in this step (earlier ones are cached).
+    for (size_t s = 0; s < b.segments.size(); ++s) {
+      const int64_t p0 = b.lengths[s] / kp;
+      const int64_t p1 = (b.lengths[s] + static_cast<int64_t>(b.segments[s].tokens.size())) / kp;
+      FERRY_RETURN_IF_ERROR(act::PooledKeys(keys, gates, pools, b.seg_begin[s], p0, p1, kp, Ly.ape.as<const float>()));
+    }
+    FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.wq_b.as<T>(), Hi * Di, b.qi));
+    FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.weights_proj.as<T>(), Hi,
+                                           1.0f / std::sqrt(static_cast<float>(Hi)), b.iw));
+    FERRY_RETURN_IF_ERROR(act::IndexerScores(b.qi, b.iw, R, Hi, Di, pools, b.n_pools,
+                                             1.0f / std::sqrt(static_cast<float>(Di)), b.scores, b.S_pools));
+    FERRY_RETURN_IF_ERROR(cu::TopK(b.scores, R, b.S_pools, b.n_pools, keep, b.top_ids, b.top_counts));
+    FERRY_RETURN_IF_ERROR(cu::ExpandPoolSelection(b.top_ids, keep, b.pos, R, kp, b.sel_offsets, b.sel));
+    b.have_selection = true;
+  } else if (!b.have_selection) {
+    return absl::FailedPreconditionError("a shared indexer layer comes before any full one");
+  }
+  FERRY_RETURN_IF_ERROR(act::MlaDecode(b.q_abs, static_cast<const T*>(nullptr), R, H, L, 0, latent, b.sel,
+                                       b.sel_offsets, 1.0f / std::sqrt(static_cast<float>(N)), b.o_lat));
+  FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.o_lat, L, H * L, R, L, Ly.w_uv.as<T>(), V * L, V, b.o_v, V, H * V, H));
+  return act::Linear(b.o_v, R, H * V, Ly.o_proj.as<T>(), D, b.y);
+}
+
+}  // namespace ferry::model::cuda
