@@ -1,6 +1,7 @@
 #include "model/cuda/device_pages.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -49,6 +50,27 @@ absl::Status DevicePages::EnsureStorage(int64_t pages) {
   }
   block_ = std::move(*block);
   device_pages_ = grown;
+  return absl::OkStatus();
+}
+
+absl::Status DevicePages::SetCapacity(int64_t pages) {
+  if (books_.capacity() >= 0 || books_.used_pages() > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("the device KV arena is sized already (capacity ", books_.capacity(),
+                                                      ", ", books_.used_pages(), " pages in use); it is sized once, "
+                                                      "before any page is used"));
+  }
+  if (pages < 1 || pages > int64_t{INT32_MAX}) {
+    return absl::InvalidArgumentError(absl::StrCat("a device KV arena of ", pages, " pages: need 1 to ", INT32_MAX));
+  }
+  absl::StatusOr<DeviceBuffer> block = DeviceBuffer::Alloc(static_cast<size_t>(pages * page_bytes()));
+  if (!block.ok()) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot hold ", pages, " KV pages of ", page_bytes(),
+                                                     " bytes on the device: ", block.status().message()));
+  }
+  // No page is in use, so nothing needs copying; the books start over at the fixed size.
+  block_ = std::move(*block);
+  device_pages_ = pages;
+  books_ = PageArena(std::vector<int64_t>{}, books_.page_size(), pages);
   return absl::OkStatus();
 }
 

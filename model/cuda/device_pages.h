@@ -47,6 +47,12 @@ class DevicePages {
   int64_t region_offset(int region) const { return offsets_[static_cast<size_t>(region)]; }
   int64_t device_pages() const { return device_pages_; }
 
+  // Fixes a growing arena at `pages` pages, allocated on the device at once (a worker's memory
+  // plan sized it). Errors: FAILED_PRECONDITION when the arena is fixed already or a page is in
+  // use; INVALID_ARGUMENT for pages outside [1, INT32_MAX]; RESOURCE_EXHAUSTED with the bytes
+  // when the device allocation fails (the arena then stays as it was).
+  absl::Status SetCapacity(int64_t pages);
+
   // A page with one holder (books first, then storage). RESOURCE_EXHAUSTED from either.
   absl::StatusOr<int32_t> Allocate();
   // These free pages, one holder each (the coordinator's choice). INVALID_ARGUMENT as

@@ -233,16 +233,24 @@ int Main(const std::string& dir, cuda::Precision precision) {
     printf("pages: fork at %ld then the rest vs one prefill %.3g, rewind to %ld then the rest %.3g; %ld pages in use\n",
            static_cast<long>(cut), df, static_cast<long>(cut), dr, static_cast<long>(gpu->arena().used_pages()));
     bad += std::max(df, dr) > (f32 ? 1e-3f : 0.05f);
-    std::unique_ptr<CausalLM> small;  // 4 pages: 64 tokens
+    // 4 pages (64 tokens): fixed at load for glm_moe_dsa, sized after the load (a worker's
+    // plan) for glm5_next; a second sizing is refused.
+    std::unique_ptr<CausalLM> small;
+    absl::Status again;
     if (dsa) {
       auto s = cuda::GlmMoeDsaCuda::Load(*ck, *cfg, CacheOptions{16, 4}, precision);
       CHECK_OK(s.status());
+      again = (*s)->SizeArena(8);
       small = std::move(*s);
     } else {
-      auto s = cuda::Glm5NextCuda::Load(*ck, *cfg, CacheOptions{16, 4}, precision);
+      auto s = cuda::Glm5NextCuda::Load(*ck, *cfg, CacheOptions{16, -1}, precision);
       CHECK_OK(s.status());
+      CHECK_OK((*s)->SizeArena(4));
+      again = (*s)->SizeArena(8);
       small = std::move(*s);
     }
+    printf("pages: sizing a sized arena again: %s\n", std::string(again.message()).c_str());
+    bad += again.code() != absl::StatusCode::kFailedPrecondition;
     auto s1 = small->NewSequence();
     ForwardSegment big{s1.get(), ids, false};
     auto refused = small->Forward(std::span<const ForwardSegment>(&big, 1));
