@@ -11,6 +11,10 @@
 // (KdaRecurrentStep, the decode kernel) instead of the chunked form, and MLA prefill the decode
 // attention kernel per row; the indexer scores every complete pool of every row; MoE dispatch
 // syncs with the host per MoE layer. Tensor parallelism: one rank only.
+// Batch invariance (CausalLM::Forward's "a row's logits do not depend on the other segments"):
+// every op but the cuBLAS GEMMs computes a row alone in a fixed order; cuBLAS picks its kernel by
+// the row count, so in float32 a row may move in the last bits with the step's composition
+// (measured <= 4.4e-05 logits on the tiny checkpoints; in bf16 the same comparisons were exact).
 #pragma once
 
 #include <map>
