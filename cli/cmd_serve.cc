@@ -167,6 +167,8 @@ int RunServe() {
                                   absl::StrCat("--kv_pool_pages=", absl::GetFlag(FLAGS_kv_pool_pages)),
                                   absl::StrCat("--page_size=", absl::GetFlag(FLAGS_page_size)),
                                   absl::StrCat("--prompt_cache_tokens=", absl::GetFlag(FLAGS_prompt_cache_tokens)),
+                                  absl::StrCat("--prompt_cache_gib=", absl::GetFlag(FLAGS_cache_gib)),
+                                  "--kv_pages=" + absl::GetFlag(FLAGS_kv_pages),
                                   absl::StrCat("--ready_timeout_s=",
                                                static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))),
                                   absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),
@@ -176,6 +178,7 @@ int RunServe() {
                              Spawn({dir + "/ferry-worker", "--coordinator=" + address, "--cluster_token=" + token,
                                     absl::StrCat("--rank=", r),
                                     absl::StrCat("--world=", ranks), "--metrics_host=" + host,
+                                    absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),
                                     // Rank r's own /metrics on the port after the coordinator's (+1 + r).
                                     absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
                                                                         ? absl::GetFlag(FLAGS_metrics_port) + 1 + r

@@ -27,9 +27,9 @@ ABSL_FLAG(int64_t, context, 0, "plan, serve: window, tokens a stream (0: the mod
 ABSL_FLAG(int64_t, parallel, 0,
           "plan: lanes, streams served at once (the engine's own included; 0: 1); serve: requests at once (0: 16)");
 ABSL_FLAG(double, room_gib, -1, "plan: GiB a rank has for KV after weights and workspace (smallest rank)");
-ABSL_FLAG(std::string, kv_pages, "auto", "plan: KV layout: auto (pages from 2 ranks, bf16), on, off");
+ABSL_FLAG(std::string, kv_pages, "auto", "plan, serve: KV layout: auto (pages from 2 ranks, bf16), on, off");
 ABSL_FLAG(int64_t, page_size, 512, "plan: tokens a KV page, a power of two from 16 to 1024");
-ABSL_FLAG(double, cache_gib, 16, "plan: prompt cache budget, GiB a rank");
+ABSL_FLAG(double, cache_gib, 16, "plan, serve: prompt cache budget, GiB a rank (0: no prompt cache)");
 ABSL_FLAG(int64_t, mtp_layers, 0, "plan: MTP layers served (each caches rows like an MLA layer)");
 ABSL_FLAG(std::string, kv_cache, "bf16", "plan: latent cache format: bf16 or fp8");
 ABSL_FLAG(double, fixed_mib, -1,
@@ -44,8 +44,10 @@ ABSL_FLAG(int32_t, metrics_port, 9400, "serve: HTTP port of /metrics (0: none)")
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "serve: tokens one step may carry");
 ABSL_FLAG(int64_t, max_queue, 64, "serve: requests that may wait for a lane");
 ABSL_FLAG(int64_t, kv_pool_pages, 0,
-          "serve: pages of --page-size tokens in each rank's KV pool, kept by the coordinator (0: grow as needed)");
-ABSL_FLAG(int64_t, prompt_cache_tokens, 0,
-          "serve: tokens the prompt cache may keep (0: no prompt cache; not with --kv-pool-pages)");
+          "serve: pages of --page-size tokens in each rank's KV pool (0: the memory plan sizes it)");
+ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
+          "serve: the prompt cache's budget in token rows (-1: the plan's share of --cache-gib; 0: none)");
+ABSL_FLAG(double, memory_gib, 0,
+          "serve: memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)");
 ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");

@@ -184,8 +184,14 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
   resp->set_world_size(control_->world());
   resp->set_running_requests(static_cast<int32_t>(s.running));
   resp->set_waiting_requests(static_cast<int32_t>(s.waiting));
-  resp->set_max_queue(static_cast<int32_t>(scheduler_->options().max_queue));
-  resp->set_max_batch_tokens(static_cast<int32_t>(scheduler_->options().max_batch_tokens));
+  const SchedulerOptions opts = scheduler_->options();
+  resp->set_max_queue(static_cast<int32_t>(opts.max_queue));
+  resp->set_max_batch_tokens(static_cast<int32_t>(opts.max_batch_tokens));
+  resp->set_kv_layout(opts.kv_layout);
+  resp->set_kv_pages(opts.kv_pages);
+  resp->set_kv_used_pages(s.used_pages);
+  resp->set_page_size(static_cast<int32_t>(opts.page_size));
+  resp->set_prompt_cache_tokens(opts.prompt_cache_tokens);
   resp->set_steps(s.steps);
   resp->set_version("ferry 0.1");
   const std::vector<RankState> ranks = control_->Ranks();
@@ -196,6 +202,8 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
     ri->set_last_step_seconds(ranks[k].last_step_seconds);
     ri->set_pid(ranks[k].pid);
     ri->set_room_bytes(ranks[k].room_bytes);
+    ri->set_page_bytes(ranks[k].page_bytes);
+    ri->set_fixed_bytes(ranks[k].fixed_bytes);
   }
   return grpc::Status::OK;
 }

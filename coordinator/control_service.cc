@@ -2,18 +2,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status.h"
 #include "coordinator/metrics.h"
 
 namespace ferry::coordinator {
 
 namespace cpb = ferry::control::v1;
 
-ControlService::ControlService(std::string model_path, int world, int64_t vocab, int64_t kv_pages, int64_t page_size,
+ControlService::ControlService(std::string model_path, int world, int64_t vocab, int64_t page_size,
                                std::chrono::seconds register_timeout, Metrics* metrics)
     : model_path_(std::move(model_path)),
       world_(world),
       vocab_(vocab),
-      kv_pages_(kv_pages),
       page_size_(page_size),
       register_timeout_(register_timeout),
       metrics_(metrics),
@@ -77,7 +77,6 @@ grpc::Status ControlService::Register(grpc::ServerContext* ctx, const cpb::Regis
   resp->set_model_path(model_path_);
   resp->set_rank(rank);
   resp->set_world_size(world_);
-  resp->set_kv_pages(kv_pages_);
   resp->set_page_size(static_cast<int32_t>(page_size_));
   for (const RankState& r : ranks_) resp->add_dataplane_addresses(r.address);
   return grpc::Status::OK;
@@ -99,6 +98,8 @@ grpc::Status ControlService::Steps(grpc::ServerContext* ctx,
     }
     ranks_[rank].ready = true;
     ranks_[rank].room_bytes = first.ready().room_bytes();
+    ranks_[rank].page_bytes = first.ready().page_bytes();
+    ranks_[rank].fixed_bytes = first.ready().fixed_bytes();
     ranks_[rank].stream = stream;
     ranks_[rank].ctx = ctx;
     FERRY_LOG(INFO) << "rank " << rank << " ready (" << first.ready().weight_bytes() << " bytes of weights)";
@@ -174,6 +175,37 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
   }
   int64_t n_sampled = 0;
   for (const worker::StepSegment& s : step.segments) n_sampled += s.sample;
+  FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, step.step_id, "step"));
+  std::vector<int32_t> tokens;
+  std::string error;
+  for (int k = 0; k < world_; ++k) {
+    const cpb::StepResult& r = results[static_cast<size_t>(k)];
+    if (k == 0 && r.error().empty()) {
+      if (r.tokens_size() != n_sampled) {
+        return absl::InternalError(absl::StrCat("rank 0 returned ", r.tokens_size(), " tokens for ", n_sampled,
+                                                " sampled segments in step ", step.step_id));
+      }
+      for (int32_t t : r.tokens()) {
+        if (t < 0 || t >= vocab_) {
+          return absl::InternalError(absl::StrCat("rank 0 returned token ", t, ", outside the vocabulary [0, ",
+                                                  vocab_, ")"));
+        }
+      }
+    }
+    if (!r.error().empty() && error.empty()) error = absl::StrCat("rank ", k, ": ", r.error());
+    if (metrics_) metrics_->OnRankStep(k, r.step_seconds(), r.dataplane_bytes());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ranks_[k].last_step_seconds = r.step_seconds();
+    }
+    if (k == 0) tokens.assign(r.tokens().begin(), r.tokens().end());
+  }
+  if (!error.empty()) return absl::InternalError(error);
+  return tokens;
+}
+
+absl::StatusOr<std::vector<cpb::StepResult>> ControlService::RoundTrip(const cpb::CoordinatorMessage& msg, uint64_t id,
+                                                                     const char* what) {
   std::vector<grpc::ServerReaderWriter<cpb::CoordinatorMessage, cpb::WorkerMessage>*> streams;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -200,45 +232,37 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
   } release{this};
   for (int k = 0; k < world_; ++k) {
     if (!streams[k]->Write(msg)) {
-      MarkDead(k, "writing a step to its control stream failed");
-      return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (writing step ", step.step_id, " failed)"));
+      MarkDead(k, absl::StrCat("writing a ", what, " to its control stream failed"));
+      return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (writing ", what, " ", id, " failed)"));
     }
   }
-  std::vector<int32_t> tokens;
-  std::string error;
+  std::vector<cpb::StepResult> results;
   for (int k = 0; k < world_; ++k) {
     cpb::WorkerMessage reply;
     if (!streams[k]->Read(&reply) || !reply.has_result()) {
-      MarkDead(k, "its control stream closed during a step");
-      return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (no result for step ", step.step_id, ")"));
+      MarkDead(k, absl::StrCat("its control stream closed during a ", what));
+      return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (no result for ", what, " ", id, ")"));
     }
-    const cpb::StepResult& r = reply.result();
-    if (r.step_id() != step.step_id || r.rank() != k) {
-      return absl::InternalError(absl::StrCat("rank ", k, " answered step ", r.step_id(), " as rank ", r.rank(),
-                                              " to step ", step.step_id));
+    if (reply.result().step_id() != id || reply.result().rank() != k) {
+      return absl::InternalError(absl::StrCat("rank ", k, " answered ", what, " ", reply.result().step_id(),
+                                              " as rank ", reply.result().rank(), " to ", what, " ", id));
     }
-    if (k == 0 && r.error().empty()) {
-      if (r.tokens_size() != n_sampled) {
-        return absl::InternalError(absl::StrCat("rank 0 returned ", r.tokens_size(), " tokens for ", n_sampled,
-                                                " sampled segments in step ", step.step_id));
-      }
-      for (int32_t t : r.tokens()) {
-        if (t < 0 || t >= vocab_) {
-          return absl::InternalError(absl::StrCat("rank 0 returned token ", t, ", outside the vocabulary [0, ",
-                                                  vocab_, ")"));
-        }
-      }
-    }
-    if (!r.error().empty() && error.empty()) error = absl::StrCat("rank ", k, ": ", r.error());
-    if (metrics_) metrics_->OnRankStep(k, r.step_seconds(), r.dataplane_bytes());
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ranks_[k].last_step_seconds = r.step_seconds();
-    }
-    if (k == 0) tokens.assign(r.tokens().begin(), r.tokens().end());
+    results.push_back(std::move(*reply.mutable_result()));
   }
-  if (!error.empty()) return absl::InternalError(error);
-  return tokens;
+  return results;
+}
+
+absl::Status ControlService::SizeArenas(int64_t pages) {
+  cpb::CoordinatorMessage msg;
+  msg.mutable_arena()->set_pages(pages);
+  FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, 0, "arena"));
+  for (size_t k = 0; k < results.size(); ++k) {
+    if (!results[k].error().empty()) {
+      return absl::ResourceExhaustedError(absl::StrCat("rank ", k, " cannot hold a KV arena of ", pages,
+                                                       " pages: ", results[k].error()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 void ControlService::Shutdown(const std::string& reason) {

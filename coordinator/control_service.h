@@ -33,6 +33,8 @@ struct RankState {
   int64_t pid = 0;
   std::string address;
   int64_t room_bytes = 0;
+  int64_t page_bytes = 0;   // one KV page of its arena
+  int64_t fixed_bytes = 0;  // one conversation's fixed (recurrent) state
   double last_step_seconds = 0;
   std::string death;  // why it is dead
   grpc::ServerReaderWriter<ferry::control::v1::CoordinatorMessage, ferry::control::v1::WorkerMessage>* stream =
@@ -45,8 +47,8 @@ struct RankState {
 class ControlService final : public ferry::control::v1::Control::Service, public StepRunner {
  public:
   // `vocab` bounds the tokens rank 0 may return.
-  // kv_pages / page_size configure the workers' arenas (kv_pages 0: each grows on its own).
-  ControlService(std::string model_path, int world, int64_t vocab, int64_t kv_pages, int64_t page_size,
+  // page_size: tokens a KV page holds on every worker.
+  ControlService(std::string model_path, int world, int64_t vocab, int64_t page_size,
                  std::chrono::seconds register_timeout, Metrics* metrics);
 
   grpc::Status Register(grpc::ServerContext* ctx, const ferry::control::v1::RegisterRequest* req,
@@ -60,6 +62,9 @@ class ControlService final : public ferry::control::v1::Control::Service, public
   // Cancels every rank's step stream, so that a RunStep blocked on a rank returns at once.
   void CancelAll();
   absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override;
+  // Once every rank is ready and before the first step: every worker fixes its KV arena at
+  // `pages` pages. An error names the rank that could not (its worker's message).
+  absl::Status SizeArenas(int64_t pages);
   // Tells every ready worker to exit and releases the handlers.
   void Shutdown(const std::string& reason);
 
@@ -74,12 +79,16 @@ class ControlService final : public ferry::control::v1::Control::Service, public
 
  private:
   void MarkDead(int rank, const std::string& why);
+  // Writes `msg` to every rank's stream and reads one StepResult from each, in rank order; the
+  // results must carry `id` and their rank. UNAVAILABLE when a rank is gone (it is marked dead).
+  absl::StatusOr<std::vector<ferry::control::v1::StepResult>> RoundTrip(const ferry::control::v1::CoordinatorMessage& msg,
+                                                                        uint64_t id, const char* what);
   grpc::Status CheckToken(const grpc::ServerContext* ctx) const;
 
   const std::string model_path_;
   const int world_;
   const int64_t vocab_;
-  const int64_t kv_pages_, page_size_;
+  const int64_t page_size_;
   const std::chrono::seconds register_timeout_;
   Metrics* metrics_;
   std::function<void(int, const std::string&)> on_death_;

@@ -17,6 +17,7 @@
 #include "coordinator/api_service.h"
 #include "coordinator/control_service.h"
 #include "coordinator/metrics.h"
+#include "coordinator/pool.h"
 #include "coordinator/scheduler.h"
 #include "model/checkpoint.h"
 #include "kvpool/plan.h"
@@ -33,10 +34,12 @@ ABSL_FLAG(int64_t, parallel, 16, "Requests holding a lane at once");
 ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a lane; past it requests get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, context, 0, "Context length in tokens (prompt + generated); 0: the model's max_position_embeddings");
 ABSL_FLAG(int64_t, kv_pool_pages, 0,
-          "Pages in each rank's KV arena, kept in the coordinator's books (0: every rank's arena grows on its "
-          "own, no preemption)");
-ABSL_FLAG(int64_t, prompt_cache_tokens, 0,
-          "Tokens the prompt cache may keep across finished requests (0: no prompt cache)");
+          "Pages in each rank's KV arena (0: the memory plan sizes the pool from the room the workers report)");
+ABSL_FLAG(std::string, kv_pages, "auto",
+          "KV layout: auto (pages from two ranks, windows at one), on (pages), off (a whole window a lane)");
+ABSL_FLAG(double, prompt_cache_gib, 16.0, "The prompt cache's budget a rank in GiB (0: no prompt cache)");
+ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
+          "The prompt cache's budget in token rows (-1: the plan's share of --prompt-cache-gib; 0: none)");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
@@ -44,42 +47,6 @@ ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to re
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
 namespace {
-
-// Logs the KV plan (seed 000 step 1, as `ferry plan` prints it) for the smallest room the ranks
-// reported, at the GPU backend's bf16 cache.
-void LogPlan(const ferry::model::ModelConfig& config, const std::vector<ferry::coordinator::RankState>& ranks,
-             const ferry::coordinator::SchedulerOptions& opts) {
-  using namespace ferry;
-  int64_t room = -1;
-  int smallest = 0;
-  for (size_t k = 0; k < ranks.size(); ++k) {
-    if (room < 0 || ranks[k].room_bytes < room) {
-      room = ranks[k].room_bytes;
-      smallest = static_cast<int>(k);
-    }
-  }
-  const int64_t world = static_cast<int64_t>(ranks.size());
-  auto layout = kvpool::ResolveLayout(kvpool::KvPages::kAuto, world, kvpool::CacheDtype::kBf16);
-  auto bpt = kvpool::BytesPerTokenPerRank(config, kvpool::CacheDtype::kBf16, 0);
-  auto fixed = kvpool::FixedBytesPerStreamPerRank(config, world);
-  if (!layout.ok() || !bpt.ok() || !fixed.ok()) return;
-  kvpool::PlanInput in;
-  in.layout = *layout;
-  in.bytes_per_token = *bpt;
-  in.page_size = opts.page_size;
-  in.lanes = std::min<int64_t>(opts.max_running, kvpool::kMaxLanes);
-  in.context = std::min<int64_t>(opts.max_context, kvpool::kMaxContext);
-  in.fixed_bytes = *fixed;
-  in.room_bytes = std::min<int64_t>(std::max<int64_t>(room, 0), kvpool::kMaxRoomBytes);
-  auto plan = kvpool::ComputePlan(in);
-  if (!plan.ok()) {
-    FERRY_LOG(WARNING) << "KV plan for rank " << smallest << "'s room: " << plan.status().message();
-    return;
-  }
-  FERRY_LOG(INFO) << "KV plan (" << kvpool::LayoutName(plan->layout) << ", bf16 cache, " << bpt->total()
-                  << " bytes a token a rank, smallest room: rank " << smallest << "):\n"
-                  << kvpool::FormatPlan(in, *plan);
-}
 
 volatile std::sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
@@ -115,26 +82,30 @@ int main(int argc, char** argv) {
   opts.max_running = absl::GetFlag(FLAGS_parallel);
   opts.max_queue = absl::GetFlag(FLAGS_max_queue);
   opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
-  opts.kv_pages = absl::GetFlag(FLAGS_kv_pool_pages);
   opts.page_size = absl::GetFlag(FLAGS_page_size);
-  opts.prompt_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
   opts.prompt_cache_any_prefix = config->family == model::Family::kGlmMoeDsa;
-  if (opts.prompt_cache_tokens < 0) {
-    fprintf(stderr, "ferry-coordinator: --prompt-cache-tokens %lld must be >= 0\n",
-            static_cast<long long>(opts.prompt_cache_tokens));
-    return 2;
+  coordinator::PoolRequest pool_req;
+  pool_req.explicit_pages = absl::GetFlag(FLAGS_kv_pool_pages);
+  pool_req.explicit_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
+  pool_req.cache_budget_bytes =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_prompt_cache_gib) * static_cast<double>(kvpool::kGiB));
+  {
+    auto mode = kvpool::ParseKvPages(absl::GetFlag(FLAGS_kv_pages));
+    if (!mode.ok()) {
+      fprintf(stderr, "ferry-coordinator: --kv-pages: %s\n", std::string(mode.status().message()).c_str());
+      return 2;
+    }
+    pool_req.mode = *mode;
   }
-  if (absl::Status st = model::ValidateCacheOptions(model::CacheOptions{opts.page_size, opts.kv_pages > 0 ? opts.kv_pages : -1});
-      !st.ok() || opts.kv_pages < 0) {
-    fprintf(stderr, "ferry-coordinator: --kv-pool-pages %lld --page-size %lld: %s\n", static_cast<long long>(opts.kv_pages),
-            static_cast<long long>(opts.page_size), st.ok() ? "negative page count" : std::string(st.message()).c_str());
-    return 2;
-  }
-  if (opts.kv_pages > 0 && (opts.max_context + opts.page_size - 1) / opts.page_size > opts.kv_pages) {
-    // One request must always fit: preemption can then always make progress.
-    fprintf(stderr, "ferry-coordinator: --kv-pool-pages %lld holds %lld tokens, less than one --context of %lld\n",
-            static_cast<long long>(opts.kv_pages), static_cast<long long>(opts.kv_pages * opts.page_size),
-            static_cast<long long>(opts.max_context));
+  if (absl::Status st = model::ValidateCacheOptions(model::CacheOptions{opts.page_size, -1});
+      !st.ok() || pool_req.explicit_pages < 0 || pool_req.explicit_cache_tokens < -1 ||
+      absl::GetFlag(FLAGS_prompt_cache_gib) < 0 || absl::GetFlag(FLAGS_prompt_cache_gib) > 1048576) {
+    fprintf(stderr,
+            "ferry-coordinator: --page-size %lld: %s; need --kv-pool-pages >= 0 (got %lld), --prompt-cache-tokens >= -1 "
+            "(got %lld), --prompt-cache-gib in [0, 1048576] (got %g)\n",
+            static_cast<long long>(opts.page_size), st.ok() ? "ok" : std::string(st.message()).c_str(),
+            static_cast<long long>(pool_req.explicit_pages), static_cast<long long>(pool_req.explicit_cache_tokens),
+            absl::GetFlag(FLAGS_prompt_cache_gib));
     return 2;
   }
   if (opts.max_running < 1 || opts.max_batch_tokens < opts.max_running || opts.max_queue < 0 || opts.max_context < 2) {
@@ -156,7 +127,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  coordinator::ControlService control(dir, world, config->vocab_size, opts.kv_pages, opts.page_size,
+  coordinator::ControlService control(dir, world, config->vocab_size, opts.page_size,
                                       std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
   control.RequireToken(absl::GetFlag(FLAGS_cluster_token));
   coordinator::Scheduler scheduler(opts, &control, &metrics);
@@ -196,11 +167,24 @@ int main(int argc, char** argv) {
     if (!started && !failed) {
       absl::Status st = control.ReadyState();
       if (st.ok()) {
+        // Every rank reported its room: plan the pool, size the arenas, then serve.
+        std::vector<coordinator::RankRoom> rooms;
+        for (const coordinator::RankState& r : control.Ranks()) rooms.push_back({r.room_bytes, r.page_bytes, r.fixed_bytes});
+        absl::StatusOr<coordinator::PoolChoice> pool = coordinator::ChoosePool(rooms, opts, pool_req);
+        if (pool.ok()) st = control.SizeArenas(pool->opts.kv_pages);
+        if (!pool.ok() || !st.ok()) {
+          FERRY_LOG(ERROR) << "cannot serve this configuration: "
+                           << (pool.ok() ? st.message() : pool.status().message());
+          exit_code = 2;
+          break;
+        }
+        FERRY_LOG(INFO) << pool->summary;
+        opts = pool->opts;
+        scheduler.Configure(opts);
         scheduler.Start();
         accepting = true;
         health->SetServingStatus(true);
         started = true;
-        LogPlan(*config, control.Ranks(), opts);
         FERRY_LOG(INFO) << "serving " << model::FamilyName(config->family) << " on " << world << " rank(s): context "
                         << opts.max_context << ", --parallel " << opts.max_running << ", " << opts.max_batch_tokens
                         << " tokens a step";

@@ -13,8 +13,8 @@ struct PromptCache::Node {
   std::vector<uint64_t> kept;
 };
 
-PromptCache::PromptCache(int64_t budget_tokens, bool any_prefix)
-    : budget_(budget_tokens), any_prefix_(any_prefix), root_(std::make_unique<Node>()) {}
+PromptCache::PromptCache(int64_t budget_tokens, bool any_prefix, int64_t fixed_cost)
+    : budget_(budget_tokens), any_prefix_(any_prefix), fixed_cost_(fixed_cost), root_(std::make_unique<Node>()) {}
 
 PromptCache::~PromptCache() = default;
 
@@ -136,7 +136,7 @@ void PromptCache::RemoveEntry(uint64_t seq_id) {
 std::vector<uint64_t> PromptCache::Insert(std::vector<int32_t> tokens, uint64_t seq_id) {
   std::vector<uint64_t> release;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0 || n > budget_) return {seq_id};
+  if (n == 0 || n + fixed_cost_ > budget_) return {seq_id};
   Node* node = InsertPath(tokens);
   if (!node->kept.empty()) {
     // The same path is kept already: keep the older state, drop this one.
@@ -146,7 +146,7 @@ std::vector<uint64_t> PromptCache::Insert(std::vector<int32_t> tokens, uint64_t 
   node->kept.push_back(seq_id);
   entries_[seq_id] = Entry{std::move(tokens), ++clock_, node};
   kept_tokens_ += n;
-  while (kept_tokens_ > budget_) {
+  while (kept_cost() > budget_) {
     auto lru = std::min_element(entries_.begin(), entries_.end(),
                                 [](const auto& a, const auto& b) { return a.second.last_used < b.second.last_used; });
     const uint64_t victim = lru->first;

@@ -7,7 +7,9 @@
 // path's whole length can (its recurrent state exists only there). At least one prompt token is
 // always left to compute, since its logits choose the next token.
 //
-// Eviction: least recently used first, while the kept tokens exceed the budget.
+// Eviction: least recently used first, while the kept states' cost exceeds the budget. A kept
+// state costs its tokens plus `fixed_cost` (its fixed state, e.g. glm5_next's KDA state, in
+// token rows of the same bytes), so the budget bounds the cache's bytes, not only its rows.
 //
 // Thread safety: not thread-safe; the scheduler thread owns it.
 #pragma once
@@ -22,9 +24,10 @@ namespace ferry::coordinator {
 
 class PromptCache {
  public:
-  // budget_tokens: tokens the kept states may hold together. any_prefix: whether a prefix of a
-  // kept path can be reused (glm_moe_dsa) or only whole paths (glm5_next).
-  PromptCache(int64_t budget_tokens, bool any_prefix);
+  // budget_tokens: what the kept states may cost together, in token rows. any_prefix: whether a
+  // prefix of a kept path can be reused (glm_moe_dsa) or only whole paths (glm5_next).
+  // fixed_cost: what each kept state costs on top of its tokens (>= 0).
+  PromptCache(int64_t budget_tokens, bool any_prefix, int64_t fixed_cost = 0);
   ~PromptCache();
 
   struct Match {
@@ -48,6 +51,8 @@ class PromptCache {
 
   int64_t kept_states() const { return static_cast<int64_t>(entries_.size()); }
   int64_t kept_tokens() const { return kept_tokens_; }
+  // kept_tokens() + kept_states() x fixed_cost: what the budget bounds.
+  int64_t kept_cost() const { return kept_tokens_ + kept_states() * fixed_cost_; }
 
  private:
   struct Node;
@@ -67,6 +72,7 @@ class PromptCache {
 
   const int64_t budget_;
   const bool any_prefix_;
+  const int64_t fixed_cost_;
   std::unique_ptr<Node> root_;
   std::map<uint64_t, Entry> entries_;  // by sequence id
   int64_t kept_tokens_ = 0;

@@ -13,10 +13,19 @@ double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).coun
 }  // namespace
 
 Scheduler::Scheduler(SchedulerOptions opts, StepRunner* runner, SchedulerObserver* observer)
-    : opts_(opts), runner_(runner), observer_(observer) {
+    : runner_(runner), observer_(observer) {
+  Configure(opts);
+}
+
+void Scheduler::Configure(SchedulerOptions opts) {
+  std::lock_guard<std::mutex> lock(mu_);
+  opts_ = opts;
+  books_.reset();
+  cache_.reset();
   if (opts_.kv_pages > 0) books_ = std::make_unique<kvpool::PageBooks>(opts_.kv_pages);
   if (opts_.prompt_cache_tokens > 0) {
-    cache_ = std::make_unique<PromptCache>(opts_.prompt_cache_tokens, opts_.prompt_cache_any_prefix);
+    cache_ = std::make_unique<PromptCache>(opts_.prompt_cache_tokens, opts_.prompt_cache_any_prefix,
+                                           books_ ? opts_.kept_fixed_pages * opts_.page_size : 0);
   }
 }
 
@@ -90,18 +99,27 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
   }
   r->events.Push(std::move(e));
   if (r->seq_id != 0) {
-    if (cache_ && (reason == FinishReason::kStop || reason == FinishReason::kLength) && r->fed > 0) {
+    // A kept fixed state holds pool pages of its own: other kept states give way for them.
+    std::vector<int32_t> fixed;
+    const bool keep = cache_ && (reason == FinishReason::kStop || reason == FinishReason::kLength) && r->fed > 0;
+    if (keep && books_ && opts_.kept_fixed_pages > 0) {
+      while (books_->free_pages() < opts_.kept_fixed_pages && EvictKept(0)) {
+      }
+      if (books_->free_pages() >= opts_.kept_fixed_pages) fixed = *books_->Allocate(opts_.kept_fixed_pages);
+    }
+    if (keep && static_cast<int64_t>(fixed.size()) == (books_ ? opts_.kept_fixed_pages : 0)) {
       // Keep its state for later prompts: the tokens its state holds are the first `fed` known.
       std::vector<int32_t> tokens(r->prompt.begin(), r->prompt.end());
       tokens.insert(tokens.end(), r->generated.begin(), r->generated.end());
       tokens.resize(static_cast<size_t>(r->fed));
       const std::vector<uint64_t> dropped = cache_->Insert(std::move(tokens), r->seq_id);
-      if (std::find(dropped.begin(), dropped.end(), r->seq_id) == dropped.end()) {
-        kept_pages_[r->seq_id] = std::move(r->pages);  // the kept state holds its pages now
-        r->pages.clear();
-      }
+      // The kept state holds its rows' pages (first, in token order) and its fixed pages.
+      kept_pages_[r->seq_id] = std::move(r->pages);
+      r->pages.clear();
+      kept_pages_[r->seq_id].insert(kept_pages_[r->seq_id].end(), fixed.begin(), fixed.end());
       for (uint64_t id : dropped) DropKept(id);
     } else {
+      if (books_ && !fixed.empty()) (void)books_->Release(fixed);
       release_.push_back(r->seq_id);
     }
   }

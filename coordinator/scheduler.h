@@ -58,12 +58,17 @@ struct SchedulerOptions {
   // pages): 0 leaves each worker's arena to grow on its own, with no preemption.
   int64_t kv_pages = 0;
   int64_t page_size = 512;  // tokens a page
+  std::string kv_layout;    // "pages" / "windows" (the plan's; informational)
   // The prompt cache's budget in kept tokens (0: no prompt cache). With a page pool the kept
   // states hold pages too, and give them back before any running request is preempted.
   int64_t prompt_cache_tokens = 0;
   // Whether any prefix of a kept state can be reused (per-token caches only: glm_moe_dsa) or
   // only its whole length (recurrent state: glm5_next).
   bool prompt_cache_any_prefix = true;
+  // Pool pages a kept state's fixed (recurrent) state holds besides its rows: the plan gives
+  // each lane its fixed state outside the pool, so a state kept past its request is charged to
+  // the pool (and to the prompt cache's budget) instead. 0: the family has none.
+  int64_t kept_fixed_pages = 0;
 };
 
 struct SchedulerSnapshot {
@@ -83,6 +88,10 @@ class Scheduler {
   Scheduler(SchedulerOptions opts, StepRunner* runner, SchedulerObserver* observer = nullptr);
   ~Scheduler();
 
+  // Replaces the options (the pool and cache the plan chose once the workers reported their
+  // room). REQUIRES: before Start() or the first RunOnce().
+  void Configure(SchedulerOptions opts);
+
   // Queues a request. RESOURCE_EXHAUSTED when max_queue requests already wait (the request is
   // not queued); UNAVAILABLE once the scheduler has stopped; ALREADY_EXISTS for a live id.
   absl::Status Submit(std::shared_ptr<Request> r);
@@ -97,7 +106,11 @@ class Scheduler {
   bool RunOnce();
 
   SchedulerSnapshot Snapshot() const;
-  const SchedulerOptions& options() const { return opts_; }
+  // A copy: Configure() may replace the options while the server starts.
+  SchedulerOptions options() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return opts_;
+  }
 
  private:
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, const std::string& error = {});
@@ -110,7 +123,7 @@ class Scheduler {
   void FailAll(const std::string& error);
   void Loop();
 
-  const SchedulerOptions opts_;
+  SchedulerOptions opts_;  // fixed once the loop runs
   StepRunner* runner_;
   SchedulerObserver* observer_;
 

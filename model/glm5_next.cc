@@ -147,6 +147,8 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
   return m;
 }
 
+absl::Status Glm5Next::SizeArena(int64_t pages) { return arena_->SetCapacity(pages); }
+
 std::unique_ptr<SequenceState> Glm5Next::NewSequence() const {
   return std::make_unique<NextSequence>(config_, tp_.Local(config_.linear_num_heads), arena_);
 }

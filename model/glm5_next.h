@@ -61,6 +61,7 @@ class Glm5Next final : public CausalLM {
 
   const ModelConfig& config() const override { return config_; }
   const PageArena& arena() const override { return *arena_; }
+  absl::Status SizeArena(int64_t pages) override;
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 

@@ -1,9 +1,12 @@
 #include "model/paged_cache.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status.h"
 
 namespace ferry::model {
@@ -17,9 +20,41 @@ PageArena::PageArena(std::vector<int64_t> widths, int64_t page_size, int64_t cap
   }
   page_floats_ = per_token * page_size_;
   if (capacity_ > 0) {
-    books_.Grow(capacity_);
-    for (int64_t p = 0; p < capacity_; ++p) pages_.push_back(std::make_unique<float[]>(static_cast<size_t>(page_floats_)));
+    const int64_t n = capacity_;
+    capacity_ = -1;
+    absl::Status st = SetCapacity(n);
+    if (!st.ok()) {
+      FERRY_LOG(ERROR) << "page arena: " << st.message();
+      std::abort();
+    }
   }
+}
+
+absl::Status PageArena::AddBlock(int64_t pages) {
+  const size_t floats = static_cast<size_t>(pages) * static_cast<size_t>(page_floats_);
+  // new float[] without an initialiser leaves the block untouched (not committed yet).
+  std::unique_ptr<float[]> block(new (std::nothrow) float[std::max<size_t>(floats, 1)]);
+  if (!block) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate ", pages, " KV pages (",
+                                                     static_cast<int64_t>(floats * sizeof(float)), " bytes)"));
+  }
+  for (int64_t p = 0; p < pages; ++p) pages_.push_back(block.get() + p * page_floats_);
+  blocks_.push_back(std::move(block));
+  books_.Grow(pages);
+  return absl::OkStatus();
+}
+
+absl::Status PageArena::SetCapacity(int64_t pages) {
+  if (capacity_ >= 0 || books_.num_pages() > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("the KV arena is sized already (", books_.num_pages(),
+                                                      " pages); it is sized once, before any page is used"));
+  }
+  if (pages < 1 || pages > int64_t{INT32_MAX}) {
+    return absl::InvalidArgumentError(absl::StrCat("a KV arena of ", pages, " pages: need 1 to ", INT32_MAX));
+  }
+  FERRY_RETURN_IF_ERROR(AddBlock(pages));
+  capacity_ = pages;
+  return absl::OkStatus();
 }
 
 int64_t PageArena::used_pages() const { return books_.used_pages(); }
@@ -27,9 +62,7 @@ int64_t PageArena::used_pages() const { return books_.used_pages(); }
 absl::StatusOr<int32_t> PageArena::Allocate() {
   if (capacity_ < 0 && books_.free_pages() == 0) {
     // Growing adds pages; pointers into earlier pages stay valid (each page is its own block).
-    const int64_t more = std::max<int64_t>(8, books_.num_pages());
-    books_.Grow(more);
-    for (int64_t i = 0; i < more; ++i) pages_.push_back(std::make_unique<float[]>(static_cast<size_t>(page_floats_)));
+    FERRY_RETURN_IF_ERROR(AddBlock(std::max<int64_t>(8, books_.num_pages())));
   }
   FERRY_ASSIGN_OR_RETURN(std::vector<int32_t> one, books_.Allocate(1));
   return one[0];

@@ -38,6 +38,16 @@ class PageArena {
   int64_t page_floats() const { return page_floats_; }
   int64_t capacity() const { return capacity_; }
   int64_t used_pages() const;
+  // Bytes one page takes (page_floats() float32 values).
+  int64_t page_bytes() const { return page_floats_ * static_cast<int64_t>(sizeof(float)); }
+
+  // Fixes a growing arena at `pages` pages, allocated at once in one block (the coordinator's
+  // plan chose the size; its books then hand out ids below it). The block is not touched
+  // here, so the operating system commits its memory as pages are first written.
+  // Errors: FAILED_PRECONDITION when the arena is fixed already or has handed out a page;
+  // INVALID_ARGUMENT for pages < 1 or past the int32 page ids; RESOURCE_EXHAUSTED when the
+  // allocation fails (with the bytes).
+  absl::Status SetCapacity(int64_t pages);
 
   // A page with one holder. RESOURCE_EXHAUSTED (with the counts) when a fixed arena is full.
   absl::StatusOr<int32_t> Allocate();
@@ -51,7 +61,7 @@ class PageArena {
 
   // Layer `layer`'s row of slot `slot` of `page` (width(layer) floats).
   float* Row(int32_t page, int64_t layer, int64_t slot) {
-    return pages_[static_cast<size_t>(page)].get() + offsets_[static_cast<size_t>(layer)] * page_size_ +
+    return pages_[static_cast<size_t>(page)] + offsets_[static_cast<size_t>(layer)] * page_size_ +
            slot * widths_[static_cast<size_t>(layer)];
   }
 
@@ -62,7 +72,10 @@ class PageArena {
   int64_t page_floats_;
   int64_t capacity_;
   kvpool::PageBooks books_;
-  std::vector<std::unique_ptr<float[]>> pages_;
+  std::vector<std::unique_ptr<float[]>> blocks_;  // the storage: one block a growth
+  std::vector<float*> pages_;                      // page id -> its first float
+  // Adds `pages` pages in one block.
+  absl::Status AddBlock(int64_t pages);
 };
 
 // One conversation's page table.
@@ -92,6 +105,7 @@ class PagedRows {
   const std::vector<int32_t>& pages() const { return pages_; }
   int64_t reserved_tokens() const { return static_cast<int64_t>(pages_.size()) * arena_->page_size(); }
   PageArena& arena() const { return *arena_; }
+  const std::shared_ptr<PageArena>& shared_arena() const { return arena_; }
 
  private:
   std::shared_ptr<PageArena> arena_;

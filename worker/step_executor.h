@@ -28,6 +28,9 @@ class StepExecutor {
   // conversation's length, or a token outside the vocabulary.
   absl::StatusOr<std::vector<int32_t>> Execute(const Step& step);
 
+  // Fixes the model's KV arena at `pages` pages (CausalLM::SizeArena), before the first step.
+  absl::Status SizeArena(int64_t pages) { return model_->SizeArena(pages); }
+
   int64_t live_sequences() const { return static_cast<int64_t>(seqs_.size()); }
   int64_t state_bytes() const;
   const model::CausalLM& model() const { return *model_; }

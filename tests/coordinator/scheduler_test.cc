@@ -286,6 +286,47 @@ TEST_CASE("scheduler: kept states give their pages back before anyone is preempt
   CHECK(sched.Snapshot().used_pages == runner.exec().model().arena().used_pages());
 }
 
+TEST_CASE("scheduler: a kept glm5_next state holds pool pages for its fixed state", "[scheduler][prompt_cache]") {
+  LocalRunner runner(kNext, model::CacheOptions{16, 12});
+  SchedulerOptions opts;
+  opts.kv_pages = 12;
+  opts.page_size = 16;
+  opts.max_context = 64;
+  opts.max_batch_tokens = 32;
+  opts.kept_fixed_pages = 2;
+  opts.prompt_cache_tokens = 10000;  // the pool limits what is kept
+  Scheduler sched(opts, &runner);
+  std::mt19937 rng(43);
+  int64_t most_kept = 0;
+  for (int i = 0; i < 25; ++i) {
+    std::vector<int32_t> prompt(8 + rng() % 30);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    auto r = MakeRequest("f" + std::to_string(i), prompt, 1 + rng() % 6);
+    REQUIRE(sched.Submit(r).ok());
+    RunUntilIdle(sched);
+    std::vector<int32_t> none;
+    CHECK(Collect(*r, &none).reason == FinishReason::kLength);
+    sched.RunOnce();  // carries the releases of evicted states
+    const SchedulerSnapshot snap = sched.Snapshot();
+    INFO("i " << i << " kept " << snap.kept_states);
+    // The books hold every kept state's row pages (as the arena does) plus its 2 fixed pages.
+    CHECK(snap.used_pages == runner.exec().model().arena().used_pages() + 2 * snap.kept_states);
+    CHECK(snap.used_pages <= 12);
+    most_kept = std::max(most_kept, snap.kept_states);
+  }
+  CHECK(sched.Snapshot().preemptions == 0);
+  CHECK(most_kept >= 2);
+  // The fixed pages count against the prompt cache's budget too: 40 tokens keep no state that
+  // costs 2 x 16 token rows for its fixed state and 10 or more for its rows.
+  LocalRunner runner2(kNext, model::CacheOptions{16, 12});
+  opts.prompt_cache_tokens = 40;
+  Scheduler small(opts, &runner2);
+  auto r = MakeRequest("g", std::vector<int32_t>(12, 7), 3);
+  REQUIRE(small.Submit(r).ok());
+  RunUntilIdle(small);
+  CHECK(small.Snapshot().kept_states == 0);
+}
+
 TEST_CASE("scheduler: a resumed conversation gives the tokens of a cold run (glm_moe_dsa)", "[scheduler][prompt_cache]") {
   ResumeEqualsCold(kDsa, true);
 }

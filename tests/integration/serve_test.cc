@@ -8,6 +8,8 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_format.h"
+
 #include "cli/client.h"
 #include "model/causal_lm.h"
 #include "model/generate.h"
@@ -135,6 +137,72 @@ TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do n
   CHECK(Eventually([&] {
     return testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:kv_cache_usage_perc") == 0;
   }));
+}
+
+TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a tight one still serves exactly",
+          "[serve][kvpool]") {
+  const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--max-batch-tokens", "32",
+                                          "--parallel", "4", "--cache-gib", "0"};
+  // First learn what a rank's weights and a page take (the worker reports room = memory - weights).
+  int64_t weight_bytes = 0, page_bytes = 0;
+  {
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), {"--memory-gib", "1"});
+    Server probe(kDsa, 2, args);
+    REQUIRE(probe.serving());
+    auto info = cli::GetServerInfo(probe.address());
+    REQUIRE(info.ok());
+    weight_bytes = (int64_t{1} << 30) - info->ranks(0).room_bytes();
+    page_bytes = info->ranks(0).page_bytes();
+    CHECK(info->kv_pages() * page_bytes <= info->ranks(0).room_bytes());
+    CHECK(info->prompt_cache_tokens() == 0);
+  }
+  REQUIRE(weight_bytes > 0);
+  REQUIRE(page_bytes > 0);
+  // Room for 12.5 pages: the engine's own window (96 / 16 + 1 = 7 pages), a page for each of the
+  // 3 other lanes, 2 more so the pool holds the rows of the 2 windows the room would hold: 8
+  // requests of up to ~70 tokens must preempt, and still give their tokens alone.
+  const double gib = static_cast<double>(weight_bytes + 12 * page_bytes + page_bytes / 2) / static_cast<double>(int64_t{1} << 30);
+  std::vector<std::string> args = shape;
+  args.insert(args.end(), {"--memory-gib", absl::StrFormat("%.15f", gib)});
+  Server server(kDsa, 2, args);
+  REQUIRE(server.serving());
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  CHECK(info->kv_layout() == "pages");
+  CHECK(info->kv_pages() == 12);
+  const testing::Workload w = testing::MakeWorkload(kDsa, 8, 23, 10, 40, 8, 20);
+  std::vector<std::vector<int32_t>> got(8);
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto res = Run(server.address(), Greedy(w.prompts[i], static_cast<int>(w.max_tokens[i])));
+      if (res.ok()) {
+        got[i].assign(res->token_ids().begin(), res->token_ids().end());
+      } else {
+        errors[i] = std::string(res.status().message());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 8; ++i) {
+    INFO("request " << i << ": " << errors[i]);
+    CHECK(got[i] == w.alone[i]);
+  }
+  CHECK(testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:num_preemptions_total") > 0);
+}
+
+TEST_CASE("serve: a room the plan cannot serve is refused at start with the numbers", "[serve][kvpool]") {
+  Server server(kDsa, 2, {"--memory-gib", "0.0001", "--context", "96", "--page-size", "16"});
+  CHECK_FALSE(server.serving());
+  int status = 0;
+  CHECK(server.process().Wait(std::chrono::seconds(20), &status));
+  const std::string log = server.process().Log();
+  INFO(log);
+  CHECK(log.find("cannot serve this configuration") != std::string::npos);
+  CHECK(log.find("--context 96 needs") != std::string::npos);
+  CHECK(log.find("leaves 0.00 GiB") != std::string::npos);
 }
 
 TEST_CASE("serve: the prompt cache resumes a conversation with the tokens of a cold run", "[serve]") {
@@ -276,11 +344,18 @@ TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
     INFO(name);
     CHECK(testing::MetricValue(before, name) >= 0);
   }
-  // Every rank reported its room, and the coordinator logged the plan for the smallest.
+  // Every rank reported its room; the coordinator planned the pool for the smallest and sized
+  // the arenas with it (pages at two ranks; the prompt cache on by default).
   auto info = cli::GetServerInfo(server.address());
   REQUIRE(info.ok());
-  for (const auto& rank : info->ranks()) CHECK(rank.room_bytes() > 0);
-  CHECK(server.process().Log().find("KV plan (pages, bf16 cache") != std::string::npos);
+  for (const auto& rank : info->ranks()) {
+    CHECK(rank.room_bytes() > 0);
+    CHECK(rank.page_bytes() > 0);
+  }
+  CHECK(info->kv_layout() == "pages");
+  CHECK(info->kv_pages() > 0);
+  CHECK(info->prompt_cache_tokens() > 0);
+  CHECK(server.process().Log().find("KV plan (pages, ") != std::string::npos);
   REQUIRE(Run(server.address(), Greedy({5, 6, 7}, 5)).ok());
   const std::string after = testing::ScrapeMetrics(server.metrics_port());
   auto delta = [&](const std::string& series) {
@@ -298,10 +373,14 @@ TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
   const std::string w1 = testing::ScrapeMetrics(server.metrics_port() + 2);
   CHECK(testing::MetricValue(w1, "ferry_worker:step_time_seconds_count{rank=\"1\"}") >= 5);
   CHECK(testing::MetricValue(w1, "ferry_worker:dataplane_bytes_total{rank=\"1\"}") > 0);
+  // The finished conversation stays on the workers for the prompt cache, holding pool pages.
   CHECK(Eventually([&] {
     return testing::MetricValue(testing::ScrapeMetrics(server.metrics_port() + 2),
-                                "ferry_worker:live_sequences{rank=\"1\"}") == 0;
+                                "ferry_worker:live_sequences{rank=\"1\"}") == 1;
   }));
+  auto after_info = cli::GetServerInfo(server.address());
+  REQUIRE(after_info.ok());
+  CHECK(after_info->kv_used_pages() == 1);
 }
 
 TEST_CASE("serve: a killed worker is reported, serve exits non-zero", "[serve]") {
