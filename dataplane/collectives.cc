@@ -204,4 +204,31 @@ absl::Status Broadcast(DataPlane& dp, int root, void* data, size_t bytes, uint64
                  : Annotate(absl::StrCat("Broadcast of ", bytes, " bytes from rank ", root), dp, st);
 }
 
+absl::Status AllToAll(DataPlane& dp, const std::vector<const void*>& send, const std::vector<size_t>& send_bytes,
+                      const std::vector<void*>& recv, const std::vector<size_t>& recv_bytes, uint64_t tag,
+                      std::chrono::milliseconds timeout) {
+  const int world = dp.world();
+  if (static_cast<int>(send.size()) != world || send_bytes.size() != send.size() ||
+      static_cast<int>(recv.size()) != world || recv_bytes.size() != recv.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("AllToAll on rank ", dp.rank(), " of ", world, ": ", send.size(),
+                                                   " send and ", recv.size(), " receive buffers"));
+  }
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::vector<Pending> pending;
+  for (int q = 0; q < world; ++q) {
+    if (q == dp.rank() || recv_bytes[q] == 0) continue;
+    if (absl::Status st = PostRecv(dp, pending, q, tag, recv[q], recv_bytes[q]); !st.ok()) {
+      return Annotate("AllToAll", dp, st);
+    }
+  }
+  for (int q = 0; q < world; ++q) {
+    if (q == dp.rank() || send_bytes[q] == 0) continue;
+    if (absl::Status st = PostSend(dp, pending, q, tag, send[q], send_bytes[q]); !st.ok()) {
+      return Annotate("AllToAll", dp, st);
+    }
+  }
+  if (absl::Status st = WaitAll(pending, deadline); !st.ok()) return Annotate("AllToAll", dp, st);
+  return absl::OkStatus();
+}
+
 }  // namespace ferry::dataplane

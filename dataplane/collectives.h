@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "dataplane/dataplane.h"
@@ -48,5 +49,15 @@ inline constexpr std::chrono::milliseconds kDefaultCollectiveTimeout = std::chro
 [[nodiscard]] absl::Status Broadcast(DataPlane& dp, int root, void* data, size_t bytes,
                                      uint64_t tag,
                                      std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
+
+// Point-to-point exchange with every peer at once: send[q] (send_bytes[q] bytes) goes to rank q,
+// recv[q] receives exactly recv_bytes[q] bytes from rank q (a different size is
+// INVALID_ARGUMENT naming both). Entries for this rank are ignored; 0 bytes posts nothing for
+// that peer. Receives are posted before sends, so any order of callers completes.
+// REQUIRES: the vectors have world() entries.
+[[nodiscard]] absl::Status AllToAll(DataPlane& dp, const std::vector<const void*>& send,
+                                    const std::vector<size_t>& send_bytes, const std::vector<void*>& recv,
+                                    const std::vector<size_t>& recv_bytes, uint64_t tag,
+                                    std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
 
 }  // namespace ferry::dataplane

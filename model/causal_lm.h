@@ -47,6 +47,27 @@ class SequenceState {
   // RESOURCE_EXHAUSTED / INVALID_ARGUMENT when the copy page cannot be had.
   virtual absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const = 0;
   absl::StatusOr<std::unique_ptr<SequenceState>> Clone() const { return ForkAt(length()); }
+  // ForkAt under the latent split: the partial page's latent part is copied into
+  // latent_copy_page of this rank's latent arena (a page the owner's books chose; -1: the arena
+  // picks one). A rank that does not hold the latent rows ignores it. Without an owner this is
+  // ForkAt(length, copy_page). Errors: ForkAt's; UNIMPLEMENTED for a family without the split.
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
+                                                                     int32_t latent_copy_page) const;
+
+  // The latent split (seed 000 step 2, docs/owner-split.md). A conversation's MLA latent rows
+  // live on its owner rank only; the default owner -1 means every rank holds them (the
+  // replicated layout). `borrowed`: every rank holds them for now (a prompt's fill) until
+  // SetLatentOwner(owner, false) drops the other ranks' copies and their pages. With an owner,
+  // AdoptPages() fills only the replicated part's table and AdoptLatentPages() the latent one.
+  // Errors: FAILED_PRECONDITION for a change other than setting the owner of an empty
+  // conversation or ending its borrow (nothing changes); UNIMPLEMENTED for a family without it.
+  virtual absl::Status SetLatentOwner(int owner, bool borrowed);
+  virtual int latent_owner() const { return -1; }
+  virtual bool latent_borrowed() const { return false; }
+  // Appends pages of this rank's latent arena (the owner's, or a borrower's) to the latent table.
+  virtual absl::Status AdoptLatentPages(std::span<const int32_t> pages);
+  // Page ids of the latent table (the replicated layout: the same as Pages()).
+  virtual std::vector<int32_t> LatentPages() const { return Pages(); }
 };
 
 // A piece of one step: `tokens` appended to `state` at positions length()...
@@ -84,6 +105,17 @@ class CausalLM {
   void set_weight_bytes(int64_t b) { weight_bytes_ = b; }
 
   virtual std::unique_ptr<SequenceState> NewSequence() const = 0;
+
+  // Fixes the arena of a model loaded with a growing one (CacheOptions::capacity_pages -1) at
+  // `pages` pages, allocated at once: the coordinator's plan sized it after every rank reported
+  // its room. Errors: PageArena::SetCapacity's; UNIMPLEMENTED for a backend without it.
+  virtual absl::Status SizeArena(int64_t pages);
+  // The same with the latent part of a page in an arena of its own size (the latent split).
+  // latent_pages == pages is SizeArena(pages).
+  virtual absl::Status SizeArenas(int64_t pages, int64_t latent_pages);
+  // Bytes one page of the arena takes, and one conversation's fixed state (what Ready reports).
+  virtual int64_t page_bytes() const;
+  int64_t fixed_bytes_per_sequence() const { return NewSequence()->fixed_bytes(); }
 
   // Runs one step over the segments. Each segment's rows see their own conversation's earlier
   // tokens and the earlier tokens of the same segment (causal); segments never see each other,

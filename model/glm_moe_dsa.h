@@ -13,26 +13,52 @@
 #include "model/ffn.h"
 #include "model/mla.h"
 #include "model/paged_cache.h"
+#include "model/step_rows.h"
 
 namespace ferry::model {
 
-// Per conversation, on its pages: for every layer a row per token, [c (L) | k_pe (P)], followed
-// on full indexer layers by the indexer key [Di].
+// Per conversation, on two page tables of the same page size: the latent table holds, for every
+// layer, a row per token [c (L) | k_pe (P)]; the key table holds on full indexer layers the
+// indexer key [Di]. The replicated layout (owner -1) fills both on every rank with the same page
+// ids; under the latent split (SetLatentOwner) the key table stays on every rank and the latent
+// table only on the ranks that hold the rows (the owner; every rank while borrowed).
 class DsaSequence final : public SequenceState {
  public:
-  explicit DsaSequence(std::shared_ptr<PageArena> arena) : rows_(std::make_unique<PagedRows>(std::move(arena))) {}
+  DsaSequence(std::shared_ptr<PageArena> keys, std::shared_ptr<PageArena> latent, int rank)
+      : keys_(std::make_unique<PagedRows>(std::move(keys))),
+        latent_(std::make_unique<PagedRows>(std::move(latent))),
+        rank_(rank) {}
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
   absl::Status RewindTo(int64_t position) override;
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
-  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_->Adopt(pages); }
-  std::vector<int32_t> Pages() const override { return rows_->pages(); }
-  const PagedRows& rows() const { return *rows_; }
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
+                                                             int32_t latent_copy_page) const override;
+  absl::Status AdoptPages(std::span<const int32_t> pages) override;
+  std::vector<int32_t> Pages() const override { return keys_->pages(); }
+  absl::Status SetLatentOwner(int owner, bool borrowed) override;
+  int latent_owner() const override { return owner_; }
+  bool latent_borrowed() const override { return borrowed_; }
+  absl::Status AdoptLatentPages(std::span<const int32_t> pages) override;
+  std::vector<int32_t> LatentPages() const override { return latent_->pages(); }
+  // Whether this rank holds the latent rows.
+  bool holds_latent() const { return owner_ < 0 || borrowed_ || owner_ == rank_; }
 
  private:
   friend class GlmMoeDsa;
   int64_t length_ = 0;
-  std::unique_ptr<PagedRows> rows_;
+  std::unique_ptr<PagedRows> keys_;
+  std::unique_ptr<PagedRows> latent_;
+  int rank_ = 0;
+  int owner_ = -1;
+  bool borrowed_ = false;
+};
+
+// What the latent split moved on this rank (counters since load).
+struct OwnerSplitStats {
+  int64_t rows_shipped = 0;   // row-layers whose queries this rank sent to their owner
+  int64_t rows_served = 0;    // row-layers this rank attended for another rank's heads
+  int64_t floats_sent = 0;    // queries and attended latents sent
 };
 
 class GlmMoeDsa final : public CausalLM {
@@ -43,7 +69,13 @@ class GlmMoeDsa final : public CausalLM {
                                                          const CacheOptions& cache = {});
 
   const ModelConfig& config() const override { return config_; }
-  const PageArena& arena() const override { return *arena_; }
+  // The key arena (replicated part); the latent arena is latent_arena().
+  const PageArena& arena() const override { return *keys_arena_; }
+  const PageArena& latent_arena() const { return *latent_arena_; }
+  absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
+  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
+  int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
+  const OwnerSplitStats& owner_split_stats() const { return split_stats_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 
@@ -66,7 +98,15 @@ class GlmMoeDsa final : public CausalLM {
 
   ModelConfig config_;
   TensorParallel tp_;
-  std::shared_ptr<PageArena> arena_;
+  // Attention of one layer under the latent split: o_lat [R, heads, L] for every row, the rows
+  // of conversations this rank does not hold attended by their owners (one exchange of queries
+  // and one of results with every peer).
+  absl::Status AttendSplit(const Layer& L, const MlaProjections& proj, const std::vector<DsaSequence*>& seqs,
+                           const StepRows& rows, const RowOf& latent_of,
+                           const std::vector<std::vector<int32_t>>& sel, float* o_lat);
+
+  std::shared_ptr<PageArena> keys_arena_, latent_arena_;
+  OwnerSplitStats split_stats_;
   Weight embed_;    // [vocab, hidden]
   Weight norm_;     // [hidden]
   Weight lm_head_;  // [vocab, hidden]

@@ -79,16 +79,15 @@ void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64
   }
 }
 
-void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
-               const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* out) {
-  const int64_t H = w.heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
-                V = c.v_head_dim;
+void MlaAttendLatent(const ModelConfig& c, int64_t heads, const float* q_abs, const float* q_pe,
+                     std::span<const int64_t> rows_idx, const RowOf& latent_of,
+                     const std::vector<std::vector<int32_t>>& sel, float* o_lat) {
+  const int64_t H = heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(N + P));
-  std::vector<float> o_lat(static_cast<size_t>(H * L));
-  std::vector<float> o_v(static_cast<size_t>(rows * H * V));
   std::vector<float> scratch, gathered;
   std::vector<int32_t> order;
-  for (int64_t r = 0; r < rows; ++r) {
+  for (size_t i = 0; i < rows_idx.size(); ++i) {
+    const int64_t r = rows_idx[i];
     // Gather the selected rows (from whatever pages hold them) in selection order; the op then
     // sees exactly the values and order of a contiguous cache.
     const int64_t n = static_cast<int64_t>(sel[r].size());
@@ -99,13 +98,30 @@ void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& 
       order[j] = static_cast<int32_t>(j);
     }
     scratch.resize(static_cast<size_t>(n));
-    cpu::MlaAttendRow(p.q_abs.data() + r * H * L, p.q_pe.data() + r * H * P, H, L, P, gathered.data(), L + P,
-                      order.data(), n, scale, o_lat.data(), scratch.data());
+    const int64_t k = static_cast<int64_t>(i);
+    cpu::MlaAttendRow(q_abs + k * H * L, q_pe + k * H * P, H, L, P, gathered.data(), L + P, order.data(), n, scale,
+                      o_lat + k * H * L, scratch.data());
+  }
+}
+
+void MlaOutput(const MlaWeights& w, const ModelConfig& c, const float* o_lat, int64_t rows, float* out) {
+  const int64_t H = w.heads, L = c.kv_lora_rank, V = c.v_head_dim;
+  std::vector<float> o_v(static_cast<size_t>(rows * H * V));
+  for (int64_t r = 0; r < rows; ++r) {
     for (int64_t h = 0; h < H; ++h) {
-      cpu::Linear(o_lat.data() + h * L, 1, L, w.w_uv.ptr() + h * V * L, V, o_v.data() + (r * H + h) * V);
+      cpu::Linear(o_lat + (r * H + h) * L, 1, L, w.w_uv.ptr() + h * V * L, V, o_v.data() + (r * H + h) * V);
     }
   }
   cpu::Linear(o_v.data(), rows, H * V, w.o_proj.ptr(), c.hidden_size, out);
+}
+
+void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
+               const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* out) {
+  std::vector<int64_t> all(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) all[r] = r;
+  std::vector<float> o_lat(static_cast<size_t>(rows * w.heads * c.kv_lora_rank));
+  MlaAttendLatent(c, w.heads, p.q_abs.data(), p.q_pe.data(), all, latent_of, sel, o_lat.data());
+  MlaOutput(w, c, o_lat.data(), rows, out);
 }
 
 }  // namespace ferry::model

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -60,5 +61,16 @@ void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64
 // REQUIRES: every sel[r] is non-empty and names rows already written.
 void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
                const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* out);
+
+// MlaAttend in its two halves, for the latent split (the owner of a conversation's rows attends
+// for another rank's heads; docs/owner-split.md):
+// The attended latents o_lat [n, heads, L] of the rows `rows_idx` (indices into sel and
+// latent_of's row argument), from their queries q_abs [n, heads, L] and q_pe [n, heads, P]
+// (packed in the order of rows_idx). The values and summation order are MlaAttend's.
+void MlaAttendLatent(const ModelConfig& c, int64_t heads, const float* q_abs, const float* q_pe,
+                     std::span<const int64_t> rows_idx, const RowOf& latent_of,
+                     const std::vector<std::vector<int32_t>>& sel, float* o_lat);
+// W_UV per head, then o_proj: out [R, hidden] from o_lat [R, heads, L].
+void MlaOutput(const MlaWeights& w, const ModelConfig& c, const float* o_lat, int64_t rows, float* out);
 
 }  // namespace ferry::model

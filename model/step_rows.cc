@@ -20,8 +20,15 @@ StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const 
 
 absl::Status ReserveStep(std::span<const ForwardSegment> segments, std::span<PagedRows* const> tables,
                          std::span<const int64_t> lengths) {
-  for (size_t s = 0; s < segments.size(); ++s) {
-    absl::Status st = tables[s]->Reserve(lengths[s] + static_cast<int64_t>(segments[s].tokens.size()));
+  std::vector<int64_t> adds;
+  for (const ForwardSegment& seg : segments) adds.push_back(static_cast<int64_t>(seg.tokens.size()));
+  return ReserveRows(tables, lengths, adds);
+}
+
+absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int64_t> lengths,
+                         std::span<const int64_t> adds) {
+  for (size_t s = 0; s < tables.size(); ++s) {
+    absl::Status st = tables[s]->Reserve(lengths[s] + adds[s]);
     if (!st.ok()) {
       for (size_t k = 0; k < s; ++k) (void)tables[k]->Truncate(lengths[k]);
       return st;

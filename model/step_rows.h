@@ -31,6 +31,9 @@ StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const 
 // every conversation and the arena as they were; the arena's error is returned.
 absl::Status ReserveStep(std::span<const ForwardSegment> segments, std::span<PagedRows* const> tables,
                          std::span<const int64_t> lengths);
+// The same for tables that need not be one a segment: table i grows to lengths[i] + adds[i].
+absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int64_t> lengths,
+                         std::span<const int64_t> adds);
 
 // x [R, hidden] <- the embedding row of every token of every segment, in order.
 void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x);

@@ -4,6 +4,10 @@
 
 namespace ferry::model {
 
+absl::Status Collective::Exchange(const std::vector<std::span<const float>>&, const std::vector<std::span<float>>&) {
+  return absl::UnimplementedError("this collective cannot exchange buffers between ranks");
+}
+
 absl::Status CheckDivisible(const std::string& what, int64_t n, int world) {
   if (world < 1) return absl::InvalidArgumentError(absl::StrCat("tensor-parallel width ", world, " is not >= 1"));
   if (n % world != 0) {

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -20,6 +22,13 @@ class Collective {
   // same bits and a repeated run reproduces them. Every rank calls it with the same n, in the
   // same sequence of calls.
   virtual absl::Status AllReduceSum(float* data, int64_t n) = 0;
+  // Point-to-point exchange with every other rank at once: send[q] goes to rank q, recv[q] is
+  // filled from what rank q sent to this rank (send[rank] and recv[rank] are ignored). Both
+  // sides know every size in advance (a size mismatch is INVALID_ARGUMENT naming both); an
+  // empty span sends or expects nothing. Every rank calls it in the same sequence of calls.
+  // UNIMPLEMENTED where the collective has no point-to-point transport.
+  virtual absl::Status Exchange(const std::vector<std::span<const float>>& send,
+                                const std::vector<std::span<float>>& recv);
 };
 
 struct TensorParallel {

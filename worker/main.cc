@@ -56,10 +56,27 @@ class DataPlaneCollective final : public ferry::model::Collective {
     bytes_ += floats * static_cast<int64_t>(sizeof(float));
     return ferry::dataplane::AllReduceSum(*dp_, data, static_cast<size_t>(n), kTag);
   }
+  absl::Status Exchange(const std::vector<std::span<const float>>& send,
+                        const std::vector<std::span<float>>& recv) override {
+    std::vector<const void*> sp;
+    std::vector<void*> rp;
+    std::vector<size_t> sb, rb;
+    for (size_t q = 0; q < send.size(); ++q) {
+      sp.push_back(send[q].data());
+      sb.push_back(send[q].size_bytes());
+      if (static_cast<int>(q) != dp_->rank()) bytes_ += static_cast<int64_t>(send[q].size_bytes());
+    }
+    for (const auto& r : recv) {
+      rp.push_back(r.data());
+      rb.push_back(r.size_bytes());
+    }
+    return ferry::dataplane::AllToAll(*dp_, sp, sb, rp, rb, kExchangeTag);
+  }
   int64_t TakeBytes() { return std::exchange(bytes_, 0); }
 
  private:
   static constexpr uint64_t kTag = 1;
+  static constexpr uint64_t kExchangeTag = 2;
   ferry::dataplane::DataPlane* dp_;
   int64_t bytes_ = 0;
 };
@@ -124,7 +141,7 @@ int main(int argc, char** argv) {
   DataPlaneCollective collective(dp->get());
   model::CacheOptions cache;
   if (conf.page_size() > 0) cache.page_size = conf.page_size();
-  if (conf.kv_pages() > 0) cache.capacity_pages = conf.kv_pages();
+  // The arena grows until the coordinator's plan fixes its size (the Arena message).
   auto model = model::LoadCausalLM(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache);
   if (!model.ok()) {
     FERRY_LOG(ERROR) << "rank " << rank << ": " << model.status().message();
@@ -173,6 +190,8 @@ int main(int argc, char** argv) {
   }
   hello.mutable_ready()->set_weight_bytes(exec.model().weight_bytes());
   hello.mutable_ready()->set_room_bytes(std::max<int64_t>(0, memory - exec.model().weight_bytes()));
+  hello.mutable_ready()->set_page_bytes(exec.model().page_bytes());
+  hello.mutable_ready()->set_fixed_bytes(exec.model().fixed_bytes_per_sequence());
   if (!stream->Write(hello)) {
     FERRY_LOG(ERROR) << "rank " << rank << ": the coordinator closed the step stream";
     return 1;
@@ -185,6 +204,20 @@ int main(int argc, char** argv) {
       stream->WritesDone();
       (void)stream->Finish();
       return 0;
+    }
+    if (msg.has_arena()) {
+      cpb::WorkerMessage out;
+      out.mutable_result()->set_rank(rank);
+      absl::Status st = exec.SizeArena(msg.arena().pages());
+      if (st.ok()) {
+        FERRY_LOG(INFO) << "rank " << rank << ": KV arena of " << msg.arena().pages() << " pages ("
+                        << msg.arena().pages() * exec.model().page_bytes() << " bytes)";
+      } else {
+        FERRY_LOG(ERROR) << "rank " << rank << ": KV arena: " << st.message();
+        out.mutable_result()->set_error(std::string(st.message()));
+      }
+      if (!stream->Write(out)) break;
+      continue;
     }
     const cpb::StepCommand& cmd = msg.step();
     worker::Step step;

@@ -148,6 +148,50 @@ TEST_CASE("AllGather and Broadcast over local ranks", "[dataplane]") {
   }
 }
 
+TEST_CASE("AllToAll delivers each pair's buffer of its own size, and refuses a size mismatch", "[dataplane]") {
+  constexpr int kWorld = 4;
+  // Rank r sends rank q (q != r) 3 * q + r bytes of the letter 'a' + r; rank 2 sends nothing to 0.
+  auto size = [](int from, int to) -> size_t { return from == 2 && to == 0 ? 0 : 3 * to + from; };
+  std::vector<std::vector<std::string>> got(kWorld, std::vector<std::string>(kWorld));
+  auto statuses = RunLocal(kWorld, [&](DataPlane& dp) -> absl::Status {
+    const int r = dp.rank();
+    std::vector<std::string> out(kWorld), in(kWorld);
+    std::vector<const void*> sp(kWorld);
+    std::vector<void*> rp(kWorld);
+    std::vector<size_t> sb(kWorld), rb(kWorld);
+    for (int q = 0; q < kWorld; ++q) {
+      if (q == r) continue;
+      out[q] = std::string(size(r, q), static_cast<char>('a' + r));
+      in[q] = std::string(size(q, r), '?');
+      sp[q] = out[q].data();
+      sb[q] = out[q].size();
+      rp[q] = in[q].data();
+      rb[q] = in[q].size();
+    }
+    FERRY_RETURN_IF_ERROR(AllToAll(dp, sp, sb, rp, rb, 5, milliseconds(5000)));
+    got[r] = in;
+    return absl::OkStatus();
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    INFO("rank " << r << ": " << statuses[r].ToString());
+    REQUIRE(statuses[r].ok());
+    for (int q = 0; q < kWorld; ++q) {
+      if (q != r) CHECK(got[r][q] == std::string(size(q, r), static_cast<char>('a' + q)));
+    }
+  }
+  // Rank 1 expects 8 bytes from rank 0, which sends 4: the receiver names both sizes.
+  auto bad = RunLocal(2, [&](DataPlane& dp) -> absl::Status {
+    std::string out(dp.rank() == 0 ? 4 : 2, 'x'), in(dp.rank() == 1 ? 8 : 2, '?');
+    std::vector<const void*> sp = {out.data(), out.data()};
+    std::vector<void*> rp = {in.data(), in.data()};
+    std::vector<size_t> sb = {out.size(), out.size()}, rb = {in.size(), in.size()};
+    return AllToAll(dp, sp, sb, rp, rb, 6, milliseconds(2000));
+  });
+  CHECK(bad[0].ok());
+  CHECK(bad[1].code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(bad[1].message()).find("sent 4 bytes where 8 were expected") != std::string::npos);
+}
+
 TEST_CASE("Collectives fail instead of hanging when ranks are missing or disagree",
           "[dataplane]") {
   SECTION("a rank that never joins: DEADLINE_EXCEEDED after the timeout") {

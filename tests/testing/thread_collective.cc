@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace ferry::testing {
 
 class ThreadGroup::Rank final : public model::Collective {
@@ -19,6 +21,24 @@ class ThreadGroup::Rank final : public model::Collective {
     std::copy(sum_.begin(), sum_.end(), data);
     return absl::OkStatus();
   }
+  absl::Status Exchange(const std::vector<std::span<const float>>& send,
+                        const std::vector<std::span<float>>& recv) override {
+    g_->sends_[r_] = &send;
+    g_->barrier_.arrive_and_wait();  // every rank's sends are published
+    absl::Status st;
+    for (int q = 0; q < g_->world_; ++q) {
+      if (q == r_) continue;
+      const std::span<const float> from = (*g_->sends_[q])[static_cast<size_t>(r_)];
+      if (from.size() != recv[q].size()) {
+        st = absl::InvalidArgumentError(absl::StrCat("rank ", q, " sent ", from.size(), " floats to rank ", r_,
+                                                     ", which expected ", recv[q].size()));
+        continue;
+      }
+      std::copy(from.begin(), from.end(), recv[q].begin());
+    }
+    g_->barrier_.arrive_and_wait();  // nobody reads a send buffer after this
+    return st;
+  }
 
  private:
   ThreadGroup* g_;
@@ -30,7 +50,8 @@ ThreadGroup::~ThreadGroup() = default;
 
 model::Collective* ThreadGroup::rank(int r) { return ranks_[r].get(); }
 
-ThreadGroup::ThreadGroup(int world) : world_(world), barrier_(world), slots_(static_cast<size_t>(world)) {
+ThreadGroup::ThreadGroup(int world)
+    : world_(world), barrier_(world), slots_(static_cast<size_t>(world)), sends_(static_cast<size_t>(world)) {
   for (int r = 0; r < world; ++r) ranks_.push_back(std::make_unique<Rank>(this, r));
 }
 

@@ -5,6 +5,7 @@
 
 #include <barrier>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "model/tensor_parallel.h"
@@ -23,6 +24,7 @@ class ThreadGroup {
   int world_;
   std::barrier<> barrier_;
   std::vector<float*> slots_;
+  std::vector<const std::vector<std::span<const float>>*> sends_;  // Exchange: each rank's send list
   std::vector<std::unique_ptr<Rank>> ranks_;
 };
 

@@ -1,0 +1,165 @@
+// The latent split on the CPU reference (seed 000 step 2, docs/owner-split.md): with each
+// conversation's latent rows on its owner rank only, and the other ranks shipping their heads'
+// queries to the owner, every logit is bit-identical to the replicated engine's at the same
+// width, through decode rows, prefill chunks attended remotely, a borrowed fill and a fork, with
+// prompts past index_topk (the indexer is sparse).
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu/ops.h"
+#include "model/causal_lm.h"
+#include "model/glm_moe_dsa.h"
+#include "tests/catch.h"
+#include "tests/testing/thread_collective.h"
+
+namespace ferry::model {
+namespace {
+
+const std::string kDsa = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
+
+std::vector<int32_t> Prompt(int n, int salt) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back(static_cast<int32_t>(3 + (i * 37 + salt * 101) % 370));
+  return p;
+}
+
+struct RankResult {
+  absl::Status status;
+  std::vector<std::vector<float>> logits;  // per step
+  OwnerSplitStats stats;
+  int64_t latent_used = 0, keys_used = 0;  // at the end
+  std::vector<int64_t> latent_held;        // latent pages each conversation holds at the end
+};
+
+// Runs one script on `world` ranks; split: the conversations get owners (A: rank 1 % W from its
+// first token, B: rank 0 with a borrowed fill, D: rank W - 1; C stays replicated).
+std::vector<RankResult> Run(int world, bool split) {
+  ferry::testing::ThreadGroup group(world);
+  std::vector<RankResult> out(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      RankResult& res = out[static_cast<size_t>(r)];
+      auto loaded = LoadCausalLM(kDsa, TensorParallel{r, world, group.rank(r)}, CacheOptions{16, -1});
+      if (!loaded.ok()) {
+        res.status = loaded.status();
+        return;
+      }
+      CausalLM& m = **loaded;
+      std::vector<std::unique_ptr<SequenceState>> seqs;
+      for (int i = 0; i < 4; ++i) seqs.push_back(m.NewSequence());
+      SequenceState *A = seqs[0].get(), *B = seqs[1].get(), *C = seqs[2].get(), *D = seqs[3].get();
+      if (split) {
+        res.status.Update(A->SetLatentOwner(1 % world, false));
+        res.status.Update(B->SetLatentOwner(0, true));
+        res.status.Update(D->SetLatentOwner(world - 1, false));
+      }
+      std::vector<std::vector<int32_t>> next(4);  // the pending token of each conversation
+      auto step = [&](std::vector<std::pair<SequenceState*, std::vector<int32_t>>> pieces) {
+        if (!res.status.ok()) return;
+        std::vector<ForwardSegment> segs;
+        for (auto& [st, toks] : pieces) segs.push_back(ForwardSegment{st, toks, false});
+        auto fwd = m.Forward(segs);
+        if (!fwd.ok()) {
+          res.status = fwd.status();
+          return;
+        }
+        res.logits.push_back(fwd->logits);
+        for (size_t s = 0; s < pieces.size(); ++s) {
+          const int32_t tok = static_cast<int32_t>(
+              kernels::cpu::ArgMax(fwd->logits.data() + fwd->first_row[s] * fwd->vocab, fwd->vocab));
+          for (int i = 0; i < 4; ++i) {
+            if (pieces[s].first == seqs[static_cast<size_t>(i)].get()) next[static_cast<size_t>(i)] = {tok};
+          }
+        }
+      };
+      step({{A, Prompt(37, 1)}, {B, Prompt(45, 2)}});
+      if (split) res.status.Update(B->SetLatentOwner(0, false));  // the fill is over
+      const std::vector<int32_t> d = Prompt(55, 4);
+      step({{A, next[0]}, {B, next[1]}, {C, Prompt(20, 3)}, {D, std::vector<int32_t>(d.begin(), d.begin() + 30)}});
+      step({{A, next[0]}, {B, next[1]}, {C, next[2]}, {D, std::vector<int32_t>(d.begin() + 30, d.end())}});
+      for (int i = 0; i < 5; ++i) step({{A, next[0]}, {B, next[1]}, {C, next[2]}, {D, next[3]}});
+      // A fork of A (the prompt cache resuming it) at a page boundary's middle, with a new suffix.
+      std::unique_ptr<SequenceState> E;
+      if (res.status.ok()) {
+        auto fork = A->ForkSplitAt(A->length() - 5, -1, -1);
+        if (!fork.ok()) {
+          res.status = fork.status();
+        } else {
+          E = std::move(*fork);
+        }
+      }
+      if (E) {
+        step({{E.get(), Prompt(9, 5)}, {A, next[0]}, {D, next[3]}});
+        for (int i = 0; i < 3; ++i) step({{E.get(), {next[0][0]}}, {B, next[1]}});
+      }
+      if (auto* dsa = dynamic_cast<GlmMoeDsa*>(&m)) {
+        res.stats = dsa->owner_split_stats();
+        res.latent_used = dsa->latent_arena().used_pages();
+        res.keys_used = dsa->arena().used_pages();
+      }
+      for (auto* s : {A, B, C, D, E.get()}) {
+        res.latent_held.push_back(s ? static_cast<int64_t>(s->LatentPages().size()) : 0);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+TEST_CASE("owner split glm_moe_dsa: every logit equals the replicated engine's, bit for bit", "[owner_split][tp]") {
+  for (int world : {2, 4}) {
+    const std::vector<RankResult> rep = Run(world, false);
+    const std::vector<RankResult> split = Run(world, true);
+    for (int r = 0; r < world; ++r) {
+      INFO("W=" << world << " rank " << r << ": " << rep[r].status.message() << " / " << split[r].status.message());
+      REQUIRE(rep[r].status.ok());
+      REQUIRE(split[r].status.ok());
+      REQUIRE(split[r].logits.size() == rep[r].logits.size());
+      CHECK(split[r].logits.size() == 12);
+      for (size_t s = 0; s < rep[r].logits.size(); ++s) {
+        INFO("step " << s);
+        CHECK(split[r].logits[s] == rep[r].logits[s]);
+      }
+      // The replicated run moves nothing; the split one ships queries from every rank (each owns
+      // nothing of some conversation) and serves them on the owners.
+      CHECK(rep[r].stats.rows_shipped == 0);
+      CHECK(split[r].stats.rows_shipped > 0);
+      const bool owns = r == 0 || r == 1 % world || r == world - 1;
+      CHECK((split[r].stats.rows_served > 0) == owns);
+      // Latent pages are held only where the rows live: A (and its fork E) on 1 % W, B on 0
+      // after its borrowed fill, C everywhere, D on W - 1. The key tables are on every rank.
+      CHECK((split[r].latent_held[0] > 0) == (r == 1 % world));
+      CHECK((split[r].latent_held[1] > 0) == (r == 0));
+      CHECK(split[r].latent_held[2] > 0);
+      CHECK((split[r].latent_held[3] > 0) == (r == world - 1));
+      CHECK((split[r].latent_held[4] > 0) == (r == 1 % world));
+      CHECK(split[r].keys_used == rep[r].keys_used);
+      CHECK(split[r].latent_used < rep[r].latent_used);
+    }
+  }
+}
+
+TEST_CASE("owner split: owners change only on an empty conversation or at the end of a borrow", "[owner_split]") {
+  auto m = LoadCausalLM(kDsa, TensorParallel{}, CacheOptions{16, -1});
+  REQUIRE(m.ok());
+  auto s = (*m)->NewSequence();
+  REQUIRE(s->SetLatentOwner(0, true).ok());
+  std::vector<int32_t> p = Prompt(20, 1);
+  ForwardSegment seg{s.get(), p, false};
+  REQUIRE((*m)->Forward(std::span<const ForwardSegment>(&seg, 1)).ok());
+  CHECK(s->SetLatentOwner(1, false).code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(s->SetLatentOwner(0, true).ok());  // no change
+  CHECK(s->SetLatentOwner(0, false).ok());  // the borrow ends; rank 0 owns and keeps its rows
+  CHECK(s->LatentPages().size() == 2);
+  CHECK(s->SetLatentOwner(0, true).code() == absl::StatusCode::kFailedPrecondition);
+  // glm5_next keeps its latent rows everywhere for now.
+  auto next = LoadCausalLM(std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny");
+  REQUIRE(next.ok());
+  CHECK((*next)->NewSequence()->SetLatentOwner(1, false).code() == absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace ferry::model
