@@ -169,6 +169,7 @@ int RunServe() {
                                   absl::StrCat("--prompt_cache_tokens=", absl::GetFlag(FLAGS_prompt_cache_tokens)),
                                   absl::StrCat("--prompt_cache_gib=", absl::GetFlag(FLAGS_cache_gib)),
                                   "--kv_pages=" + absl::GetFlag(FLAGS_kv_pages),
+                                  absl::StrCat("--owner_split=", absl::GetFlag(FLAGS_owner_split) ? "true" : "false"),
                                   absl::StrCat("--ready_timeout_s=",
                                                static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))),
                                   absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),

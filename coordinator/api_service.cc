@@ -192,6 +192,9 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
   resp->set_kv_used_pages(s.used_pages);
   resp->set_page_size(static_cast<int32_t>(opts.page_size));
   resp->set_prompt_cache_tokens(opts.prompt_cache_tokens);
+  resp->set_owner_split(!s.latent_used_pages.empty());
+  resp->set_borrows_ended(s.borrows_ended);
+  resp->set_remote_fills(s.remote_fills);
   resp->set_steps(s.steps);
   resp->set_version("ferry 0.1");
   const std::vector<RankState> ranks = control_->Ranks();
@@ -204,6 +207,7 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
     ri->set_room_bytes(ranks[k].room_bytes);
     ri->set_page_bytes(ranks[k].page_bytes);
     ri->set_fixed_bytes(ranks[k].fixed_bytes);
+    if (k < s.latent_used_pages.size()) ri->set_latent_used_pages(s.latent_used_pages[k]);
   }
   return grpc::Status::OK;
 }

@@ -172,7 +172,19 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
     for (int32_t p : s.new_pages) seg->add_new_pages(p);
     seg->set_fork_from(s.fork_from);
     seg->set_fork_length(s.fork_length);
+    if (s.owner >= 0) {
+      seg->set_split(true);
+      seg->set_owner(s.owner);
+      seg->set_borrowed(s.borrowed);
+      for (size_t k = 0; k < s.latent_pages.size(); ++k) {
+        if (s.latent_pages[k].empty()) continue;
+        cpb::RankPages* rp = seg->add_latent_pages();
+        rp->set_rank(static_cast<int32_t>(k));
+        for (int32_t p : s.latent_pages[k]) rp->add_pages(p);
+      }
+    }
   }
+  for (uint64_t id : step.end_borrow) cmd->add_end_borrow(id);
   int64_t n_sampled = 0;
   for (const worker::StepSegment& s : step.segments) n_sampled += s.sample;
   FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, step.step_id, "step"));
@@ -252,9 +264,10 @@ absl::StatusOr<std::vector<cpb::StepResult>> ControlService::RoundTrip(const cpb
   return results;
 }
 
-absl::Status ControlService::SizeArenas(int64_t pages) {
+absl::Status ControlService::SizeArenas(int64_t pages, int64_t latent_pages) {
   cpb::CoordinatorMessage msg;
   msg.mutable_arena()->set_pages(pages);
+  msg.mutable_arena()->set_latent_pages(latent_pages);
   FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, 0, "arena"));
   for (size_t k = 0; k < results.size(); ++k) {
     if (!results[k].error().empty()) {

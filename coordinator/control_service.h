@@ -64,7 +64,7 @@ class ControlService final : public ferry::control::v1::Control::Service, public
   absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override;
   // Once every rank is ready and before the first step: every worker fixes its KV arena at
   // `pages` pages. An error names the rank that could not (its worker's message).
-  absl::Status SizeArenas(int64_t pages);
+  absl::Status SizeArenas(int64_t pages, int64_t latent_pages = 0);
   // Tells every ready worker to exit and releases the handlers.
   void Shutdown(const std::string& reason);
 

@@ -40,6 +40,9 @@ ABSL_FLAG(std::string, kv_pages, "auto",
 ABSL_FLAG(double, prompt_cache_gib, 16.0, "The prompt cache's budget a rank in GiB (0: no prompt cache)");
 ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
           "The prompt cache's budget in token rows (-1: the plan's share of --prompt-cache-gib; 0: none)");
+ABSL_FLAG(bool, owner_split, false,
+          "Keep each conversation's MLA latent rows on one owner rank; the others ship their queries to it "
+          "(seed 000 step 2; glm_moe_dsa from two ranks)");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
@@ -84,6 +87,13 @@ int main(int argc, char** argv) {
   opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
   opts.page_size = absl::GetFlag(FLAGS_page_size);
   opts.prompt_cache_any_prefix = config->family == model::Family::kGlmMoeDsa;
+  opts.world = world;
+  opts.owner_split = absl::GetFlag(FLAGS_owner_split) && world > 1;
+  if (opts.owner_split && config->family != model::Family::kGlmMoeDsa) {
+    fprintf(stderr, "ferry-coordinator: --owner-split is built for glm_moe_dsa only; %s keeps its latent rows on every rank\n",
+            model::FamilyName(config->family));
+    return 2;
+  }
   coordinator::PoolRequest pool_req;
   pool_req.explicit_pages = absl::GetFlag(FLAGS_kv_pool_pages);
   pool_req.explicit_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
@@ -171,7 +181,9 @@ int main(int argc, char** argv) {
         std::vector<coordinator::RankRoom> rooms;
         for (const coordinator::RankState& r : control.Ranks()) rooms.push_back({r.room_bytes, r.page_bytes, r.fixed_bytes});
         absl::StatusOr<coordinator::PoolChoice> pool = coordinator::ChoosePool(rooms, opts, pool_req);
-        if (pool.ok()) st = control.SizeArenas(pool->opts.kv_pages);
+        // The latent split's arenas hold as many latent pages as the pool has pages (its
+        // capacity gain is not planned yet: docs/owner-split.md).
+        if (pool.ok()) st = control.SizeArenas(pool->opts.kv_pages, pool->opts.owner_split ? pool->opts.kv_pages : 0);
         if (!pool.ok() || !st.ok()) {
           FERRY_LOG(ERROR) << "cannot serve this configuration: "
                            << (pool.ok() ? st.message() : pool.status().message());

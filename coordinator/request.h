@@ -76,6 +76,11 @@ struct Request {
   int64_t fed = 0;                 // tokens already in the workers' state
   std::vector<int32_t> generated;  // sampled tokens (the last one not yet fed)
   std::vector<int32_t> pages;      // pool pages holding its fed tokens (with a page pool)
+  // The latent split: the rank holding its latent rows (-1: every rank), whether every rank
+  // holds them for now (a borrowed fill), and each rank's latent pages (indexed by rank).
+  int owner = -1;
+  bool borrowed = false;
+  std::vector<std::vector<int32_t>> latent_pages;
   int64_t cached = 0;              // prompt tokens reused from the prompt cache
   std::optional<Clock::time_point> first_scheduled, first_token, last_token;
 };

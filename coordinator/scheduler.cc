@@ -22,7 +22,14 @@ void Scheduler::Configure(SchedulerOptions opts) {
   opts_ = opts;
   books_.reset();
   cache_.reset();
+  latent_books_.clear();
   if (opts_.kv_pages > 0) books_ = std::make_unique<kvpool::PageBooks>(opts_.kv_pages);
+  if (books_ && opts_.owner_split && opts_.world > 1) {
+    for (int k = 0; k < opts_.world; ++k) {
+      latent_books_.push_back(std::make_unique<kvpool::PageBooks>(opts_.latent_pages > 0 ? opts_.latent_pages
+                                                                                           : opts_.kv_pages));
+    }
+  }
   if (opts_.prompt_cache_tokens > 0) {
     cache_ = std::make_unique<PromptCache>(opts_.prompt_cache_tokens, opts_.prompt_cache_any_prefix,
                                            books_ ? opts_.kept_fixed_pages * opts_.page_size : 0);
@@ -73,6 +80,10 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   s.used_pages = used_pages_;
   s.preemptions = preemptions_count_;
   s.kept_states = kept_states_;
+  s.latent_used_pages = latent_used_;
+  s.borrows_ended = borrows_ended_copy_;
+  s.remote_fills = remote_fills_copy_;
+  s.borrows_cut = borrows_cut_copy_;
   s.serving = serving_;
   s.failure = failure_;
   return s;
@@ -102,6 +113,7 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
     // A kept fixed state holds pool pages of its own: other kept states give way for them.
     std::vector<int32_t> fixed;
     const bool keep = cache_ && (reason == FinishReason::kStop || reason == FinishReason::kLength) && r->fed > 0;
+    if (keep && r->borrowed) EndBorrow(*r);  // a kept state holds its latent rows on its owner only
     if (keep && books_ && opts_.kept_fixed_pages > 0) {
       while (books_->free_pages() < opts_.kept_fixed_pages && EvictKept(0)) {
       }
@@ -117,6 +129,10 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
       kept_pages_[r->seq_id] = std::move(r->pages);
       r->pages.clear();
       kept_pages_[r->seq_id].insert(kept_pages_[r->seq_id].end(), fixed.begin(), fixed.end());
+      if (split() && r->owner >= 0) {
+        kept_latent_[r->seq_id] = {r->owner, std::move(r->latent_pages[static_cast<size_t>(r->owner)])};
+        r->latent_pages[static_cast<size_t>(r->owner)].clear();
+      }
       for (uint64_t id : dropped) DropKept(id);
     } else {
       if (books_ && !fixed.empty()) (void)books_->Release(fixed);
@@ -132,6 +148,22 @@ void Scheduler::DropKept(uint64_t seq_id) {
   if (it == kept_pages_.end()) return;
   if (books_ && !it->second.empty()) (void)books_->Release(it->second);
   kept_pages_.erase(it);
+  if (auto lt = kept_latent_.find(seq_id); lt != kept_latent_.end()) {
+    if (!lt->second.second.empty()) (void)latent_books_[static_cast<size_t>(lt->second.first)]->Release(lt->second.second);
+    kept_latent_.erase(lt);
+  }
+}
+
+void Scheduler::EndBorrow(Request& r, bool cut) {
+  if (cut) ++borrows_cut_;
+  for (size_t k = 0; k < r.latent_pages.size(); ++k) {
+    if (static_cast<int>(k) == r.owner || r.latent_pages[k].empty()) continue;
+    (void)latent_books_[k]->Release(r.latent_pages[k]);
+    r.latent_pages[k].clear();
+  }
+  r.borrowed = false;
+  ++borrows_ended_;
+  if (r.seq_id != 0) end_borrow_.push_back(r.seq_id);
 }
 
 bool Scheduler::EvictKept(uint64_t except) {
@@ -145,6 +177,12 @@ bool Scheduler::EvictKept(uint64_t except) {
 void Scheduler::ReleasePages(Request& r) {
   if (books_ && !r.pages.empty()) (void)books_->Release(r.pages);
   r.pages.clear();
+  for (size_t k = 0; k < r.latent_pages.size(); ++k) {
+    if (!r.latent_pages[k].empty()) (void)latent_books_[k]->Release(r.latent_pages[k]);
+  }
+  r.latent_pages.clear();
+  r.owner = -1;
+  r.borrowed = false;
 }
 
 void Scheduler::Preempt(const std::shared_ptr<Request>& r) {
@@ -152,6 +190,7 @@ void Scheduler::Preempt(const std::shared_ptr<Request>& r) {
   // again, at the head of the queue; the tokens it already generated stay (and are not resent).
   running_.erase(std::find(running_.begin(), running_.end(), r));
   release_.push_back(r->seq_id);
+  end_borrow_.erase(std::remove(end_borrow_.begin(), end_borrow_.end(), r->seq_id), end_borrow_.end());
   ReleasePages(*r);
   r->seq_id = 0;
   r->fed = 0;
@@ -219,16 +258,44 @@ bool Scheduler::RunOnce() {
   };
   auto is_decode = [&](const Request& r) { return !r.generated.empty() && known(r) - r.fed == 1; };
   // Tokens (up to `want`) whose pages can be had now; takes those pages into `pages`.
+  // With the latent split, also the latent pages of the ranks holding r's rows (`latent`,
+  // indexed by rank): the owner's, and every rank's while r borrows. A borrower that runs out
+  // ends the borrow (the rest of the fill ships its queries to the owner).
+  std::vector<std::vector<int32_t>> latent;
   auto take_pages = [&](Request& r, int64_t want, std::vector<int32_t>* pages) -> int64_t {
+    latent.assign(split() ? static_cast<size_t>(opts_.world) : 0, {});
     if (!books_) return want;
     const int64_t held = static_cast<int64_t>(r.pages.size());
-    const int64_t room = (held + books_->free_pages()) * P - r.fed;  // tokens the pages could hold
+    int64_t room = (held + books_->free_pages()) * P - r.fed;  // tokens the pages could hold
+    auto latent_room = [&](int k) {
+      return (static_cast<int64_t>(r.latent_pages[static_cast<size_t>(k)].size()) + latent_books_[k]->free_pages()) * P -
+             r.fed;
+    };
+    if (split()) {
+      room = std::min(room, latent_room(r.owner));
+      if (r.borrowed) {
+        for (int k = 0; k < opts_.world; ++k) {
+          if (latent_room(k) < std::min(want, room)) {
+            EndBorrow(r, /*cut=*/r.fed + std::min(want, room) < static_cast<int64_t>(r.prompt.size()));
+            break;
+          }
+        }
+      }
+    }
     const int64_t n = std::min(want, room);
     if (n <= 0) return 0;
     const int64_t need = (r.fed + n + P - 1) / P - held;
     if (need > 0) {
       *pages = *books_->Allocate(need);  // cannot fail: `room` counted the free pages
       r.pages.insert(r.pages.end(), pages->begin(), pages->end());
+    }
+    for (int k = 0; k < static_cast<int>(latent.size()); ++k) {
+      if (k != r.owner && !r.borrowed) continue;
+      std::vector<int32_t>& mine = r.latent_pages[static_cast<size_t>(k)];
+      const int64_t lneed = (r.fed + n + P - 1) / P - static_cast<int64_t>(mine.size());
+      if (lneed <= 0) continue;
+      latent[static_cast<size_t>(k)] = *latent_books_[k]->Allocate(lneed);  // counted above
+      mine.insert(mine.end(), latent[static_cast<size_t>(k)].begin(), latent[static_cast<size_t>(k)].end());
     }
     return n;
   };
@@ -241,6 +308,11 @@ bool Scheduler::RunOnce() {
     for (int64_t i = r->fed; i < r->fed + n; ++i) seg.tokens.push_back(token_at(*r, i));
     seg.sample = r->fed + n == known(*r);
     seg.new_pages = std::move(pages);
+    if (r->owner >= 0) {
+      seg.owner = r->owner;
+      seg.borrowed = r->borrowed;
+      seg.latent_pages = latent;
+    }
     budget -= n;
     step.segments.push_back(std::move(seg));
     in_step.push_back(r);
@@ -248,6 +320,7 @@ bool Scheduler::RunOnce() {
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     const std::shared_ptr<Request> r = running_[i];
     if (!is_decode(*r)) continue;
+    if (r->borrowed) EndBorrow(*r);  // the fill is over: before its first decode round
     std::vector<int32_t> pages;
     while (take_pages(*r, 1, &pages) == 0) {
       // No page for this row: kept prompt-cache states give way first, then the newest running
@@ -288,22 +361,45 @@ bool Scheduler::RunOnce() {
     // The prompt cache: start from the longest kept prefix, sharing its whole pages.
     PromptCache::Match hit;
     if (cache_ && r->generated.empty() && r->fed == 0) hit = cache_->Lookup(r->prompt);
-    std::vector<int32_t> shared;
+    std::vector<int32_t> shared, shared_latent;
     if (books_ && hit.seq_id != 0) {
       const std::vector<int32_t>& kp = kept_pages_.at(hit.seq_id);
       shared.assign(kp.begin(), kp.begin() + hit.length / P);
     }
     r->fed = hit.length;  // as if admitted; undone below when it is not
     r->pages = shared;
+    if (split()) {
+      // A resumed state stays with the owner of its rows (no borrow: the others lack its
+      // history); a fresh prompt goes to the rank with the most free latent pages and borrows.
+      r->latent_pages.assign(static_cast<size_t>(opts_.world), {});
+      if (hit.seq_id != 0) {
+        const auto& [owner, lp] = kept_latent_.at(hit.seq_id);
+        r->owner = owner;
+        shared_latent.assign(lp.begin(), lp.begin() + hit.length / P);
+        r->latent_pages[static_cast<size_t>(owner)] = shared_latent;
+        r->borrowed = false;
+      } else {
+        r->owner = 0;
+        for (int k = 1; k < opts_.world; ++k) {
+          if (latent_books_[k]->free_pages() > latent_books_[r->owner]->free_pages()) r->owner = k;
+        }
+        r->borrowed = true;
+      }
+    }
     std::vector<int32_t> pages;
     int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
     while (n <= 0 && EvictKept(hit.seq_id)) n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
     if (n <= 0) {  // no page for a new request: it keeps its place in the queue
       r->fed = 0;
       r->pages.clear();
+      r->latent_pages.clear();
+      r->owner = -1;
+      r->borrowed = false;
       break;
     }
     if (!shared.empty()) (void)books_->AddRef(shared);
+    if (!shared_latent.empty()) (void)latent_books_[static_cast<size_t>(r->owner)]->AddRef(shared_latent);
+    if (split() && !r->borrowed) ++remote_fills_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       waiting_.pop_front();
@@ -324,7 +420,9 @@ bool Scheduler::RunOnce() {
   }
   step.release = std::move(release_);
   release_.clear();
-  if (step.segments.empty() && step.release.empty()) return false;
+  step.end_borrow = std::move(end_borrow_);
+  end_borrow_.clear();
+  if (step.segments.empty() && step.release.empty() && step.end_borrow.empty()) return false;
 
   // 3. Run it on every rank.
   ++next_step_id_;
@@ -403,6 +501,11 @@ bool Scheduler::RunOnce() {
     live_tokens_ = live_tokens;
     used_pages_ = books_ ? books_->used_pages() : 0;
     kept_states_ = cache_ ? cache_->kept_states() : 0;
+    latent_used_.clear();
+    for (const auto& b : latent_books_) latent_used_.push_back(b->used_pages());
+    borrows_ended_copy_ = borrows_ended_;
+    remote_fills_copy_ = remote_fills_;
+    borrows_cut_copy_ = borrows_cut_;
     preemptions_count_ = preemptions_;
     waiting = static_cast<int64_t>(waiting_.size());
   }

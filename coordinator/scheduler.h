@@ -69,6 +69,13 @@ struct SchedulerOptions {
   // each lane its fixed state outside the pool, so a state kept past its request is charged to
   // the pool (and to the prompt cache's budget) instead. 0: the family has none.
   int64_t kept_fixed_pages = 0;
+  // The latent split (seed 000 step 2, docs/owner-split.md): each conversation's latent rows on
+  // one owner rank, chosen at admission (the most free latent pages, ties to the lowest rank); a
+  // fresh prompt borrows latent pages on every rank for its fill while they have them. Needs a
+  // page pool and world >= 2; latent_pages: pages in each rank's latent arena.
+  bool owner_split = false;
+  int world = 1;
+  int64_t latent_pages = 0;
 };
 
 struct SchedulerSnapshot {
@@ -81,6 +88,10 @@ struct SchedulerSnapshot {
   int64_t used_pages = 0;   // of SchedulerOptions::kv_pages
   int64_t preemptions = 0;  // requests preempted so far
   int64_t kept_states = 0;  // conversations the prompt cache keeps
+  std::vector<int64_t> latent_used_pages;  // per rank, with the latent split
+  int64_t borrows_ended = 0;               // borrowed fills that gave their pages back
+  int64_t remote_fills = 0;                // fills that ran without borrowing (queries shipped)
+  int64_t borrows_cut = 0;                 // borrows ended mid-fill: a rank ran out of latent pages
 };
 
 class Scheduler {
@@ -120,6 +131,11 @@ class Scheduler {
   // Evicts the least recently used kept state other than `except`; false when there is none.
   bool EvictKept(uint64_t except);
   void Preempt(const std::shared_ptr<Request>& r);
+  // The latent split: ends r's borrow (the other ranks' latent pages go back to their books;
+  // the workers drop their copies before the next step, unless r is not on them yet).
+  // cut: the borrow ends before the fill does (a rank ran out of latent pages).
+  void EndBorrow(Request& r, bool cut = false);
+  bool split() const { return latent_books_.size() > 1; }
   void FailAll(const std::string& error);
   void Loop();
 
@@ -138,6 +154,9 @@ class Scheduler {
   int64_t running_count_ = 0, live_tokens_ = 0;              // GUARDED_BY(mu_): copies for Snapshot()
   int64_t used_pages_ = 0, preemptions_count_ = 0;           // GUARDED_BY(mu_): copies for Snapshot()
   int64_t kept_states_ = 0;                                  // GUARDED_BY(mu_): copy for Snapshot()
+  std::vector<int64_t> latent_used_;                         // GUARDED_BY(mu_): copy for Snapshot()
+  int64_t borrows_ended_copy_ = 0, remote_fills_copy_ = 0;   // GUARDED_BY(mu_): copies for Snapshot()
+  int64_t borrows_cut_copy_ = 0;                             // GUARDED_BY(mu_): copy for Snapshot()
 
   // Step-loop state (loop thread only).
   std::vector<std::shared_ptr<Request>> running_;
@@ -145,6 +164,11 @@ class Scheduler {
   std::unique_ptr<kvpool::PageBooks> books_;  // null without a page pool
   std::unique_ptr<PromptCache> cache_;        // null without a prompt cache
   std::map<uint64_t, std::vector<int32_t>> kept_pages_;  // pool pages of kept states
+  // The latent split: each rank's latent books; a kept state's owner and its latent pages there.
+  std::vector<std::unique_ptr<kvpool::PageBooks>> latent_books_;
+  std::map<uint64_t, std::pair<int, std::vector<int32_t>>> kept_latent_;
+  std::vector<uint64_t> end_borrow_;
+  int64_t borrows_ended_ = 0, remote_fills_ = 0, borrows_cut_ = 0;
   int64_t preemptions_ = 0;
   uint64_t next_seq_id_ = 1;
   uint64_t next_step_id_ = 1;

@@ -2,6 +2,7 @@
 // plane, loads its tensor-parallel shard and executes steps until told to shut down.
 // Exit codes: 0 after a Shutdown, 1 when the coordinator goes away or a step cannot run,
 // 2 for bad flags or a model that cannot load.
+#include <optional>
 #include <unistd.h>
 
 #include <algorithm>
@@ -208,7 +209,8 @@ int main(int argc, char** argv) {
     if (msg.has_arena()) {
       cpb::WorkerMessage out;
       out.mutable_result()->set_rank(rank);
-      absl::Status st = exec.SizeArena(msg.arena().pages());
+      const int64_t latent = msg.arena().latent_pages() > 0 ? msg.arena().latent_pages() : msg.arena().pages();
+      absl::Status st = exec.SizeArenas(msg.arena().pages(), latent);
       if (st.ok()) {
         FERRY_LOG(INFO) << "rank " << rank << ": KV arena of " << msg.arena().pages() << " pages ("
                         << msg.arena().pages() * exec.model().page_bytes() << " bytes)";
@@ -223,6 +225,8 @@ int main(int argc, char** argv) {
     worker::Step step;
     step.step_id = cmd.step_id();
     step.release.assign(cmd.release().begin(), cmd.release().end());
+    step.end_borrow.assign(cmd.end_borrow().begin(), cmd.end_borrow().end());
+    std::optional<int> bad_owner;  // a split segment's owner outside [0, world)
     for (const cpb::Segment& s : cmd.segments()) {
       worker::StepSegment seg;
       seg.seq_id = s.seq_id();
@@ -236,10 +240,23 @@ int main(int argc, char** argv) {
       seg.new_pages.assign(s.new_pages().begin(), s.new_pages().end());
       seg.fork_from = s.fork_from();
       seg.fork_length = s.fork_length();
+      if (s.split()) {
+        if (s.owner() < 0 || s.owner() >= world) bad_owner = s.owner();
+        seg.owner = s.owner();
+        seg.borrowed = s.borrowed();
+        seg.latent_pages.resize(static_cast<size_t>(world));
+        for (const cpb::RankPages& rp : s.latent_pages()) {
+          if (rp.rank() == rank) seg.latent_pages[static_cast<size_t>(rank)].assign(rp.pages().begin(), rp.pages().end());
+        }
+      }
       step.segments.push_back(std::move(seg));
     }
     const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<int32_t>> tokens = exec.Execute(step);
+    absl::StatusOr<std::vector<int32_t>> tokens =
+        bad_owner.has_value()
+            ? absl::StatusOr<std::vector<int32_t>>(absl::InvalidArgumentError(
+                  absl::StrCat("step ", step.step_id, ": owner rank ", *bad_owner, " outside [0, ", world, ")")))
+            : exec.Execute(step);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int64_t sent = collective.TakeBytes();
     int64_t ntok = 0;

@@ -24,12 +24,24 @@ struct StepSegment {
   // cache), rewound to `fork_length` tokens (== start). 0: starts empty.
   uint64_t fork_from = 0;
   int64_t fork_length = 0;
+  // The latent split (docs/owner-split.md), read when the conversation is created here: its
+  // latent rows live on rank `owner` only (-1: on every rank, the replicated layout), or on every
+  // rank while `borrowed` (a fill), until the step that lists it in Step::end_borrow.
+  int owner = -1;
+  bool borrowed = false;
+  // With an owner: latent_pages[k] are pages of rank k's latent arena appended to the
+  // conversation's latent table there (a fork's partial page copy first, as for new_pages);
+  // new_pages then go to the replicated part only. Indexed by rank; missing or empty: none.
+  std::vector<std::vector<int32_t>> latent_pages;
 };
 
 struct Step {
   uint64_t step_id = 0;
   std::vector<StepSegment> segments;
   std::vector<uint64_t> release;  // conversations dropped before the step runs
+  // Conversations whose borrowed fill is over: every rank but the owner drops its latent rows
+  // before the step runs.
+  std::vector<uint64_t> end_borrow;
 };
 
 }  // namespace ferry::worker

@@ -24,6 +24,11 @@ int64_t StepExecutor::state_bytes() const {
   return n;
 }
 
+const std::vector<int32_t>& StepExecutor::my_latent(const StepSegment& seg) const {
+  static const std::vector<int32_t> kNone;
+  return static_cast<size_t>(rank_) < seg.latent_pages.size() ? seg.latent_pages[static_cast<size_t>(rank_)] : kNone;
+}
+
 absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
   // Validate the whole step before touching any state.
   std::set<uint64_t> released(step.release.begin(), step.release.end());
@@ -46,7 +51,22 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
                                                      seg.start, " but this rank holds ", have, " of its tokens"));
     }
   }
+  for (uint64_t id : step.end_borrow) {
+    auto it = seqs_.find(id);
+    if (released.count(id)) continue;  // dropped anyway
+    if (it == seqs_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", id,
+                                                     " cannot end a borrow: this rank does not hold it"));
+    }
+  }
   for (uint64_t id : step.release) seqs_.erase(id);
+  for (uint64_t id : step.end_borrow) {
+    if (released.count(id)) continue;
+    model::SequenceState& s = *seqs_.at(id);
+    if (absl::Status st = s.SetLatentOwner(s.latent_owner(), false); !st.ok()) {
+      return absl::InternalError(absl::StrCat("step ", step.step_id, ": sequence ", id, ": ", st.message()));
+    }
+  }
   if (step.segments.empty()) return std::vector<int32_t>{};
 
   std::vector<model::ForwardSegment> fwd;
@@ -59,10 +79,11 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
         // The prompt cache: the kept conversation's first fork_length tokens (whole pages
         // shared; with a page pool the partial one is copied into the segment's first new page).
         const int64_t P = model_->arena().page_size();
-        int32_t copy_page = -1;
+        int32_t copy_page = -1, latent_copy = -1;
         if (seg.fork_length % P != 0 && !seg.new_pages.empty()) copy_page = seg.new_pages.front();
+        if (seg.fork_length % P != 0 && !my_latent(seg).empty()) latent_copy = my_latent(seg).front();
         absl::StatusOr<std::unique_ptr<model::SequenceState>> copy =
-            seqs_.at(seg.fork_from)->ForkAt(seg.fork_length, copy_page);
+            seqs_.at(seg.fork_from)->ForkSplitAt(seg.fork_length, copy_page, latent_copy);
         absl::Status st = copy.status();
         if (!st.ok()) {
           for (uint64_t id : created) seqs_.erase(id);
@@ -72,6 +93,11 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
         state = std::move(*copy);
       } else {
         state = model_->NewSequence();
+        if (absl::Status st = state->SetLatentOwner(seg.owner, seg.borrowed); !st.ok()) {
+          for (uint64_t id : created) seqs_.erase(id);
+          return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ",
+                                                         st.message()));
+        }
       }
       it = seqs_.emplace(seg.seq_id, std::move(state)).first;
       created.push_back(seg.seq_id);
@@ -80,6 +106,17 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
     std::span<const int32_t> adopt(seg.new_pages);
     if (seg.fork_from != 0 && seg.fork_length % model_->arena().page_size() != 0 && !adopt.empty()) {
       adopt = adopt.subspan(1);
+    }
+    std::span<const int32_t> adopt_latent(my_latent(seg));
+    if (seg.fork_from != 0 && seg.fork_length % model_->arena().page_size() != 0 && !adopt_latent.empty()) {
+      adopt_latent = adopt_latent.subspan(1);
+    }
+    if (!adopt_latent.empty()) {
+      if (absl::Status st = it->second->AdoptLatentPages(adopt_latent); !st.ok()) {
+        for (uint64_t id : created) seqs_.erase(id);
+        return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ",
+                                                       st.message()));
+      }
     }
     if (!adopt.empty()) {
       if (absl::Status st = it->second->AdoptPages(adopt); !st.ok()) {

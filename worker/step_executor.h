@@ -30,12 +30,16 @@ class StepExecutor {
 
   // Fixes the model's KV arena at `pages` pages (CausalLM::SizeArena), before the first step.
   absl::Status SizeArena(int64_t pages) { return model_->SizeArena(pages); }
+  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) { return model_->SizeArenas(pages, latent_pages); }
 
   int64_t live_sequences() const { return static_cast<int64_t>(seqs_.size()); }
   int64_t state_bytes() const;
   const model::CausalLM& model() const { return *model_; }
 
  private:
+  // This rank's latent pages of a segment (empty when none).
+  const std::vector<int32_t>& my_latent(const StepSegment& seg) const;
+
   std::unique_ptr<model::CausalLM> model_;
   int rank_;
   std::map<uint64_t, std::unique_ptr<model::SequenceState>> seqs_;

@@ -6,10 +6,13 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 
 #include "model/causal_lm.h"
 #include "model/generate.h"
+#include "model/glm_moe_dsa.h"
 #include "model/paged_cache.h"
+#include "tests/testing/thread_collective.h"
 #include "tests/catch.h"
 #include "tests/testing/workload.h"
 #include "worker/step_executor.h"
@@ -439,6 +442,119 @@ TEST_CASE("scheduler: a failing worker group ends every request with an error", 
   }
   CHECK_FALSE(sched.Snapshot().serving);
   CHECK(sched.Submit(MakeRequest("c", {5}, 1)).code() == absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ferry::coordinator
+
+namespace ferry::coordinator {
+namespace {
+
+// W ranks in this process: each step runs on every rank's thread (tensor parallel over a
+// ThreadGroup); rank 0's tokens come back.
+class GroupRunner final : public StepRunner {
+ public:
+  GroupRunner(const std::string& dir, int world, model::CacheOptions cache) : group_(world) {
+    for (int r = 0; r < world; ++r) {
+      auto m = model::LoadCausalLM(dir, model::TensorParallel{r, world, group_.rank(r)}, cache);
+      REQUIRE(m.ok());
+      execs_.push_back(std::make_unique<worker::StepExecutor>(std::move(*m), r));
+    }
+  }
+  absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override {
+    std::vector<absl::StatusOr<std::vector<int32_t>>> out(execs_.size(), std::vector<int32_t>{});
+    std::vector<std::thread> threads;
+    for (size_t r = 0; r < execs_.size(); ++r) {
+      threads.emplace_back([&, r] { out[r] = execs_[r]->Execute(step); });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& o : out) {
+      if (!o.ok()) return o.status();
+    }
+    return out[0];
+  }
+  const model::GlmMoeDsa& model(int r) const { return dynamic_cast<const model::GlmMoeDsa&>(execs_[r]->model()); }
+
+ private:
+  ferry::testing::ThreadGroup group_;
+  std::vector<std::unique_ptr<worker::StepExecutor>> execs_;
+};
+
+struct SplitRun {
+  std::vector<std::vector<int32_t>> tokens;
+  SchedulerSnapshot snap;
+  int64_t shipped = 0;
+};
+
+// 10 requests (prompts of 20 to 60 tokens, past index_topk 16), then 3 resumes of finished
+// conversations through the prompt cache, on a pool of `pages` pages of 16 tokens (and, with
+// the split, `latent_pages` latent pages on each rank).
+SplitRun RunSplit(int world, bool split, int64_t pages, int64_t latent_pages) {
+  GroupRunner runner(kDsa, world, model::CacheOptions{16, pages});
+  SchedulerOptions opts;
+  opts.kv_pages = pages;
+  opts.page_size = 16;
+  opts.max_context = 96;
+  opts.max_batch_tokens = 40;
+  opts.max_running = 6;
+  opts.prompt_cache_tokens = 100000;
+  opts.owner_split = split;
+  opts.world = world;
+  opts.latent_pages = latent_pages;
+  Scheduler sched(opts, &runner);
+  std::mt19937 rng(53);
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int32_t> prompt(20 + rng() % 41);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    reqs.push_back(MakeRequest("s" + std::to_string(i), prompt, 3 + rng() % 8));
+    REQUIRE(sched.Submit(reqs.back()).ok());
+  }
+  RunUntilIdle(sched);
+  SplitRun out;
+  for (int i = 0; i < 3; ++i) {
+    // Resume conversation i: its prompt, its reply and a new suffix.
+    std::vector<int32_t> p = reqs[i]->prompt;
+    p.insert(p.end(), reqs[i]->generated.begin(), reqs[i]->generated.end());
+    for (int k = 0; k < 7; ++k) p.push_back(static_cast<int32_t>(5 + (k * 13 + i) % 370));
+    reqs.push_back(MakeRequest("r" + std::to_string(i), p, 5));
+    REQUIRE(sched.Submit(reqs.back()).ok());
+    RunUntilIdle(sched);
+  }
+  for (auto& r : reqs) {
+    std::vector<int32_t> none;
+    RequestEvent e = Collect(*r, &none);
+    INFO(e.error);
+    CHECK(e.error.empty());
+    out.tokens.push_back(e.tokens);
+  }
+  out.snap = sched.Snapshot();
+  for (int r = 0; r < world; ++r) out.shipped += runner.model(r).owner_split_stats().rows_shipped;
+  return out;
+}
+
+TEST_CASE("scheduler: the latent split gives the replicated engine's tokens through borrow, cut borrow, "
+          "remote fill and resume", "[scheduler][owner_split]") {
+  for (int world : {2, 4}) {
+    for (int64_t latent : {64, 10}) {
+      INFO("W=" << world << ", " << latent << " latent pages a rank");
+      const SplitRun rep = RunSplit(world, false, 64, 64);
+      const SplitRun split = RunSplit(world, true, 64, latent);
+      REQUIRE(rep.tokens.size() == split.tokens.size());
+      for (size_t i = 0; i < rep.tokens.size(); ++i) {
+        INFO("request " << i);
+        CHECK(!split.tokens[i].empty());
+        CHECK(split.tokens[i] == rep.tokens[i]);
+      }
+      CHECK(rep.shipped == 0);
+      CHECK(split.shipped > 0);
+      CHECK(split.snap.borrows_ended > 0);    // fills that borrowed and gave the pages back
+      CHECK(split.snap.remote_fills >= 1);    // resumes (and cut borrows) run without one
+      CHECK(static_cast<int>(split.snap.latent_used_pages.size()) == world);
+      // 10 latent pages a rank cannot hold every fill on every rank: borrows are cut mid-fill.
+      if (latent == 10) CHECK(split.snap.borrows_cut > 0);
+    }
+  }
 }
 
 }  // namespace

@@ -193,6 +193,42 @@ TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a t
   CHECK(testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:num_preemptions_total") > 0);
 }
 
+TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens and report per-rank books",
+          "[serve][owner_split]") {
+  Server server(kDsa, 2, {"--owner-split", "--page-size", "16", "--context", "128", "--max-batch-tokens", "48"});
+  REQUIRE(server.serving());
+  const testing::Workload w = testing::MakeWorkload(kDsa, 8, 29, 20, 60, 4, 12);
+  std::vector<std::vector<int32_t>> got(8);
+  std::vector<std::string> errors(8);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 8; ++i) {
+    threads.emplace_back([&, i] {
+      auto res = Run(server.address(), Greedy(w.prompts[i], static_cast<int>(w.max_tokens[i])));
+      if (res.ok()) {
+        got[i].assign(res->token_ids().begin(), res->token_ids().end());
+      } else {
+        errors[i] = std::string(res.status().message());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 8; ++i) {
+    INFO("request " << i << ": " << errors[i]);
+    CHECK(got[i] == w.alone[i]);
+  }
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  CHECK(info->owner_split());
+  CHECK(info->borrows_ended() > 0);
+  // The kept conversations (prompt cache) hold their latent pages on their owners only.
+  int64_t latent = 0;
+  for (const auto& rank : info->ranks()) latent += rank.latent_used_pages();
+  CHECK(latent > 0);
+  CHECK(latent < 2 * info->kv_used_pages());
+  // Queries crossed the data plane.
+  CHECK(testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:rank_dataplane_bytes_total{rank=\"0\"}") > 0);
+}
+
 TEST_CASE("serve: a room the plan cannot serve is refused at start with the numbers", "[serve][kvpool]") {
   Server server(kDsa, 2, {"--memory-gib", "0.0001", "--context", "96", "--page-size", "16"});
   CHECK_FALSE(server.serving());
