@@ -77,11 +77,10 @@ class Glm5NextCuda final : public CausalLM {
   const ModelConfig& config() const override { return config_; }
   const PageArena& arena() const override { return pages_->books(); }
   // The device arena's sizing and page size for a worker's plan (DevicePages::SetCapacity; a page
-  // holds every region of every layer, bf16 or float32). They override CausalLM's SizeArena and
-  // page_bytes once the interface declares them; arena() counts no bytes itself (its rows are
-  // zero wide: the pages live on the device).
-  absl::Status SizeArena(int64_t pages) { return pages_->SetCapacity(pages); }
-  int64_t page_bytes() const { return pages_->page_bytes(); }
+  // holds every region of every layer, bf16 or float32). page_bytes must be overridden: arena()
+  // counts no bytes itself (its rows are zero wide: the pages live on the device).
+  absl::Status SizeArena(int64_t pages) override { return pages_->SetCapacity(pages); }
+  int64_t page_bytes() const override { return pages_->page_bytes(); }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
   // As Forward(); `hidden` (non-null) gets Glm5Next::ForwardWithOptions' hidden states: [0] the
