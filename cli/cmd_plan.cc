@@ -63,6 +63,7 @@ int RunPlan() {
   in.page_size = absl::GetFlag(FLAGS_page_size);
   in.lanes = absl::GetFlag(FLAGS_parallel) > 0 ? absl::GetFlag(FLAGS_parallel) : 1;
   in.context = absl::GetFlag(FLAGS_context);
+  in.split_ranks = absl::GetFlag(FLAGS_owner_split) ? ranks : 1;
   if (in.context == 0) in.context = config->max_position_embeddings;
   const double room_gib = absl::GetFlag(FLAGS_room_gib);
   if (room_gib < 0 && std::isfinite(room_gib)) {

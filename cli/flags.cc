@@ -48,7 +48,7 @@ ABSL_FLAG(int64_t, kv_pool_pages, 0,
 ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
           "serve: the prompt cache's budget in token rows (-1: the plan's share of --cache-gib; 0: none)");
 ABSL_FLAG(bool, owner_split, false,
-          "serve: each conversation's latent rows on one owner rank, queries shipped to it (glm_moe_dsa, 2+ ranks)");
+          "plan, serve: each conversation's latent rows on one owner rank, queries shipped to it (2+ ranks)");
 ABSL_FLAG(double, memory_gib, 0,
           "serve: memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)");
 ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");

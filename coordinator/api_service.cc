@@ -207,6 +207,7 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
     ri->set_room_bytes(ranks[k].room_bytes);
     ri->set_page_bytes(ranks[k].page_bytes);
     ri->set_fixed_bytes(ranks[k].fixed_bytes);
+    ri->set_latent_page_bytes(ranks[k].latent_page_bytes);
     if (k < s.latent_used_pages.size()) ri->set_latent_used_pages(s.latent_used_pages[k]);
   }
   return grpc::Status::OK;

@@ -100,6 +100,7 @@ grpc::Status ControlService::Steps(grpc::ServerContext* ctx,
     ranks_[rank].room_bytes = first.ready().room_bytes();
     ranks_[rank].page_bytes = first.ready().page_bytes();
     ranks_[rank].fixed_bytes = first.ready().fixed_bytes();
+    ranks_[rank].latent_page_bytes = first.ready().latent_page_bytes();
     ranks_[rank].stream = stream;
     ranks_[rank].ctx = ctx;
     FERRY_LOG(INFO) << "rank " << rank << " ready (" << first.ready().weight_bytes() << " bytes of weights)";

@@ -35,6 +35,7 @@ struct RankState {
   int64_t room_bytes = 0;
   int64_t page_bytes = 0;   // one KV page of its arena
   int64_t fixed_bytes = 0;  // one conversation's fixed (recurrent) state
+  int64_t latent_page_bytes = 0;  // the latent part of page_bytes
   double last_step_seconds = 0;
   std::string death;  // why it is dead
   grpc::ServerReaderWriter<ferry::control::v1::CoordinatorMessage, ferry::control::v1::WorkerMessage>* stream =

@@ -179,11 +179,11 @@ int main(int argc, char** argv) {
       if (st.ok()) {
         // Every rank reported its room: plan the pool, size the arenas, then serve.
         std::vector<coordinator::RankRoom> rooms;
-        for (const coordinator::RankState& r : control.Ranks()) rooms.push_back({r.room_bytes, r.page_bytes, r.fixed_bytes});
+        for (const coordinator::RankState& r : control.Ranks()) {
+          rooms.push_back({r.room_bytes, r.page_bytes, r.fixed_bytes, r.latent_page_bytes});
+        }
         absl::StatusOr<coordinator::PoolChoice> pool = coordinator::ChoosePool(rooms, opts, pool_req);
-        // The latent split's arenas hold as many latent pages as the pool has pages (its
-        // capacity gain is not planned yet: docs/owner-split.md).
-        if (pool.ok()) st = control.SizeArenas(pool->opts.kv_pages, pool->opts.owner_split ? pool->opts.kv_pages : 0);
+        if (pool.ok()) st = control.SizeArenas(pool->opts.kv_pages, pool->opts.owner_split ? pool->opts.latent_pages : 0);
         if (!pool.ok() || !st.ok()) {
           FERRY_LOG(ERROR) << "cannot serve this configuration: "
                            << (pool.ok() ? st.message() : pool.status().message());

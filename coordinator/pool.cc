@@ -19,7 +19,7 @@ absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const 
   PoolChoice c;
   c.opts = base;
   const int64_t P = base.page_size;
-  int64_t room = ranks[0].room_bytes, page_bytes = 0, fixed = 0;
+  int64_t room = ranks[0].room_bytes, page_bytes = 0, fixed = 0, latent_bytes = 0;
   for (size_t k = 0; k < ranks.size(); ++k) {
     if (ranks[k].page_bytes <= 0) {
       return absl::InvalidArgumentError(absl::StrCat("rank ", k, " reported ", ranks[k].page_bytes, " bytes a KV page"));
@@ -30,6 +30,12 @@ absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const 
     }
     page_bytes = std::max(page_bytes, ranks[k].page_bytes);
     fixed = std::max(fixed, ranks[k].fixed_bytes);
+    latent_bytes = std::max(latent_bytes, ranks[k].latent_page_bytes);
+  }
+  const bool split = base.owner_split && ranks.size() > 1;
+  if (split && (latent_bytes <= 0 || latent_bytes >= page_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("the latent split needs the workers' latent page bytes: they report ",
+                                                   latent_bytes, " of ", page_bytes, " (a model without the split?)"));
   }
   c.opts.kept_fixed_pages = CeilDiv(fixed, page_bytes);
   const int64_t window = CeilDiv(base.max_context, P);  // pages one request may reach
@@ -41,6 +47,7 @@ absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const 
                                                      base.max_context, " (", window, " pages) and at most ", INT32_MAX));
     }
     c.opts.kv_pages = req.explicit_pages;
+    c.opts.latent_pages = req.explicit_pages;
     c.opts.prompt_cache_tokens = std::max<int64_t>(req.explicit_cache_tokens, 0);
     c.opts.kv_layout = "pages";
     c.summary = absl::StrCat("KV pool: --kv-pool-pages ", c.opts.kv_pages, " of ", P, " tokens (", page_bytes,
@@ -52,7 +59,10 @@ absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const 
                          kvpool::ResolveLayout(req.mode, static_cast<int64_t>(ranks.size()), kvpool::CacheDtype::kBf16));
   kvpool::PlanInput& in = c.input;
   in.layout = layout;
-  in.bytes_per_token.latent = CeilDiv(page_bytes, P);  // the arena's rows, whatever their type
+  // The arenas' rows, whatever their type; with the split, the part on owners only apart.
+  in.bytes_per_token.latent = CeilDiv(split ? latent_bytes : page_bytes, P);
+  in.bytes_per_token.replicated = split ? CeilDiv(page_bytes - latent_bytes, P) : 0;
+  in.split_ranks = split ? static_cast<int64_t>(ranks.size()) : 1;
   in.page_size = P;
   in.fixed_bytes = fixed;
   in.lanes = std::min<int64_t>(base.max_running, kvpool::kMaxLanes);
@@ -65,13 +75,16 @@ absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const 
   const int64_t cache_pages = c.plan.cache_bytes / plan_page_bytes;
   const int64_t stream_pages = layout == kvpool::Layout::kPages ? c.plan.pages : c.plan.window_streams * window;
   c.opts.kv_pages = std::min<int64_t>(stream_pages + cache_pages, INT32_MAX);
+  c.opts.latent_pages =
+      split ? std::min<int64_t>(c.plan.latent_pages + CeilDiv(cache_pages, in.split_ranks), INT32_MAX) : c.opts.kv_pages;
   c.opts.kv_layout = kvpool::LayoutName(layout);
   c.opts.prompt_cache_tokens = req.explicit_cache_tokens >= 0 ? req.explicit_cache_tokens : cache_pages * P;
   c.summary = absl::StrCat("KV plan (", kvpool::LayoutName(layout), ", ", in.bytes_per_token.total(),
                            " bytes a token a rank as the arenas store it, smallest room: rank ", c.smallest_rank, "):\n",
                            kvpool::FormatPlan(in, c.plan), "pool: ", c.opts.kv_pages, " pages = ", stream_pages,
                            " for the streams + ", cache_pages, " for the prompt cache (", c.opts.prompt_cache_tokens,
-                           " tokens); a kept fixed state holds ", c.opts.kept_fixed_pages, " pages");
+                           " tokens); a kept fixed state holds ", c.opts.kept_fixed_pages, " pages",
+                           split ? absl::StrCat("; latent split: ", c.opts.latent_pages, " latent pages a rank") : "");
   return c;
 }
 

@@ -9,6 +9,10 @@
 // outside the pool; a state the prompt cache keeps past its request holds
 // ceil(fixed / page_bytes) pool pages for its fixed state (SchedulerOptions::kept_fixed_pages).
 //
+// With the latent split (base.owner_split, world >= 2) the plan runs at the split's cost
+// (kvpool::PlanInput::split_ranks): every rank's key arena holds the pool's pages and its latent
+// arena latent_pages (the plan's, plus the cache's share over the ranks).
+//
 // Thread safety: pure functions.
 #pragma once
 
@@ -27,6 +31,7 @@ struct RankRoom {
   int64_t room_bytes = 0;   // memory left for caches after its weights
   int64_t page_bytes = 0;   // one page of its arena (every layer's rows of page_size tokens)
   int64_t fixed_bytes = 0;  // one conversation's fixed state
+  int64_t latent_page_bytes = 0;  // the part of page_bytes the latent split keeps on owners only
 };
 
 struct PoolRequest {

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/status.h"
 
 namespace ferry::kvpool {
 namespace {
@@ -40,6 +41,12 @@ absl::Status CheckInput(const PlanInput& in) {
   }
   if (in.cache_budget_bytes < 0 || in.cache_budget_bytes > kMaxRoomBytes) {
     return out_of("the prompt cache budget (bytes)", in.cache_budget_bytes, 0, kMaxRoomBytes);
+  }
+  if (in.split_ranks < 1 || in.split_ranks > kMaxLanes) {
+    return out_of("the latent split's ranks", in.split_ranks, 1, kMaxLanes);
+  }
+  if (in.split_ranks > 1 && in.layout != Layout::kPages) {
+    return absl::InvalidArgumentError("the latent split needs the pages layout (--kv-pages on, or auto from 2 ranks)");
   }
   return absl::OkStatus();
 }
@@ -178,8 +185,45 @@ int64_t WindowsThatFit(const PlanInput& in) {
   return std::min(in.lanes, 1 + (in.room_bytes - window) / (window + in.fixed_bytes));
 }
 
+// The latent split: the plan at the average cost of a token, then the arenas cut from it.
+static absl::StatusOr<Plan> PlanSplit(const PlanInput& in) {
+  const int64_t W = in.split_ranks;
+  PlanInput avg = in;
+  avg.split_ranks = 1;
+  avg.bytes_per_token.latent = CeilDiv(in.bytes_per_token.latent, W);
+  FERRY_ASSIGN_OR_RETURN(Plan p, ComputePlan(avg));
+  const int64_t P = in.page_size;
+  p.key_page_bytes = P * in.bytes_per_token.replicated;
+  p.latent_page_bytes = P * in.bytes_per_token.latent;
+  const int64_t kb = p.key_page_bytes, lb = p.latent_page_bytes;
+  // Bytes the pages may take: what the plan gave them (the fixed states and cache stay).
+  const int64_t budget = p.pages * p.page_bytes + p.unused_bytes;
+  int64_t K = p.pages;
+  int64_t L = std::max(CeilDiv(K, W), p.window_pages);
+  while (K > 0 && K * kb + L * lb > budget) {
+    // A window's latent pages on one owner take more than the average share: fewer pages.
+    K = L > CeilDiv(K, W) ? (kb > 0 ? std::min(K - 1, (budget - L * lb) / kb) : K - 1) : K - 1;
+    L = std::max(CeilDiv(K, W), p.window_pages);
+  }
+  const int64_t least = p.window_pages + (in.lanes - p.window_streams);
+  if (K < least || K * kb + L * lb > budget) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the latent split over ", W, " ranks needs ", FormatGiB(least * kb + p.window_pages * lb),
+        " GiB for a window of ", p.window_pages, " pages on its owner and a page for each other lane, and the "
+        "streams' budget is ", FormatGiB(budget), " GiB: serve without --owner-split, or lower --context"));
+  }
+  p.pages_split_cut = p.pages - K;
+  p.pages = K;
+  p.tokens = K * P;
+  p.latent_pages = L;
+  p.stream_bytes = K * kb + L * lb + p.fixed_bytes_total;
+  p.unused_bytes = in.room_bytes - p.stream_bytes - p.cache_bytes;
+  return p;
+}
+
 absl::StatusOr<Plan> ComputePlan(const PlanInput& in) {
   if (absl::Status s = CheckInput(in); !s.ok()) return s;
+  if (in.split_ranks > 1) return PlanSplit(in);
   Plan p;
   p.layout = in.layout;
   p.lanes = in.lanes;
@@ -211,6 +255,12 @@ std::string FormatPlan(const PlanInput& in, const Plan& p) {
     absl::StrAppend(&out, "pages: ", p.pages, " = ", p.pages_windows, " for windows + ", p.pages_lanes, " for lanes + ",
                     p.pages_floor, " floor + ", p.pages_shared, " shared\n");
     absl::StrAppend(&out, "tokens: ", p.tokens, ", shared by the ", p.lanes, " streams\n");
+    if (in.split_ranks > 1) {
+      absl::StrAppend(&out, "latent split over ", in.split_ranks, " ranks: ", in.bytes_per_token.replicated, " + ",
+                      in.bytes_per_token.latent, " / ", in.split_ranks, " bytes a token a rank; each rank holds ",
+                      p.pages, " key pages and ", p.latent_pages, " latent pages (", p.pages_split_cut,
+                      " pages fewer for a window's latent on one owner)\n");
+    }
   } else {
     absl::StrAppend(&out, "window: ", p.context, " tokens = ", FormatGiB(p.context * in.bytes_per_token.total()),
                     " GiB of rows a stream\n");

@@ -46,6 +46,11 @@
 //
 // Thread safety: every function here is a pure function of its arguments.
 //
+// The latent split (PlanInput::split_ranks, Plan::latent_pages): see the Plan fields. At W = 2
+// the pool holds (replicated + latent) / (replicated + latent / 2) times the pages of the
+// unsplit plan in the same room, less what a window's latent pages on one owner take past the
+// average share.
+//
 // Mode (--kv-pages auto): pages from two ranks with a bf16 cache; windows at one rank (no GLM
 // serve on one GPU has been qualified on pages) and with an fp8 cache (FP8 rows on pages, the
 // seed's optional step 3, are not built). --kv-pages on with an fp8 cache is refused for the
@@ -97,6 +102,9 @@ struct PlanInput {
   int64_t context = 0;          // --context: tokens a window; 1..kMaxContext
   int64_t cache_budget_bytes = kDefaultCacheBudget;  // prompt cache's most; 0..kMaxRoomBytes
   Layout layout = Layout::kPages;
+  // The latent split (seed 000 step 2, docs/owner-split.md) over this many ranks; 1: none.
+  // Pages layout only; 1..kMaxLanes.
+  int64_t split_ranks = 1;
 };
 
 struct Plan {
@@ -127,6 +135,18 @@ struct Plan {
   int64_t cache_bytes = 0;        // the prompt cache's share, <= its budget
   int64_t unused_bytes = 0;       // less than a page (pages), 0 unless the cache is full (windows)
   int64_t room_bytes = 0;
+
+  // The latent split (split_ranks W > 1). A page's replicated part (indexer keys) sits on every
+  // rank and its latent part on its conversation's owner only, so a token costs a rank
+  // replicated + ceil(latent / W) bytes on average: the plan above runs at that cost, then the
+  // arenas are cut from it. Every rank holds key_pages key pages (= pages) and latent_pages
+  // latent pages, latent_pages = max(ceil(pages / W), window_pages) so that any rank can own a
+  // whole window; when a window's latent pages are more than the average share, pages shrink
+  // until both arenas fit the streams' bytes (pages_split_cut says by how many).
+  int64_t key_page_bytes = 0;     // page_size x replicated
+  int64_t latent_page_bytes = 0;  // page_size x latent
+  int64_t latent_pages = 0;       // each rank's latent arena (0 without the split)
+  int64_t pages_split_cut = 0;
 };
 
 // The plan for `in`.

@@ -115,6 +115,8 @@ class CausalLM {
   virtual absl::Status SizeArenas(int64_t pages, int64_t latent_pages);
   // Bytes one page of the arena takes, and one conversation's fixed state (what Ready reports).
   virtual int64_t page_bytes() const;
+  // The latent part of page_bytes() that the latent split keeps on owners only (0: no split).
+  virtual int64_t latent_page_bytes() const { return 0; }
   int64_t fixed_bytes_per_sequence() const { return NewSequence()->fixed_bytes(); }
 
   // Runs one step over the segments. Each segment's rows see their own conversation's earlier

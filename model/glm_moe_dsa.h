@@ -75,6 +75,7 @@ class GlmMoeDsa final : public CausalLM {
   absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
   absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
   int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
+  int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
   const OwnerSplitStats& owner_split_stats() const { return split_stats_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;

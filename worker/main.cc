@@ -193,6 +193,7 @@ int main(int argc, char** argv) {
   hello.mutable_ready()->set_room_bytes(std::max<int64_t>(0, memory - exec.model().weight_bytes()));
   hello.mutable_ready()->set_page_bytes(exec.model().page_bytes());
   hello.mutable_ready()->set_fixed_bytes(exec.model().fixed_bytes_per_sequence());
+  hello.mutable_ready()->set_latent_page_bytes(exec.model().latent_page_bytes());
   if (!stream->Write(hello)) {
     FERRY_LOG(ERROR) << "rank " << rank << ": the coordinator closed the step stream";
     return 1;

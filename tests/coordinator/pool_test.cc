@@ -83,5 +83,28 @@ TEST_CASE("pool: refusals and explicit pages", "[pool][kvpool]") {
   CHECK(ChoosePool({}, Base(2, 160, 16), PoolRequest{}).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
+TEST_CASE("pool: with the latent split the key arena holds the plan's pages, the latent arena its share",
+          "[pool][kvpool][owner_split]") {
+  // A page of 16 tokens: 4 KiB of keys and 12 KiB of latent rows a rank.
+  const int64_t page = 16 * 1024, latent = 12 * 1024;
+  SchedulerOptions base = Base(4, 160, 16);
+  PoolRequest req;
+  req.cache_budget_bytes = 0;
+  auto plain = ChoosePool({{400 * page, page, 0, latent}, {400 * page, page, 0, latent}}, base, req);
+  base.owner_split = true;
+  base.world = 2;
+  auto split = ChoosePool({{400 * page, page, 0, latent}, {400 * page, page, 0, latent}}, base, req);
+  REQUIRE(plain.ok());
+  REQUIRE(split.ok());
+  CHECK(plain->opts.kv_pages == 400);
+  // (4 + 12) / (4 + 6) = 1.6 times the pages; each rank's latent arena half of them.
+  CHECK(split->opts.kv_pages == 640);
+  CHECK(split->opts.latent_pages == 320);
+  CHECK(split->opts.kv_pages * (page - latent) + split->opts.latent_pages * latent <= 400 * page);
+  // A model that reports no latent part cannot split.
+  CHECK(ChoosePool({{400 * page, page, 0, 0}, {400 * page, page, 0, 0}}, base, req).status().code() ==
+        absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ferry::coordinator

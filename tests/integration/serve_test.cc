@@ -229,6 +229,49 @@ TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens a
   CHECK(testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:rank_dataplane_bytes_total{rank=\"0\"}") > 0);
 }
 
+TEST_CASE("serve: the latent split serves, in a room the replicated layout refuses, the tokens of one rank",
+          "[serve][owner_split][kvpool]") {
+  const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--parallel", "4",
+                                          "--cache-gib", "0", "--max-batch-tokens", "48"};
+  int64_t weight_bytes = 0, page_bytes = 0, latent_bytes = 0;
+  {
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), {"--memory-gib", "1"});
+    Server probe(kDsa, 2, args);
+    REQUIRE(probe.serving());
+    auto info = cli::GetServerInfo(probe.address());
+    REQUIRE(info.ok());
+    weight_bytes = (int64_t{1} << 30) - info->ranks(0).room_bytes();
+    page_bytes = info->ranks(0).page_bytes();
+    latent_bytes = info->ranks(0).latent_page_bytes();
+  }
+  REQUIRE(latent_bytes > 0);
+  REQUIRE(latent_bytes < page_bytes);
+  // Replicated: the engine's window (96 / 16 + 1 = 7 pages) and a page for each of 3 other lanes,
+  // 10 whole pages. Split: 10 key pages and 7 latent pages (a window on its owner). In between:
+  const int64_t key_bytes = page_bytes - latent_bytes;
+  const int64_t room = (10 * page_bytes + 10 * key_bytes + 7 * latent_bytes) / 2;
+  REQUIRE(room < 10 * page_bytes);
+  const double gib = static_cast<double>(weight_bytes + room) / static_cast<double>(int64_t{1} << 30);
+  std::vector<std::string> args = shape;
+  args.insert(args.end(), {"--memory-gib", absl::StrFormat("%.15f", gib)});
+  {
+    Server refused(kDsa, 2, args);
+    CHECK_FALSE(refused.serving());
+  }
+  args.push_back("--owner-split");
+  Server server(kDsa, 2, args);
+  REQUIRE(server.serving());
+  // A conversation of 70 + 20 tokens: its latent rows fill 6 of its owner's 7 latent pages.
+  const testing::Workload w = testing::MakeWorkload(kDsa, 1, 71, 70, 1, 20, 1);
+  auto res = Run(server.address(), Greedy(w.prompts[0], static_cast<int>(w.max_tokens[0])));
+  REQUIRE(res.ok());
+  CHECK(std::vector<int32_t>(res->token_ids().begin(), res->token_ids().end()) == w.alone[0]);
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  CHECK(info->kv_pages() >= 10);
+}
+
 TEST_CASE("serve: a room the plan cannot serve is refused at start with the numbers", "[serve][kvpool]") {
   Server server(kDsa, 2, {"--memory-gib", "0.0001", "--context", "96", "--page-size", "16"});
   CHECK_FALSE(server.serving());

@@ -409,3 +409,97 @@ TEST_CASE("plan: the pool never holds fewer rows than windows would in the same 
 
 }  // namespace
 }  // namespace ferry::kvpool
+
+namespace ferry::kvpool {
+namespace {
+
+PlanInput SplitInput(int64_t room, int64_t lanes, int64_t context, int64_t split) {
+  PlanInput in;
+  in.layout = Layout::kPages;
+  in.bytes_per_token = BytesPerToken{12288, 768};  // seed 000's GLM-5.3-Flash with one MTP layer
+  in.page_size = 512;
+  in.fixed_bytes = 180 * kMiB;
+  in.lanes = lanes;
+  in.context = context;
+  in.cache_budget_bytes = 0;
+  in.room_bytes = room;
+  in.split_ranks = split;
+  return in;
+}
+
+TEST_CASE("plan: the latent split at W=2 holds (768 + 12,288) / (768 + 6,144) times the tokens", "[plan][owner_split]") {
+  auto one = ComputePlan(SplitInput(60 * kGiB, 8, 1048576, 1));
+  auto two = ComputePlan(SplitInput(60 * kGiB, 8, 1048576, 2));
+  REQUIRE(one.ok());
+  REQUIRE(two.ok());
+  const double ratio = static_cast<double>(two->tokens) / static_cast<double>(one->tokens);
+  CHECK(ratio > 1.888);
+  CHECK(ratio < 1.8892);
+  CHECK(two->latent_pages == (two->pages + 1) / 2);
+  CHECK(two->pages * two->key_page_bytes + two->latent_pages * two->latent_page_bytes + two->fixed_bytes_total +
+            two->cache_bytes + two->unused_bytes ==
+        60 * kGiB);
+  CHECK(FormatPlan(SplitInput(60 * kGiB, 8, 1048576, 2), *two).find("latent split over 2 ranks: 768 + 12288 / 2") !=
+        std::string::npos);
+}
+
+TEST_CASE("plan: the split keeps a whole window's latent on any owner, and serves what the unsplit refuses",
+          "[plan][owner_split]") {
+  // A room for 1.03 unsplit windows: the split's average share would hold 1.95 windows of key
+  // pages, but one owner must hold a whole window's latent pages: the pages shrink to fit that
+  // (to about 1.5 windows, still more than the unsplit plan's 1.03).
+  const int64_t window = int64_t{2049} * 512 * 13056;
+  auto cut = ComputePlan(SplitInput(window * 103 / 100 + 180 * kMiB, 2, 1048576, 2));
+  REQUIRE(cut.ok());
+  CHECK(cut->latent_pages == cut->window_pages);
+  CHECK(cut->pages_split_cut > 0);
+  CHECK(cut->pages * cut->key_page_bytes + cut->latent_pages * cut->latent_page_bytes + cut->fixed_bytes_total <=
+        window * 103 / 100 + 180 * kMiB);
+  CHECK(cut->pages > 2049 * 14 / 10);
+  // --parallel 4 on a room of one window and a little: the unsplit plan needs a page (13,056 x
+  // 512 bytes) and a state for each of 3 other lanes past the window and refuses; the split
+  // needs only their key pages.
+  const int64_t room = window + 3 * 180 * kMiB + 3 * 512 * 768 + 512 * 12288;
+  CHECK(ComputePlan(SplitInput(room, 4, 1048576, 1)).status().code() == absl::StatusCode::kResourceExhausted);
+  auto split = ComputePlan(SplitInput(room, 4, 1048576, 2));
+  REQUIRE(split.ok());
+  CHECK(split->pages >= split->window_pages + 3);
+  // Not even a window's latent on one owner: refused with the remedy.
+  auto refused = ComputePlan(SplitInput(window / 2, 1, 1048576, 2));
+  CHECK(refused.status().code() == absl::StatusCode::kResourceExhausted);
+  // The split needs pages.
+  PlanInput windows = SplitInput(60 * kGiB, 1, 1048576, 2);
+  windows.layout = Layout::kWindows;
+  CHECK(ComputePlan(windows).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("plan: split invariants over many rooms, lanes, windows and widths", "[plan][owner_split]") {
+  std::mt19937_64 rng(61);
+  int served = 0;
+  for (int i = 0; i < 4000; ++i) {
+    const int64_t split = 2 + static_cast<int64_t>(rng() % 3);
+    const int64_t context = 1 + static_cast<int64_t>(rng() % 300000);
+    PlanInput in = SplitInput(static_cast<int64_t>(rng() % (64 * kGiB)), 1 + static_cast<int64_t>(rng() % 16), context,
+                              split);
+    in.page_size = int64_t{16} << (rng() % 7);
+    in.cache_budget_bytes = static_cast<int64_t>(rng() % (4 * kGiB));
+    auto p = ComputePlan(in);
+    if (!p.ok()) {
+      CHECK(p.status().code() == absl::StatusCode::kResourceExhausted);
+      continue;
+    }
+    ++served;
+    INFO("room " << in.room_bytes << " lanes " << in.lanes << " context " << context << " W " << split);
+    CHECK(p->latent_pages >= p->window_pages);
+    CHECK(split * p->latent_pages >= p->pages);
+    CHECK(p->pages >= p->window_pages + in.lanes - p->window_streams);
+    CHECK(p->unused_bytes >= 0);
+    CHECK(p->pages * p->key_page_bytes + p->latent_pages * p->latent_page_bytes + p->fixed_bytes_total +
+              p->cache_bytes + p->unused_bytes ==
+          in.room_bytes);
+  }
+  CHECK(served > 1000);
+}
+
+}  // namespace
+}  // namespace ferry::kvpool
