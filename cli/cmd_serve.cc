@@ -180,6 +180,7 @@ int RunServe() {
                                     absl::StrCat("--rank=", r),
                                     absl::StrCat("--world=", ranks), "--metrics_host=" + host,
                                     absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),
+                                    "--device=" + absl::GetFlag(FLAGS_device), "--precision=" + absl::GetFlag(FLAGS_precision),
                                     // Rank r's own /metrics on the port after the coordinator's (+1 + r).
                                     absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
                                                                         ? absl::GetFlag(FLAGS_metrics_port) + 1 + r

@@ -7,7 +7,7 @@ ABSL_FLAG(std::string, golden, "",
           "check-golden: reference file (default: <model>/golden.safetensors)");
 ABSL_FLAG(double, tolerance, -1,
           "check-golden: largest |logit error| that passes (logit units; -1: 1e-3 in float32, 5e-2 for cuda bf16)");
-ABSL_FLAG(std::string, device, "cpu", "check-golden, generate --model: where the model runs: cpu, or cuda (one GPU)");
+ABSL_FLAG(std::string, device, "cpu", "check-golden, generate --model, serve: where the model runs: cpu, or cuda (one GPU a rank)");
 ABSL_FLAG(std::string, precision, "bf16",
           "check-golden, generate --model with --device cuda: bf16 (serving) or f32 (float32 activations, "
           "to verify against the goldens)");

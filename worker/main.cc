@@ -26,6 +26,10 @@
 #include "dataplane/ucx_dataplane.h"
 #include "ferry/v1/control.grpc.pb.h"
 #include "model/causal_lm.h"
+#ifdef FERRY_WITH_CUDA
+#include "kernels/cuda/ops.h"
+#include "model/cuda/load_cuda.h"
+#endif
 #include "worker/step_executor.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC address (host:port)");
@@ -35,6 +39,8 @@ ABSL_FLAG(std::string, cluster_token, "", "The coordinator's --cluster-token (em
 ABSL_FLAG(int32_t, connect_timeout_s, 60, "Seconds to wait for the coordinator and the peers (seconds)");
 ABSL_FLAG(double, memory_gib, 0,
           "Memory this rank may use for weights and caches, GiB (0: the host's available memory over --world)");
+ABSL_FLAG(std::string, device, "cpu", "Where this rank's model runs: cpu, or cuda (its GPU; one rank only for now)");
+ABSL_FLAG(std::string, precision, "bf16", "--device cuda: bf16 (serving) or f32 (float32 activations)");
 ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
@@ -143,7 +149,25 @@ int main(int argc, char** argv) {
   model::CacheOptions cache;
   if (conf.page_size() > 0) cache.page_size = conf.page_size();
   // The arena grows until the coordinator's plan fixes its size (the Arena message).
-  auto model = model::LoadCausalLM(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache);
+  const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
+  absl::StatusOr<std::unique_ptr<model::CausalLM>> model;
+  if (device == "cpu") {
+    model = model::LoadCausalLM(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache);
+  } else if (device == "cuda") {
+#ifdef FERRY_WITH_CUDA
+    if (precision != "bf16" && precision != "f32") {
+      FERRY_LOG(ERROR) << "rank " << rank << ": --precision " << precision << ": use bf16 or f32";
+      return 2;
+    }
+    model = model::cuda::LoadCausalLMCuda(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache,
+                                          precision == "f32" ? model::cuda::Precision::kF32
+                                                             : model::cuda::Precision::kBf16);
+#else
+    model = absl::UnimplementedError("this ferry-worker was built without CUDA (no nvcc at build time)");
+#endif
+  } else {
+    model = absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
+  }
   if (!model.ok()) {
     FERRY_LOG(ERROR) << "rank " << rank << ": " << model.status().message();
     return 2;
@@ -185,6 +209,13 @@ int main(int argc, char** argv) {
   hello.mutable_ready()->set_rank(rank);
   // The room for caches: this rank's memory less its weights (the plan's input).
   int64_t memory = static_cast<int64_t>(absl::GetFlag(FLAGS_memory_gib) * static_cast<double>(int64_t{1} << 30));
+#ifdef FERRY_WITH_CUDA
+  if (memory <= 0 && device == "cuda") {
+    // The weights are on the GPU already: 90% of what is free is the room, the rest is left for
+    // each step's scratch.
+    if (auto mem = kernels::cuda::MemoryInfo(); mem.ok()) memory = exec.model().weight_bytes() + mem->free_bytes / 10 * 9;
+  }
+#endif
   if (memory <= 0) {
     const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / world : 0;

@@ -84,14 +84,14 @@ void Process::Signal(int sig) {
 bool Process::Wait(std::chrono::milliseconds timeout, int* status) {
   if (reaped_) return true;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
+  while (true) {  // checks at least once, so a zero timeout polls
     if (waitpid(pid_, status, WNOHANG) == pid_) {
       reaped_ = true;
       return true;
     }
+    if (std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  return false;
 }
 
 std::string Process::Log() const {
