@@ -58,10 +58,30 @@ Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()
                           .Help("Time a rank spent executing a step").Register(r);
   auto& bytes_family = prometheus::BuildCounter().Name("ferry:rank_dataplane_bytes_total")
                            .Help("Bytes a rank sent over the data plane").Register(r);
+  auto& latent_family = prometheus::BuildGauge().Name("ferry:latent_pages_used")
+                            .Help("Latent pages in use in a rank's arena (latent split)").Register(r);
   for (int k = 0; k < world; ++k) {
     rank_step_.push_back(&step_family.Add({{"rank", absl::StrCat(k)}}, kStepBuckets));
     rank_bytes_.push_back(&bytes_family.Add({{"rank", absl::StrCat(k)}}));
+    latent_used_.push_back(&latent_family.Add({{"rank", absl::StrCat(k)}}));
   }
+  borrows_ended_ = &prometheus::BuildCounter().Name("ferry:latent_borrows_ended_total")
+                        .Help("Fills that borrowed latent pages on every rank and gave them back (latent split)")
+                        .Register(r).Add({});
+  borrows_cut_ = &prometheus::BuildCounter().Name("ferry:latent_borrows_cut_total")
+                      .Help("Borrows ended mid-fill because a rank ran out of latent pages (latent split)")
+                      .Register(r).Add({});
+  remote_fills_ = &prometheus::BuildCounter().Name("ferry:latent_remote_fills_total")
+                       .Help("Fills that ran at their owner without borrowing, queries shipped (latent split)")
+                       .Register(r).Add({});
+}
+
+void Metrics::OnLatentBooks(const std::vector<int64_t>& used, int64_t borrows_ended, int64_t borrows_cut,
+                            int64_t remote_fills) {
+  for (size_t k = 0; k < used.size() && k < latent_used_.size(); ++k) latent_used_[k]->Set(static_cast<double>(used[k]));
+  borrows_ended_->Increment(static_cast<double>(borrows_ended) - borrows_ended_->Value());
+  borrows_cut_->Increment(static_cast<double>(borrows_cut) - borrows_cut_->Value());
+  remote_fills_->Increment(static_cast<double>(remote_fills) - remote_fills_->Value());
 }
 
 absl::Status Metrics::Expose(const std::string& address) {

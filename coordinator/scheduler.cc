@@ -514,6 +514,11 @@ bool Scheduler::RunOnce() {
                                 : static_cast<double>(live_tokens) /
                                       static_cast<double>(opts_.max_running * opts_.max_context);
     observer_->OnStep(step_tokens, static_cast<int64_t>(running_.size()), waiting, Seconds(t1 - t0), usage);
+    if (split()) {
+      std::vector<int64_t> used;
+      for (const auto& b : latent_books_) used.push_back(b->used_pages());
+      observer_->OnLatentBooks(used, borrows_ended_, borrows_cut_, remote_fills_);
+    }
   }
   return true;
 }

@@ -47,6 +47,9 @@ class SchedulerObserver {
   virtual void OnPreempt(const Request& r) {}
   // A prompt-cache lookup of `queried` prompt tokens found `hit` of them.
   virtual void OnPrefixLookup(int64_t queried, int64_t hit) {}
+  // The latent split, after each step: latent pages in use per rank, and the totals so far.
+  virtual void OnLatentBooks(const std::vector<int64_t>& used, int64_t borrows_ended, int64_t borrows_cut,
+                             int64_t remote_fills) {}
 };
 
 struct SchedulerOptions {

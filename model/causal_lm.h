@@ -94,6 +94,14 @@ absl::Status ValidateCacheOptions(const CacheOptions& o);
 
 class PageArena;
 
+// What the latent split moved on this rank (counters since load).
+struct OwnerSplitStats {
+  int64_t rows_shipped = 0;       // row-layers whose queries this rank sent to their owner
+  int64_t rows_served = 0;        // row-layers this rank attended for another rank's heads
+  int64_t floats_sent = 0;        // queries and attended latents sent
+  double exchange_seconds = 0;    // time in the exchanges (waiting for peers included)
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -115,6 +123,8 @@ class CausalLM {
   virtual absl::Status SizeArenas(int64_t pages, int64_t latent_pages);
   // Bytes one page of the arena takes, and one conversation's fixed state (what Ready reports).
   virtual int64_t page_bytes() const;
+  // The latent split's traffic on this rank so far (zeros for a model without it).
+  virtual OwnerSplitStats owner_split_stats() const { return {}; }
   // The latent part of page_bytes() that the latent split keeps on owners only (0: no split).
   virtual int64_t latent_page_bytes() const { return 0; }
   int64_t fixed_bytes_per_sequence() const { return NewSequence()->fixed_bytes(); }

@@ -1,6 +1,7 @@
 #include "model/glm_moe_dsa.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -270,7 +271,11 @@ absl::Status GlmMoeDsa::AttendSplit(const Layer& L, const MlaProjections& proj, 
     split_stats_.rows_shipped += n;
     split_stats_.floats_sent += n * qrow;
   }
-  FERRY_RETURN_IF_ERROR(tp_.comm->Exchange(send, recv));
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    FERRY_RETURN_IF_ERROR(tp_.comm->Exchange(send, recv));
+    split_stats_.exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 
   // This rank's own rows, then every peer's queries over the rows this rank owns.
   {
@@ -297,7 +302,11 @@ absl::Status GlmMoeDsa::AttendSplit(const Layer& L, const MlaProjections& proj, 
     split_stats_.rows_served += ns;
     split_stats_.floats_sent += ns * orow;
   }
-  FERRY_RETURN_IF_ERROR(tp_.comm->Exchange(send, recv));
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    FERRY_RETURN_IF_ERROR(tp_.comm->Exchange(send, recv));
+    split_stats_.exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   for (int q = 0; q < world; ++q) {
     if (q == me) continue;
     const std::vector<int64_t>& rs = ask[static_cast<size_t>(q)];

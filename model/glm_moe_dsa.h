@@ -54,13 +54,6 @@ class DsaSequence final : public SequenceState {
   bool borrowed_ = false;
 };
 
-// What the latent split moved on this rank (counters since load).
-struct OwnerSplitStats {
-  int64_t rows_shipped = 0;   // row-layers whose queries this rank sent to their owner
-  int64_t rows_served = 0;    // row-layers this rank attended for another rank's heads
-  int64_t floats_sent = 0;    // queries and attended latents sent
-};
-
 class GlmMoeDsa final : public CausalLM {
  public:
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
@@ -76,7 +69,7 @@ class GlmMoeDsa final : public CausalLM {
   absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
   int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
   int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
-  const OwnerSplitStats& owner_split_stats() const { return split_stats_; }
+  OwnerSplitStats owner_split_stats() const override { return split_stats_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 

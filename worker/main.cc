@@ -189,6 +189,22 @@ int main(int argc, char** argv) {
                    .Help("Conversations whose state this rank holds").Register(*registry).Add(labels);
   auto& state_bytes = prometheus::BuildGauge().Name("ferry_worker:state_bytes")
                           .Help("Bytes of conversation state this rank holds").Register(*registry).Add(labels);
+  // The latent split (docs/owner-split.md): what this rank shipped to owners and served for peers.
+  auto& split_shipped = prometheus::BuildCounter().Name("ferry_worker:owner_rows_shipped_total")
+                            .Help("Row-layers whose queries this rank sent to their owner (latent split)")
+                            .Register(*registry).Add(labels);
+  auto& split_served = prometheus::BuildCounter().Name("ferry_worker:owner_rows_served_total")
+                           .Help("Row-layers this rank attended for another rank's heads (latent split)")
+                           .Register(*registry).Add(labels);
+  auto& split_bytes = prometheus::BuildCounter().Name("ferry_worker:owner_exchange_bytes_total")
+                          .Help("Bytes of queries and attended latents this rank sent (latent split)")
+                          .Register(*registry).Add(labels);
+  auto& split_time = prometheus::BuildHistogram().Name("ferry_worker:owner_exchange_seconds")
+                         .Help("Time a step spent in the latent split's exchanges on this rank")
+                         .Register(*registry)
+                         .Add(labels, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                                               0.025, 0.05, 0.1, 0.25, 0.5, 1.0});
+  model::OwnerSplitStats split_seen;
   std::unique_ptr<prometheus::Exposer> exposer;
   if (absl::GetFlag(FLAGS_metrics_port) > 0) {
     const std::string where = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
@@ -294,6 +310,14 @@ int main(int argc, char** argv) {
     int64_t ntok = 0;
     for (const worker::StepSegment& seg : step.segments) ntok += static_cast<int64_t>(seg.tokens.size());
     step_time.Observe(secs);
+    if (const model::OwnerSplitStats now = exec.model().owner_split_stats(); now.rows_shipped != split_seen.rows_shipped ||
+                                                                              now.rows_served != split_seen.rows_served) {
+      split_shipped.Increment(static_cast<double>(now.rows_shipped - split_seen.rows_shipped));
+      split_served.Increment(static_cast<double>(now.rows_served - split_seen.rows_served));
+      split_bytes.Increment(static_cast<double>((now.floats_sent - split_seen.floats_sent) * sizeof(float)));
+      split_time.Observe(now.exchange_seconds - split_seen.exchange_seconds);
+      split_seen = now;
+    }
     dp_bytes.Increment(static_cast<double>(sent));
     step_tokens.Increment(static_cast<double>(ntok));
     live.Set(static_cast<double>(exec.live_sequences()));

@@ -225,8 +225,16 @@ TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens a
   for (const auto& rank : info->ranks()) latent += rank.latent_used_pages();
   CHECK(latent > 0);
   CHECK(latent < 2 * info->kv_used_pages());
-  // Queries crossed the data plane.
-  CHECK(testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:rank_dataplane_bytes_total{rank=\"0\"}") > 0);
+  // Queries crossed the data plane, and the metrics say so.
+  const std::string m = testing::ScrapeMetrics(server.metrics_port());
+  CHECK(testing::MetricValue(m, "ferry:rank_dataplane_bytes_total{rank=\"0\"}") > 0);
+  CHECK(testing::MetricValue(m, "ferry:latent_borrows_ended_total") == info->borrows_ended());
+  CHECK(testing::MetricValue(m, "ferry:latent_pages_used{rank=\"0\"}") + testing::MetricValue(m, "ferry:latent_pages_used{rank=\"1\"}") == latent);
+  const std::string w1 = testing::ScrapeMetrics(server.metrics_port() + 2);
+  CHECK(testing::MetricValue(w1, "ferry_worker:owner_rows_shipped_total{rank=\"1\"}") +
+            testing::MetricValue(testing::ScrapeMetrics(server.metrics_port() + 1), "ferry_worker:owner_rows_shipped_total{rank=\"0\"}") >
+        0);
+  CHECK(testing::MetricValue(w1, "ferry_worker:owner_exchange_seconds_count{rank=\"1\"}") > 0);
 }
 
 TEST_CASE("serve: the latent split serves, in a room the replicated layout refuses, the tokens of one rank",
