@@ -42,7 +42,7 @@ ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
           "The prompt cache's budget in token rows (-1: the plan's share of --prompt-cache-gib; 0: none)");
 ABSL_FLAG(bool, owner_split, false,
           "Keep each conversation's MLA latent rows on one owner rank; the others ship their queries to it "
-          "(seed 000 step 2; glm_moe_dsa from two ranks)");
+          "(seed 000 step 2; from two ranks)");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
@@ -89,11 +89,6 @@ int main(int argc, char** argv) {
   opts.prompt_cache_any_prefix = config->family == model::Family::kGlmMoeDsa;
   opts.world = world;
   opts.owner_split = absl::GetFlag(FLAGS_owner_split) && world > 1;
-  if (opts.owner_split && config->family != model::Family::kGlmMoeDsa) {
-    fprintf(stderr, "ferry-coordinator: --owner-split is built for glm_moe_dsa only; %s keeps its latent rows on every rank\n",
-            model::FamilyName(config->family));
-    return 2;
-  }
   coordinator::PoolRequest pool_req;
   pool_req.explicit_pages = absl::GetFlag(FLAGS_kv_pool_pages);
   pool_req.explicit_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);

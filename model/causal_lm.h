@@ -94,13 +94,6 @@ absl::Status ValidateCacheOptions(const CacheOptions& o);
 
 class PageArena;
 
-// What the latent split moved on this rank (counters since load).
-struct OwnerSplitStats {
-  int64_t rows_shipped = 0;       // row-layers whose queries this rank sent to their owner
-  int64_t rows_served = 0;        // row-layers this rank attended for another rank's heads
-  int64_t floats_sent = 0;        // queries and attended latents sent
-  double exchange_seconds = 0;    // time in the exchanges (waiting for peers included)
-};
 
 class CausalLM {
  public:

@@ -13,9 +13,10 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-NextSequence::NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> arena)
+NextSequence::NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> keys,
+                           std::shared_ptr<PageArena> latent, int rank)
     : config_(&c),
-      rows_(std::make_unique<PagedRows>(std::move(arena))),
+      rows_(std::move(keys), std::move(latent), rank),
       indexer_(static_cast<size_t>(c.num_layers)),
       kda_(static_cast<size_t>(c.num_layers)) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -31,7 +32,7 @@ int64_t NextSequence::fixed_bytes() const {
 
 int64_t NextSequence::bytes() const {
   int64_t n = fixed_bytes();
-  n += static_cast<int64_t>(rows_->pages().size()) * rows_->arena().page_floats() * static_cast<int64_t>(sizeof(float));
+  n += rows_.bytes();
   for (const auto& ix : indexer_) n += ix.bytes();
   for (const auto& [pos, snap] : snapshots_) {
     for (const KdaState& s : snap) n += s.bytes();
@@ -60,7 +61,7 @@ absl::Status NextSequence::RewindTo(int64_t position) {
         "snapshots only at [", absl::StrJoin(SnapshotPositions(), ", "), "]"));
   }
   const ModelConfig& c = *config_;
-  FERRY_RETURN_IF_ERROR(rows_->Truncate(position));
+  FERRY_RETURN_IF_ERROR(rows_.Truncate(position));
   kda_ = it->second;
   for (int64_t l = 0; l < c.num_layers; ++l) indexer_[l].Truncate(position, c);
   snapshots_.erase(std::next(it), snapshots_.end());
@@ -69,6 +70,11 @@ absl::Status NextSequence::RewindTo(int64_t position) {
 }
 
 absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkAt(int64_t length, int32_t copy_page) const {
+  return ForkSplitAt(length, copy_page, copy_page);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkSplitAt(int64_t length, int32_t copy_page,
+                                                                         int32_t latent_copy_page) const {
   if (length < 0 || length > length_) {
     return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
   }
@@ -82,7 +88,7 @@ absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkAt(int64_t leng
     }
     kda = &it->second;
   }
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<PagedRows> rows, rows_->Fork(length, copy_page));
+  FERRY_ASSIGN_OR_RETURN(SplitRows rows, rows_.Fork(length, copy_page, latent_copy_page));
   auto copy = std::unique_ptr<NextSequence>(new NextSequence(*config_, std::move(rows)));
   copy->length_ = length;
   copy->indexer_ = indexer_;
@@ -102,14 +108,16 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
   }
   FERRY_RETURN_IF_ERROR(CheckDivisible("linear_num_heads", c.linear_num_heads, tp.world));
   std::unique_ptr<Glm5Next> m(new Glm5Next(c, tp));
-  // A token's row at an MLA layer: the latent row, then on full indexer layers the indexer key
-  // and the pool gate. KDA layers cache nothing per token.
-  std::vector<int64_t> widths;
+  // A token's rows at an MLA layer: the latent row (latent arena) and, on full indexer layers,
+  // the indexer key and the pool gate (key arena). KDA layers cache nothing per token.
+  std::vector<int64_t> latent_widths, key_widths;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const bool mla = c.layer_types[l] == AttentionType::kMla;
-    widths.push_back(!mla ? 0 : c.latent_row_width() + (c.indexer_types[l] == IndexerType::kFull ? 2 * c.index_head_dim : 0));
+    latent_widths.push_back(mla ? c.latent_row_width() : 0);
+    key_widths.push_back(mla && c.indexer_types[l] == IndexerType::kFull ? 2 * c.index_head_dim : 0);
   }
-  m->arena_ = std::make_shared<PageArena>(widths, cache.page_size, cache.capacity_pages);
+  m->latent_arena_ = std::make_shared<PageArena>(latent_widths, cache.page_size, cache.capacity_pages);
+  m->keys_arena_ = std::make_shared<PageArena>(key_widths, cache.page_size, cache.capacity_pages);
   WeightLoader model(ck, c.weight_prefix);
   FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
   FERRY_ASSIGN_OR_RETURN(m->norm_, model.Vector("norm.weight", c.hidden_size));
@@ -147,10 +155,14 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
   return m;
 }
 
-absl::Status Glm5Next::SizeArena(int64_t pages) { return arena_->SetCapacity(pages); }
+absl::Status Glm5Next::SizeArenas(int64_t pages, int64_t latent_pages) {
+  FERRY_RETURN_IF_ERROR(keys_arena_->SetCapacity(pages));
+  return latent_arena_->SetCapacity(latent_pages);
+}
 
 std::unique_ptr<SequenceState> Glm5Next::NewSequence() const {
-  return std::make_unique<NextSequence>(config_, tp_.Local(config_.linear_num_heads), arena_);
+  return std::make_unique<NextSequence>(config_, tp_.Local(config_.linear_num_heads), keys_arena_, latent_arena_,
+                                        tp_.rank);
 }
 
 absl::StatusOr<ForwardOutput> Glm5Next::Forward(std::span<const ForwardSegment> segments) {
@@ -171,10 +183,15 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
   const std::vector<int64_t>& seg_begin = rows.seg_begin;
   const int64_t R = rows.count();
   const int64_t D = c.hidden_size, S = c.hc_mult, W = c.latent_row_width(), Di = c.index_head_dim;
+  RowOwners owners;
   {
-    std::vector<PagedRows*> tables;
-    for (auto* seq : seqs) tables.push_back(seq->rows_.get());
-    FERRY_RETURN_IF_ERROR(ReserveStep(segments, tables, lengths));
+    std::vector<SplitRows*> tables;
+    std::vector<int64_t> adds;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      tables.push_back(&seqs[s]->rows_);
+      adds.push_back(static_cast<int64_t>(segments[s].tokens.size()));
+    }
+    FERRY_RETURN_IF_ERROR(ReserveSplitRows(tables, lengths, adds, seg_of, tp_.world, &owners));
   }
 
   // The residual streams h [R, S, D], each starting as the embedding.
@@ -213,27 +230,36 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
     } else {
       MlaProject(L.attn, c, a.data(), R, pos.data(), nullptr, &proj);
       for (int64_t r = 0; r < R; ++r) {
-        std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows_->Row(l, pos[r]));
+        if (owners.held[r]) std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows_.latent().Row(l, pos[r]));
       }
       if (L.has_indexer) {
         PooledIndexerRows(L.indexer, c, a.data(), R, keys.data(), gates.data());
         for (int64_t r = 0; r < R; ++r) {
-          float* row = seqs[seg_of[r]]->rows_->Row(l, pos[r]) + W;
+          float* row = seqs[seg_of[r]]->rows_.keys().Row(l, pos[r]);
           std::copy_n(keys.data() + r * Di, Di, row);
           std::copy_n(gates.data() + r * Di, Di, row + Di);
           index_of[r] = &seqs[seg_of[r]]->indexer_[l];
         }
         for (size_t s = 0; s < segments.size(); ++s) {
-          PagedRows* pr = seqs[s]->rows_.get();
+          PagedRows* pr = &seqs[s]->rows_.keys();
           PooledIndexerCompletePools(L.indexer, c, seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size()),
-                                     [pr, l, W](int64_t t) -> const float* { return pr->Row(l, t) + W; },
+                                     [pr, l](int64_t t) -> const float* { return pr->Row(l, t); },
                                      &seqs[s]->indexer_[l]);
         }
         PooledIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), index_of.data(), &sel);
       }
       // A shared layer keeps `sel` from the MLA layer just before it (the config guarantees one).
-      const RowOf latent_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows_->Row(l, t); };
-      MlaAttend(L.attn, c, proj, R, latent_of, sel, y.data());
+      const RowOf latent_of = [&](int64_t r, int64_t t) -> const float* {
+        return seqs[seg_of[r]]->rows_.latent().Row(l, t);
+      };
+      if (owners.split) {
+        o.resize(static_cast<size_t>(R * L.attn.heads * c.kv_lora_rank));
+        FERRY_RETURN_IF_ERROR(MlaAttendSplit(c, L.attn.heads, proj, owners.owner, owners.held, tp_, latent_of, sel,
+                                             o.data(), &split_stats_));
+        MlaOutput(L.attn, c, o.data(), R, y.data());
+      } else {
+        MlaAttend(L.attn, c, proj, R, latent_of, sel, y.data());
+      }
     }
     FERRY_RETURN_IF_ERROR(tp_.Reduce(y.data(), R * D));
     MhcPost(mix, c, y.data(), R, h.data());

@@ -17,24 +17,35 @@
 #include "model/mla.h"
 #include "model/paged_cache.h"
 #include "model/pooled_indexer.h"
+#include "model/split_rows.h"
 
 namespace ferry::model {
 
-// Per conversation: on MLA layers the latent rows [length, L] and the indexer cache; on KDA
-// layers the recurrent state (conv tails + S), which cannot be rewound by position: RewindTo()
-// works only to the current length or to a position kept with KeepSnapshot().
+// Per conversation: on MLA layers the latent rows [length, L] (the latent table, on the ranks
+// that hold them under the latent split: model/split_rows.h) and the indexer cache (keys and
+// pool gates in the key table, pool keys here); on KDA layers the recurrent state (conv tails +
+// S), which cannot be rewound by position: RewindTo() works only to the current length or to a
+// position kept with KeepSnapshot().
 class NextSequence final : public SequenceState {
  public:
   // `kda_heads`: the KDA heads this rank holds (all of them without tensor parallelism).
-  NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> arena);
+  NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> keys,
+               std::shared_ptr<PageArena> latent, int rank);
   int64_t length() const override { return length_; }
   int64_t bytes() const override;
   int64_t fixed_bytes() const override;
   void KeepSnapshot() override;
   absl::Status RewindTo(int64_t position) override;
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
-  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_->Adopt(pages); }
-  std::vector<int32_t> Pages() const override { return rows_->pages(); }
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
+                                                             int32_t latent_copy_page) const override;
+  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_.Adopt(pages); }
+  std::vector<int32_t> Pages() const override { return rows_.keys().pages(); }
+  absl::Status SetLatentOwner(int owner, bool borrowed) override { return rows_.SetOwner(owner, borrowed, length_); }
+  int latent_owner() const override { return rows_.owner(); }
+  bool latent_borrowed() const override { return rows_.borrowed(); }
+  absl::Status AdoptLatentPages(std::span<const int32_t> pages) override { return rows_.AdoptLatent(pages); }
+  std::vector<int32_t> LatentPages() const override { return rows_.latent().pages(); }
   // Positions that hold a kept snapshot, ascending.
   std::vector<int64_t> SnapshotPositions() const;
 
@@ -42,8 +53,8 @@ class NextSequence final : public SequenceState {
   friend class Glm5Next;
   const ModelConfig* config_;
   int64_t length_ = 0;
-  NextSequence(const ModelConfig& c, std::unique_ptr<PagedRows> rows) : config_(&c), rows_(std::move(rows)) {}
-  std::unique_ptr<PagedRows> rows_;             // MLA rows: [latent | indexer key | pool gate]
+  NextSequence(const ModelConfig& c, SplitRows rows) : config_(&c), rows_(std::move(rows)) {}
+  SplitRows rows_;  // MLA layers: latent rows [L]; key rows [indexer key | pool gate] on full indexer layers
   std::vector<PooledIndexerCache> indexer_;      // per layer (MLA layers only): the pool keys
   std::vector<KdaState> kda_;                    // per layer (KDA layers only)
   std::map<int64_t, std::vector<KdaState>> snapshots_;
@@ -60,8 +71,14 @@ class Glm5Next final : public CausalLM {
                                                         const CacheOptions& cache = {});
 
   const ModelConfig& config() const override { return config_; }
-  const PageArena& arena() const override { return *arena_; }
-  absl::Status SizeArena(int64_t pages) override;
+  // The key arena (replicated part); the latent arena is latent_arena().
+  const PageArena& arena() const override { return *keys_arena_; }
+  const PageArena& latent_arena() const { return *latent_arena_; }
+  absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
+  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
+  int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
+  int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
+  OwnerSplitStats owner_split_stats() const override { return split_stats_; }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 
@@ -89,7 +106,8 @@ class Glm5Next final : public CausalLM {
 
   ModelConfig config_;
   TensorParallel tp_;
-  std::shared_ptr<PageArena> arena_;
+  std::shared_ptr<PageArena> keys_arena_, latent_arena_;
+  OwnerSplitStats split_stats_;
   Weight embed_, norm_, lm_head_;
   std::vector<Layer> layers_;
 };

@@ -13,6 +13,7 @@
 #include "model/ffn.h"
 #include "model/mla.h"
 #include "model/paged_cache.h"
+#include "model/split_rows.h"
 #include "model/step_rows.h"
 
 namespace ferry::model {
@@ -25,33 +26,26 @@ namespace ferry::model {
 class DsaSequence final : public SequenceState {
  public:
   DsaSequence(std::shared_ptr<PageArena> keys, std::shared_ptr<PageArena> latent, int rank)
-      : keys_(std::make_unique<PagedRows>(std::move(keys))),
-        latent_(std::make_unique<PagedRows>(std::move(latent))),
-        rank_(rank) {}
+      : rows_(std::move(keys), std::move(latent), rank) {}
   int64_t length() const override { return length_; }
-  int64_t bytes() const override;
+  int64_t bytes() const override { return rows_.bytes(); }
   absl::Status RewindTo(int64_t position) override;
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
                                                              int32_t latent_copy_page) const override;
-  absl::Status AdoptPages(std::span<const int32_t> pages) override;
-  std::vector<int32_t> Pages() const override { return keys_->pages(); }
-  absl::Status SetLatentOwner(int owner, bool borrowed) override;
-  int latent_owner() const override { return owner_; }
-  bool latent_borrowed() const override { return borrowed_; }
-  absl::Status AdoptLatentPages(std::span<const int32_t> pages) override;
-  std::vector<int32_t> LatentPages() const override { return latent_->pages(); }
-  // Whether this rank holds the latent rows.
-  bool holds_latent() const { return owner_ < 0 || borrowed_ || owner_ == rank_; }
+  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_.Adopt(pages); }
+  std::vector<int32_t> Pages() const override { return rows_.keys().pages(); }
+  absl::Status SetLatentOwner(int owner, bool borrowed) override { return rows_.SetOwner(owner, borrowed, length_); }
+  int latent_owner() const override { return rows_.owner(); }
+  bool latent_borrowed() const override { return rows_.borrowed(); }
+  absl::Status AdoptLatentPages(std::span<const int32_t> pages) override { return rows_.AdoptLatent(pages); }
+  std::vector<int32_t> LatentPages() const override { return rows_.latent().pages(); }
 
  private:
   friend class GlmMoeDsa;
+  DsaSequence(SplitRows rows, int64_t length) : length_(length), rows_(std::move(rows)) {}
   int64_t length_ = 0;
-  std::unique_ptr<PagedRows> keys_;
-  std::unique_ptr<PagedRows> latent_;
-  int rank_ = 0;
-  int owner_ = -1;
-  bool borrowed_ = false;
+  SplitRows rows_;
 };
 
 class GlmMoeDsa final : public CausalLM {
@@ -92,13 +86,6 @@ class GlmMoeDsa final : public CausalLM {
 
   ModelConfig config_;
   TensorParallel tp_;
-  // Attention of one layer under the latent split: o_lat [R, heads, L] for every row, the rows
-  // of conversations this rank does not hold attended by their owners (one exchange of queries
-  // and one of results with every peer).
-  absl::Status AttendSplit(const Layer& L, const MlaProjections& proj, const std::vector<DsaSequence*>& seqs,
-                           const StepRows& rows, const RowOf& latent_of,
-                           const std::vector<std::vector<int32_t>>& sel, float* o_lat);
-
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   OwnerSplitStats split_stats_;
   Weight embed_;    // [vocab, hidden]

@@ -1,6 +1,7 @@
 #include "model/mla.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "common/status.h"
@@ -122,6 +123,95 @@ void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& 
   std::vector<float> o_lat(static_cast<size_t>(rows * w.heads * c.kv_lora_rank));
   MlaAttendLatent(c, w.heads, p.q_abs.data(), p.q_pe.data(), all, latent_of, sel, o_lat.data());
   MlaOutput(w, c, o_lat.data(), rows, out);
+}
+
+absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjections& proj,
+                            std::span<const int> row_owner, std::span<const uint8_t> row_held, const TensorParallel& tp,
+                            const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* o_lat,
+                            OwnerSplitStats* stats) {
+  const int64_t R = static_cast<int64_t>(row_owner.size()), H = heads, Lr = c.kv_lora_rank, P = c.qk_rope_head_dim;
+  const int world = tp.world, me = tp.rank;
+  // Every rank derives the same plan from the step: row r is attended by the ranks holding its
+  // conversation's rows. A rank that does not hold them ships its heads' queries to the owner.
+  // mine: rows this rank attends for itself; ask[q]: rows whose owner q attends for this rank;
+  // serve: rows this rank owns that every other rank asks for (the same rows for every peer).
+  std::vector<int64_t> mine, serve;
+  std::vector<std::vector<int64_t>> ask(static_cast<size_t>(world));
+  for (int64_t r = 0; r < R; ++r) {
+    if (row_held[r]) mine.push_back(r);
+    if (row_owner[r] >= 0) {
+      if (row_owner[r] == me) {
+        serve.push_back(r);
+      } else {
+        ask[static_cast<size_t>(row_owner[r])].push_back(r);
+      }
+    }
+  }
+  // Queries out: [n, H, L] of q_abs then [n, H, P] of q_pe, packed per owner in row order.
+  const int64_t qrow = H * (Lr + P), orow = H * Lr;
+  std::vector<std::vector<float>> q_out(static_cast<size_t>(world)), q_in(static_cast<size_t>(world));
+  std::vector<std::span<const float>> send(static_cast<size_t>(world));
+  std::vector<std::span<float>> recv(static_cast<size_t>(world));
+  for (int q = 0; q < world; ++q) {
+    if (q == me) continue;
+    const std::vector<int64_t>& rs = ask[static_cast<size_t>(q)];
+    const int64_t n = static_cast<int64_t>(rs.size());
+    std::vector<float>& out = q_out[static_cast<size_t>(q)];
+    out.resize(static_cast<size_t>(n * qrow));
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(proj.q_abs.data() + rs[i] * H * Lr, H * Lr, out.data() + i * H * Lr);
+      std::copy_n(proj.q_pe.data() + rs[i] * H * P, H * P, out.data() + n * H * Lr + i * H * P);
+    }
+    q_in[static_cast<size_t>(q)].resize(serve.size() * static_cast<size_t>(qrow));
+    send[static_cast<size_t>(q)] = out;
+    recv[static_cast<size_t>(q)] = q_in[static_cast<size_t>(q)];
+    stats->rows_shipped += n;
+    stats->floats_sent += n * qrow;
+  }
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    FERRY_RETURN_IF_ERROR(tp.comm->Exchange(send, recv));
+    stats->exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  // This rank's own rows, then every peer's queries over the rows this rank owns.
+  {
+    std::vector<float> qa(mine.size() * static_cast<size_t>(H * Lr)), qp(mine.size() * static_cast<size_t>(H * P));
+    std::vector<float> out(mine.size() * static_cast<size_t>(orow));
+    for (size_t i = 0; i < mine.size(); ++i) {
+      std::copy_n(proj.q_abs.data() + mine[i] * H * Lr, H * Lr, qa.data() + i * H * Lr);
+      std::copy_n(proj.q_pe.data() + mine[i] * H * P, H * P, qp.data() + i * H * P);
+    }
+    MlaAttendLatent(c, H, qa.data(), qp.data(), mine, latent_of, sel, out.data());
+    for (size_t i = 0; i < mine.size(); ++i) std::copy_n(out.data() + i * orow, orow, o_lat + mine[i] * orow);
+  }
+  const int64_t ns = static_cast<int64_t>(serve.size());
+  std::vector<std::vector<float>> o_out(static_cast<size_t>(world)), o_in(static_cast<size_t>(world));
+  for (int q = 0; q < world; ++q) {
+    if (q == me) continue;
+    const std::vector<float>& qin = q_in[static_cast<size_t>(q)];
+    std::vector<float>& out = o_out[static_cast<size_t>(q)];
+    out.resize(static_cast<size_t>(ns * orow));
+    MlaAttendLatent(c, H, qin.data(), qin.data() + ns * H * Lr, serve, latent_of, sel, out.data());
+    o_in[static_cast<size_t>(q)].resize(ask[static_cast<size_t>(q)].size() * static_cast<size_t>(orow));
+    send[static_cast<size_t>(q)] = out;
+    recv[static_cast<size_t>(q)] = o_in[static_cast<size_t>(q)];
+    stats->rows_served += ns;
+    stats->floats_sent += ns * orow;
+  }
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    FERRY_RETURN_IF_ERROR(tp.comm->Exchange(send, recv));
+    stats->exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  for (int q = 0; q < world; ++q) {
+    if (q == me) continue;
+    const std::vector<int64_t>& rs = ask[static_cast<size_t>(q)];
+    for (size_t i = 0; i < rs.size(); ++i) {
+      std::copy_n(o_in[static_cast<size_t>(q)].data() + i * orow, orow, o_lat + rs[i] * orow);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ferry::model

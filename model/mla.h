@@ -70,6 +70,16 @@ void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& 
 void MlaAttendLatent(const ModelConfig& c, int64_t heads, const float* q_abs, const float* q_pe,
                      std::span<const int64_t> rows_idx, const RowOf& latent_of,
                      const std::vector<std::vector<int32_t>>& sel, float* o_lat);
+// The latent split (docs/owner-split.md): o_lat [R, heads, L] of every row of a step, where
+// row_owner[r] is the rank that alone holds row r's latent rows (-1: every rank holds them) and
+// row_held[r] whether this rank does. Rows held here are attended here; the others' queries go
+// to their owners in one exchange, the owners attend them for this rank's heads (MlaAttendLatent:
+// the same values and order) and send the latents back in a second. Every rank calls it with
+// the same row_owner. Errors: the collective's.
+absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjections& proj,
+                            std::span<const int> row_owner, std::span<const uint8_t> row_held, const TensorParallel& tp,
+                            const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* o_lat,
+                            OwnerSplitStats* stats);
 // W_UV per head, then o_proj: out [R, hidden] from o_lat [R, heads, L].
 void MlaOutput(const MlaWeights& w, const ModelConfig& c, const float* o_lat, int64_t rows, float* out);
 

@@ -473,7 +473,7 @@ class GroupRunner final : public StepRunner {
     }
     return out[0];
   }
-  const model::GlmMoeDsa& model(int r) const { return dynamic_cast<const model::GlmMoeDsa&>(execs_[r]->model()); }
+  const model::CausalLM& model(int r) const { return execs_[r]->model(); }
 
  private:
   ferry::testing::ThreadGroup group_;
@@ -489,8 +489,8 @@ struct SplitRun {
 // 10 requests (prompts of 20 to 60 tokens, past index_topk 16), then 3 resumes of finished
 // conversations through the prompt cache, on a pool of `pages` pages of 16 tokens (and, with
 // the split, `latent_pages` latent pages on each rank).
-SplitRun RunSplit(int world, bool split, int64_t pages, int64_t latent_pages) {
-  GroupRunner runner(kDsa, world, model::CacheOptions{16, pages});
+SplitRun RunSplit(const std::string& dir, int world, bool split, int64_t pages, int64_t latent_pages) {
+  GroupRunner runner(dir, world, model::CacheOptions{16, pages});
   SchedulerOptions opts;
   opts.kv_pages = pages;
   opts.page_size = 16;
@@ -499,6 +499,7 @@ SplitRun RunSplit(int world, bool split, int64_t pages, int64_t latent_pages) {
   opts.max_running = 6;
   opts.prompt_cache_tokens = 100000;
   opts.owner_split = split;
+  opts.prompt_cache_any_prefix = dir == kDsa;
   opts.world = world;
   opts.latent_pages = latent_pages;
   Scheduler sched(opts, &runner);
@@ -534,12 +535,13 @@ SplitRun RunSplit(int world, bool split, int64_t pages, int64_t latent_pages) {
 }
 
 TEST_CASE("scheduler: the latent split gives the replicated engine's tokens through borrow, cut borrow, "
-          "remote fill and resume", "[scheduler][owner_split]") {
+          "remote fill and resume (both families)", "[scheduler][owner_split]") {
+  for (const std::string& dir : {kDsa, kNext}) {
   for (int world : {2, 4}) {
     for (int64_t latent : {64, 10}) {
-      INFO("W=" << world << ", " << latent << " latent pages a rank");
-      const SplitRun rep = RunSplit(world, false, 64, 64);
-      const SplitRun split = RunSplit(world, true, 64, latent);
+      INFO(dir << " W=" << world << ", " << latent << " latent pages a rank");
+      const SplitRun rep = RunSplit(dir, world, false, 64, 64);
+      const SplitRun split = RunSplit(dir, world, true, 64, latent);
       REQUIRE(rep.tokens.size() == split.tokens.size());
       for (size_t i = 0; i < rep.tokens.size(); ++i) {
         INFO("request " << i);
@@ -554,6 +556,7 @@ TEST_CASE("scheduler: the latent split gives the replicated engine's tokens thro
       // 10 latent pages a rank cannot hold every fill on every rank: borrows are cut mid-fill.
       if (latent == 10) CHECK(split.snap.borrows_cut > 0);
     }
+  }
   }
 }
 

@@ -195,9 +195,11 @@ TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a t
 
 TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens and report per-rank books",
           "[serve][owner_split]") {
-  Server server(kDsa, 2, {"--owner-split", "--page-size", "16", "--context", "128", "--max-batch-tokens", "48"});
+  for (const std::string& dir : {kDsa, kNext}) {
+  INFO(dir);
+  Server server(dir, 2, {"--owner-split", "--page-size", "16", "--context", "128", "--max-batch-tokens", "48"});
   REQUIRE(server.serving());
-  const testing::Workload w = testing::MakeWorkload(kDsa, 8, 29, 20, 60, 4, 12);
+  const testing::Workload w = testing::MakeWorkload(dir, 8, 29, 20, 60, 4, 12);
   std::vector<std::vector<int32_t>> got(8);
   std::vector<std::string> errors(8);
   std::vector<std::thread> threads;
@@ -235,6 +237,7 @@ TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens a
             testing::MetricValue(testing::ScrapeMetrics(server.metrics_port() + 1), "ferry_worker:owner_rows_shipped_total{rank=\"0\"}") >
         0);
   CHECK(testing::MetricValue(w1, "ferry_worker:owner_exchange_seconds_count{rank=\"1\"}") > 0);
+}
 }
 
 TEST_CASE("serve: the latent split serves, in a room the replicated layout refuses, the tokens of one rank",

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/ops.h"
 #include "model/causal_lm.h"
+#include "model/glm5_next.h"
 #include "model/glm_moe_dsa.h"
 #include "tests/catch.h"
 #include "tests/testing/thread_collective.h"
@@ -18,6 +19,7 @@ namespace ferry::model {
 namespace {
 
 const std::string kDsa = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
+const std::string kNext = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny";
 
 std::vector<int32_t> Prompt(int n, int salt) {
   std::vector<int32_t> p;
@@ -35,14 +37,15 @@ struct RankResult {
 
 // Runs one script on `world` ranks; split: the conversations get owners (A: rank 1 % W from its
 // first token, B: rank 0 with a borrowed fill, D: rank W - 1; C stays replicated).
-std::vector<RankResult> Run(int world, bool split) {
+// glm5_next forks only where its KDA state exists: at the current length (fork_back 0).
+std::vector<RankResult> Run(const std::string& dir, int world, bool split, int64_t fork_back) {
   ferry::testing::ThreadGroup group(world);
   std::vector<RankResult> out(static_cast<size_t>(world));
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       RankResult& res = out[static_cast<size_t>(r)];
-      auto loaded = LoadCausalLM(kDsa, TensorParallel{r, world, group.rank(r)}, CacheOptions{16, -1});
+      auto loaded = LoadCausalLM(dir, TensorParallel{r, world, group.rank(r)}, CacheOptions{16, -1});
       if (!loaded.ok()) {
         res.status = loaded.status();
         return;
@@ -84,7 +87,7 @@ std::vector<RankResult> Run(int world, bool split) {
       // A fork of A (the prompt cache resuming it) at a page boundary's middle, with a new suffix.
       std::unique_ptr<SequenceState> E;
       if (res.status.ok()) {
-        auto fork = A->ForkSplitAt(A->length() - 5, -1, -1);
+        auto fork = A->ForkSplitAt(A->length() - fork_back, -1, -1);
         if (!fork.ok()) {
           res.status = fork.status();
         } else {
@@ -95,11 +98,10 @@ std::vector<RankResult> Run(int world, bool split) {
         step({{E.get(), Prompt(9, 5)}, {A, next[0]}, {D, next[3]}});
         for (int i = 0; i < 3; ++i) step({{E.get(), {next[0][0]}}, {B, next[1]}});
       }
-      if (auto* dsa = dynamic_cast<GlmMoeDsa*>(&m)) {
-        res.stats = dsa->owner_split_stats();
-        res.latent_used = dsa->latent_arena().used_pages();
-        res.keys_used = dsa->arena().used_pages();
-      }
+      res.stats = m.owner_split_stats();
+      res.keys_used = m.arena().used_pages();
+      if (auto* dsa = dynamic_cast<GlmMoeDsa*>(&m)) res.latent_used = dsa->latent_arena().used_pages();
+      if (auto* next = dynamic_cast<Glm5Next*>(&m)) res.latent_used = next->latent_arena().used_pages();
       for (auto* s : {A, B, C, D, E.get()}) {
         res.latent_held.push_back(s ? static_cast<int64_t>(s->LatentPages().size()) : 0);
       }
@@ -109,10 +111,10 @@ std::vector<RankResult> Run(int world, bool split) {
   return out;
 }
 
-TEST_CASE("owner split glm_moe_dsa: every logit equals the replicated engine's, bit for bit", "[owner_split][tp]") {
+void CheckSplit(const std::string& dir, int64_t fork_back) {
   for (int world : {2, 4}) {
-    const std::vector<RankResult> rep = Run(world, false);
-    const std::vector<RankResult> split = Run(world, true);
+    const std::vector<RankResult> rep = Run(dir, world, false, fork_back);
+    const std::vector<RankResult> split = Run(dir, world, true, fork_back);
     for (int r = 0; r < world; ++r) {
       INFO("W=" << world << " rank " << r << ": " << rep[r].status.message() << " / " << split[r].status.message());
       REQUIRE(rep[r].status.ok());
@@ -142,6 +144,14 @@ TEST_CASE("owner split glm_moe_dsa: every logit equals the replicated engine's, 
   }
 }
 
+TEST_CASE("owner split glm_moe_dsa: every logit equals the replicated engine's, bit for bit", "[owner_split][tp]") {
+  CheckSplit(kDsa, 5);
+}
+
+TEST_CASE("owner split glm5_next: every logit equals the replicated engine's, bit for bit", "[owner_split][tp]") {
+  CheckSplit(kNext, 0);
+}
+
 TEST_CASE("owner split: owners change only on an empty conversation or at the end of a borrow", "[owner_split]") {
   auto m = LoadCausalLM(kDsa, TensorParallel{}, CacheOptions{16, -1});
   REQUIRE(m.ok());
@@ -155,10 +165,6 @@ TEST_CASE("owner split: owners change only on an empty conversation or at the en
   CHECK(s->SetLatentOwner(0, false).ok());  // the borrow ends; rank 0 owns and keeps its rows
   CHECK(s->LatentPages().size() == 2);
   CHECK(s->SetLatentOwner(0, true).code() == absl::StatusCode::kFailedPrecondition);
-  // glm5_next keeps its latent rows everywhere for now.
-  auto next = LoadCausalLM(std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny");
-  REQUIRE(next.ok());
-  CHECK((*next)->NewSequence()->SetLatentOwner(1, false).code() == absl::StatusCode::kUnimplemented);
 }
 
 }  // namespace

@@ -1,0 +1,72 @@
+// A conversation's two page tables under the latent split (seed 000 step 2, docs/owner-split.md):
+// `keys` holds what every rank keeps (indexer keys, pool gates) and `latent` the MLA latent rows,
+// kept only on the ranks that hold them: the owner, or every rank while a fill borrows. Without
+// an owner (-1, the replicated layout) both tables are filled on every rank with the same page
+// ids. Both families' sequences keep their per-token rows here.
+//
+// Thread safety: not thread-safe (one model instance's step loop uses it).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/paged_cache.h"
+
+namespace ferry::model {
+
+class SplitRows {
+ public:
+  SplitRows(std::shared_ptr<PageArena> keys, std::shared_ptr<PageArena> latent, int rank)
+      : keys_(std::make_unique<PagedRows>(std::move(keys))),
+        latent_(std::make_unique<PagedRows>(std::move(latent))),
+        rank_(rank) {}
+
+  int owner() const { return owner_; }
+  bool borrowed() const { return borrowed_; }
+  // Whether this rank holds the latent rows.
+  bool holds_latent() const { return owner_ < 0 || borrowed_ || owner_ == rank_; }
+  // Whether the rows live on one rank only (queries then go to the owner).
+  bool split() const { return owner_ >= 0 && !borrowed_; }
+
+  PagedRows& keys() { return *keys_; }
+  PagedRows& latent() { return *latent_; }
+  const PagedRows& keys() const { return *keys_; }
+  const PagedRows& latent() const { return *latent_; }
+  int64_t bytes() const;
+
+  // SequenceState's contracts (causal_lm.h); `length` is the conversation's length.
+  absl::Status SetOwner(int owner, bool borrowed, int64_t length);
+  absl::Status Adopt(std::span<const int32_t> pages);
+  absl::Status AdoptLatent(std::span<const int32_t> pages);
+  absl::Status Truncate(int64_t n);
+  absl::StatusOr<SplitRows> Fork(int64_t n, int32_t copy_page, int32_t latent_copy_page) const;
+  // The tables to grow for a step that appends tokens (the latent one where this rank holds it).
+  void AppendTables(std::vector<PagedRows*>* tables);
+
+ private:
+  std::unique_ptr<PagedRows> keys_;
+  std::unique_ptr<PagedRows> latent_;
+  int rank_ = 0;
+  int owner_ = -1;
+  bool borrowed_ = false;
+};
+
+// Per row of a step: the rank that alone holds its conversation's latent rows (-1: every rank
+// holds them), and whether this rank does.
+struct RowOwners {
+  std::vector<int> owner;
+  std::vector<uint8_t> held;
+  bool split = false;  // some row's latent rows live on one rank: attention goes through owners
+};
+
+// Grows every conversation's tables (conversation s: rows[s], lengths[s] + adds[s] tokens; a
+// refused step gives back what it took) and fills `owners` for the step's rows (seg_of[r]: the
+// conversation of row r). world: the tensor-parallel width (1: nothing is split).
+absl::Status ReserveSplitRows(std::span<SplitRows* const> rows, std::span<const int64_t> lengths,
+                              std::span<const int64_t> adds, std::span<const int64_t> seg_of, int world,
+                              RowOwners* owners);
+
+}  // namespace ferry::model
