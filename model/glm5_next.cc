@@ -254,7 +254,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
       };
       if (owners.split) {
         o.resize(static_cast<size_t>(R * L.attn.heads * c.kv_lora_rank));
-        FERRY_RETURN_IF_ERROR(MlaAttendSplit(c, L.attn.heads, proj, owners.owner, owners.held, tp_, latent_of, sel,
+        FERRY_RETURN_IF_ERROR(MlaAttendSplit(c, L.attn.heads, proj, owners.owner, owners.held, owners.fetch, owners.group, tp_, latent_of, sel,
                                              o.data(), &split_stats_));
         MlaOutput(L.attn, c, o.data(), R, y.data());
       } else {

@@ -139,7 +139,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
     // A shared layer reuses `sel` from the latest full layer (the config guarantees one).
     if (owners.split) {
       o_lat.resize(static_cast<size_t>(R * L.attn.heads * c.kv_lora_rank));
-      FERRY_RETURN_IF_ERROR(MlaAttendSplit(c, L.attn.heads, proj, owners.owner, owners.held, tp_, latent_of, sel, o_lat.data(),
+      FERRY_RETURN_IF_ERROR(MlaAttendSplit(c, L.attn.heads, proj, owners.owner, owners.held, owners.fetch, owners.group, tp_, latent_of, sel, o_lat.data(),
                                            &split_stats_));
       MlaOutput(L.attn, c, o_lat.data(), R, y.data());
     } else {

@@ -1,8 +1,10 @@
 #include "model/mla.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
 
 #include "common/status.h"
 #include "kernels/cpu/ops.h"
@@ -125,21 +127,36 @@ void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& 
   MlaOutput(w, c, o_lat.data(), rows, out);
 }
 
+namespace {
+std::atomic<int64_t> g_fetch_piece_floats{kFetchPieceFloats};
+}  // namespace
+
+void SetFetchPieceFloats(int64_t floats) { g_fetch_piece_floats = std::max<int64_t>(floats, 1); }
+int64_t FetchPieceFloats() { return g_fetch_piece_floats.load(); }
+
 absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjections& proj,
-                            std::span<const int> row_owner, std::span<const uint8_t> row_held, const TensorParallel& tp,
-                            const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* o_lat,
-                            OwnerSplitStats* stats) {
+                            std::span<const int> row_owner, std::span<const uint8_t> row_held,
+                            std::span<const uint8_t> row_fetch, std::span<const int64_t> row_group,
+                            const TensorParallel& tp, const RowOf& latent_of,
+                            const std::vector<std::vector<int32_t>>& sel, float* o_lat, OwnerSplitStats* stats) {
   const int64_t R = static_cast<int64_t>(row_owner.size()), H = heads, Lr = c.kv_lora_rank, P = c.qk_rope_head_dim;
+  const int64_t W = Lr + P;
   const int world = tp.world, me = tp.rank;
   // Every rank derives the same plan from the step: row r is attended by the ranks holding its
-  // conversation's rows. A rank that does not hold them ships its heads' queries to the owner.
-  // mine: rows this rank attends for itself; ask[q]: rows whose owner q attends for this rank;
-  // serve: rows this rank owns that every other rank asks for (the same rows for every peer).
-  std::vector<int64_t> mine, serve;
+  // conversation's rows, and by every rank when its chunk's history is fetched. A rank that
+  // neither holds nor fetches ships its heads' queries to the owner.
+  // mine: rows this rank attends with its own rows; fetched: rows it attends with fetched ones;
+  // ask[q]: rows whose owner q attends for this rank; serve: rows this rank owns that every other
+  // rank asks for (the same rows for every peer).
+  std::vector<int64_t> mine, fetched, serve;
   std::vector<std::vector<int64_t>> ask(static_cast<size_t>(world));
   for (int64_t r = 0; r < R; ++r) {
-    if (row_held[r]) mine.push_back(r);
-    if (row_owner[r] >= 0) {
+    if (row_held[r]) {
+      mine.push_back(r);
+    } else if (row_fetch[r]) {
+      fetched.push_back(r);
+    }
+    if (row_owner[r] >= 0 && !row_fetch[r]) {
       if (row_owner[r] == me) {
         serve.push_back(r);
       } else {
@@ -147,6 +164,85 @@ absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjec
       }
     }
   }
+
+  // History fetch. unions[g]: the ascending union of the selections of conversation g's fetch
+  // rows; each owner's buffer is its conversations' unions in step order, offset[g] rows in.
+  std::map<int64_t, std::vector<int32_t>> unions;
+  std::map<int64_t, int64_t> offset;
+  std::vector<int64_t> owner_rows(static_cast<size_t>(world), 0);
+  for (int64_t r = 0; r < R; ++r) {
+    if (row_fetch[r]) unions[row_group[r]].insert(unions[row_group[r]].end(), sel[r].begin(), sel[r].end());
+  }
+  std::map<int64_t, int> group_owner, group_row;
+  for (int64_t r = 0; r < R; ++r) {
+    if (!row_fetch[r]) continue;
+    group_owner[row_group[r]] = row_owner[r];
+    group_row.emplace(row_group[r], static_cast<int>(r));
+  }
+  for (auto& [g, u] : unions) {
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    const int o = group_owner.at(g);
+    offset[g] = owner_rows[static_cast<size_t>(o)];
+    owner_rows[static_cast<size_t>(o)] += static_cast<int64_t>(u.size());
+  }
+  std::vector<std::vector<float>> history(static_cast<size_t>(world));
+  if (!unions.empty()) {
+    std::vector<float>& out = history[static_cast<size_t>(me)];
+    out.resize(static_cast<size_t>(owner_rows[static_cast<size_t>(me)] * W));
+    for (const auto& [g, u] : unions) {
+      if (group_owner.at(g) != me) continue;
+      const int64_t r0 = group_row.at(g);
+      for (size_t i = 0; i < u.size(); ++i) {
+        std::copy_n(latent_of(r0, u[i]), W, out.data() + (offset.at(g) + static_cast<int64_t>(i)) * W);
+      }
+    }
+    for (int q = 0; q < world; ++q) {
+      if (q != me) history[static_cast<size_t>(q)].resize(static_cast<size_t>(owner_rows[static_cast<size_t>(q)] * W));
+    }
+    // In pieces of at most FetchPieceFloats() a message: every rank computes the same count.
+    const int64_t most = *std::max_element(owner_rows.begin(), owner_rows.end()) * W;
+    const int64_t piece = FetchPieceFloats();
+    for (int64_t at = 0; at < most; at += piece) {
+      ++stats->fetch_pieces;
+      std::vector<std::span<const float>> send(static_cast<size_t>(world));
+      std::vector<std::span<float>> recv(static_cast<size_t>(world));
+      const std::vector<float>& mine_buf = history[static_cast<size_t>(me)];
+      const int64_t mine_n = std::clamp<int64_t>(static_cast<int64_t>(mine_buf.size()) - at, 0, piece);
+      for (int q = 0; q < world; ++q) {
+        if (q == me) continue;
+        send[static_cast<size_t>(q)] = std::span<const float>(mine_buf.data() + (mine_n > 0 ? at : 0), static_cast<size_t>(mine_n));
+        std::vector<float>& in = history[static_cast<size_t>(q)];
+        const int64_t in_n = std::clamp<int64_t>(static_cast<int64_t>(in.size()) - at, 0, piece);
+        recv[static_cast<size_t>(q)] = std::span<float>(in.data() + (in_n > 0 ? at : 0), static_cast<size_t>(in_n));
+        stats->floats_sent += mine_n;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      FERRY_RETURN_IF_ERROR(tp.comm->Exchange(send, recv));
+      stats->exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    for (int q = 0; q < world; ++q) {
+      if (q != me) stats->rows_fetched += owner_rows[static_cast<size_t>(q)];
+    }
+  }
+  if (!fetched.empty()) {
+    // Renumbered: token t of conversation g is row offset[g] + (its index in unions[g]).
+    const RowOf fetched_of = [&](int64_t r, int64_t t) -> const float* {
+      const std::vector<int32_t>& u = unions.at(row_group[r]);
+      const int64_t i = std::lower_bound(u.begin(), u.end(), static_cast<int32_t>(t)) - u.begin();
+      return history[static_cast<size_t>(row_owner[r])].data() + (offset.at(row_group[r]) + i) * W;
+    };
+    const int64_t orow = H * Lr;
+    std::vector<float> qa(fetched.size() * static_cast<size_t>(H * Lr)), qp(fetched.size() * static_cast<size_t>(H * P));
+    std::vector<float> out(fetched.size() * static_cast<size_t>(orow));
+    for (size_t i = 0; i < fetched.size(); ++i) {
+      std::copy_n(proj.q_abs.data() + fetched[i] * H * Lr, H * Lr, qa.data() + i * H * Lr);
+      std::copy_n(proj.q_pe.data() + fetched[i] * H * P, H * P, qp.data() + i * H * P);
+    }
+    MlaAttendLatent(c, H, qa.data(), qp.data(), fetched, fetched_of, sel, out.data());
+    for (size_t i = 0; i < fetched.size(); ++i) std::copy_n(out.data() + i * orow, orow, o_lat + fetched[i] * orow);
+  }
+
   // Queries out: [n, H, L] of q_abs then [n, H, P] of q_pe, packed per owner in row order.
   const int64_t qrow = H * (Lr + P), orow = H * Lr;
   std::vector<std::vector<float>> q_out(static_cast<size_t>(world)), q_in(static_cast<size_t>(world));

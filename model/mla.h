@@ -71,15 +71,26 @@ void MlaAttendLatent(const ModelConfig& c, int64_t heads, const float* q_abs, co
                      std::span<const int64_t> rows_idx, const RowOf& latent_of,
                      const std::vector<std::vector<int32_t>>& sel, float* o_lat);
 // The latent split (docs/owner-split.md): o_lat [R, heads, L] of every row of a step, where
-// row_owner[r] is the rank that alone holds row r's latent rows (-1: every rank holds them) and
-// row_held[r] whether this rank does. Rows held here are attended here; the others' queries go
-// to their owners in one exchange, the owners attend them for this rank's heads (MlaAttendLatent:
-// the same values and order) and send the latents back in a second. Every rank calls it with
-// the same row_owner. Errors: the collective's.
+// row_owner[r] is the rank that alone holds row r's latent rows (-1: every rank holds them),
+// row_held[r] whether this rank does, row_fetch[r] whether r belongs to a prompt chunk whose
+// history the other ranks fetch, and row_group[r] its conversation in the step. Rows held here
+// are attended here. For a fetch row the owner sends every other rank, once per conversation,
+// the union of the rows its chunk's selections name (ascending, in pieces of at most
+// kFetchPieceFloats a message) and every rank attends the chunk itself. For the other rows the
+// queries go to their owners in one exchange, the owners attend them for this rank's heads and
+// send the latents back in a second. Attention always runs MlaAttendLatent over the same values
+// in the same order. Every rank calls it with the same arguments but `proj`'s queries.
+// Errors: the collective's.
+inline constexpr int64_t kFetchPieceFloats = int64_t{1} << 20;
+// The piece size the history fetch uses, process-wide (default kFetchPieceFloats; tests lower it
+// to force many pieces). Every rank of a group must use the same. REQUIRES: floats >= 1.
+void SetFetchPieceFloats(int64_t floats);
+int64_t FetchPieceFloats();
 absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjections& proj,
-                            std::span<const int> row_owner, std::span<const uint8_t> row_held, const TensorParallel& tp,
-                            const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* o_lat,
-                            OwnerSplitStats* stats);
+                            std::span<const int> row_owner, std::span<const uint8_t> row_held,
+                            std::span<const uint8_t> row_fetch, std::span<const int64_t> row_group,
+                            const TensorParallel& tp, const RowOf& latent_of,
+                            const std::vector<std::vector<int32_t>>& sel, float* o_lat, OwnerSplitStats* stats);
 // W_UV per head, then o_proj: out [R, hidden] from o_lat [R, heads, L].
 void MlaOutput(const MlaWeights& w, const ModelConfig& c, const float* o_lat, int64_t rows, float* out);
 

@@ -88,11 +88,15 @@ absl::Status ReserveSplitRows(std::span<SplitRows* const> rows, std::span<const 
   FERRY_RETURN_IF_ERROR(ReserveRows(tables, from, more));
   owners->owner.assign(seg_of.size(), -1);
   owners->held.assign(seg_of.size(), 1);
+  owners->fetch.assign(seg_of.size(), 0);
+  owners->group.assign(seg_of.begin(), seg_of.end());
   owners->split = false;
   for (size_t r = 0; r < seg_of.size(); ++r) {
-    const SplitRows& sr = *rows[static_cast<size_t>(seg_of[r])];
+    const size_t s = static_cast<size_t>(seg_of[r]);
+    const SplitRows& sr = *rows[s];
     owners->owner[r] = sr.split() && world > 1 ? sr.owner() : -1;
     owners->held[r] = sr.holds_latent();
+    owners->fetch[r] = owners->owner[r] >= 0 && adds[s] >= 2;
     owners->split |= owners->owner[r] >= 0;
   }
   return absl::OkStatus();

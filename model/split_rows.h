@@ -59,6 +59,10 @@ class SplitRows {
 struct RowOwners {
   std::vector<int> owner;
   std::vector<uint8_t> held;
+  // Rows of prompt chunks (pieces of two or more tokens) whose rows live on one rank: the other
+  // ranks fetch the rows their selections name instead of shipping queries (history fetch).
+  std::vector<uint8_t> fetch;
+  std::vector<int64_t> group;  // the row's conversation in the step (seg_of)
   bool split = false;  // some row's latent rows live on one rank: attention goes through owners
 };
 

@@ -35,7 +35,9 @@ class Collective {
 struct OwnerSplitStats {
   int64_t rows_shipped = 0;       // row-layers whose queries this rank sent to their owner
   int64_t rows_served = 0;        // row-layers this rank attended for another rank's heads
-  int64_t floats_sent = 0;        // queries and attended latents sent
+  int64_t rows_fetched = 0;       // latent rows this rank fetched from owners (history fetch)
+  int64_t fetch_pieces = 0;       // exchanges the history fetch took
+  int64_t floats_sent = 0;        // queries, attended latents and fetched rows sent
   double exchange_seconds = 0;    // time in the exchanges (waiting for peers included)
 };
 

@@ -196,6 +196,9 @@ int main(int argc, char** argv) {
   auto& split_served = prometheus::BuildCounter().Name("ferry_worker:owner_rows_served_total")
                            .Help("Row-layers this rank attended for another rank's heads (latent split)")
                            .Register(*registry).Add(labels);
+  auto& split_fetched = prometheus::BuildCounter().Name("ferry_worker:owner_rows_fetched_total")
+                            .Help("Latent rows this rank fetched from owners for prompt chunks (history fetch)")
+                            .Register(*registry).Add(labels);
   auto& split_bytes = prometheus::BuildCounter().Name("ferry_worker:owner_exchange_bytes_total")
                           .Help("Bytes of queries and attended latents this rank sent (latent split)")
                           .Register(*registry).Add(labels);
@@ -311,7 +314,9 @@ int main(int argc, char** argv) {
     for (const worker::StepSegment& seg : step.segments) ntok += static_cast<int64_t>(seg.tokens.size());
     step_time.Observe(secs);
     if (const model::OwnerSplitStats now = exec.model().owner_split_stats(); now.rows_shipped != split_seen.rows_shipped ||
-                                                                              now.rows_served != split_seen.rows_served) {
+                                                                              now.rows_served != split_seen.rows_served ||
+                                                                              now.rows_fetched != split_seen.rows_fetched) {
+      split_fetched.Increment(static_cast<double>(now.rows_fetched - split_seen.rows_fetched));
       split_shipped.Increment(static_cast<double>(now.rows_shipped - split_seen.rows_shipped));
       split_served.Increment(static_cast<double>(now.rows_served - split_seen.rows_served));
       split_bytes.Increment(static_cast<double>((now.floats_sent - split_seen.floats_sent) * sizeof(float)));

@@ -1,8 +1,8 @@
 // The latent split on the CPU reference (seed 000 step 2, docs/owner-split.md): with each
 // conversation's latent rows on its owner rank only, and the other ranks shipping their heads'
 // queries to the owner, every logit is bit-identical to the replicated engine's at the same
-// width, through decode rows, prefill chunks attended remotely, a borrowed fill and a fork, with
-// prompts past index_topk (the indexer is sparse).
+// width, through decode rows (queries shipped), prefill chunks (history fetched, in pieces), a
+// borrowed fill and a fork, with prompts past index_topk (the indexer is sparse).
 #include <memory>
 #include <string>
 #include <thread>
@@ -12,6 +12,7 @@
 #include "model/causal_lm.h"
 #include "model/glm5_next.h"
 #include "model/glm_moe_dsa.h"
+#include "model/mla.h"
 #include "tests/catch.h"
 #include "tests/testing/thread_collective.h"
 
@@ -111,7 +112,7 @@ std::vector<RankResult> Run(const std::string& dir, int world, bool split, int64
   return out;
 }
 
-void CheckSplit(const std::string& dir, int64_t fork_back) {
+void CheckSplit(const std::string& dir, int64_t fork_back, int64_t min_pieces = 1) {
   for (int world : {2, 4}) {
     const std::vector<RankResult> rep = Run(dir, world, false, fork_back);
     const std::vector<RankResult> split = Run(dir, world, true, fork_back);
@@ -128,7 +129,12 @@ void CheckSplit(const std::string& dir, int64_t fork_back) {
       // The replicated run moves nothing; the split one ships queries from every rank (each owns
       // nothing of some conversation) and serves them on the owners.
       CHECK(rep[r].stats.rows_shipped == 0);
-      CHECK(split[r].stats.rows_shipped > 0);
+      CHECK(rep[r].stats.rows_fetched == 0);
+      CHECK(split[r].stats.rows_shipped > 0);  // decode rows ship their queries
+      // Prompt chunks fetch their history on the ranks that lack it: all but the owner of both A
+      // and D (rank 1 at W = 2).
+      CHECK((split[r].stats.rows_fetched > 0) == !(r == 1 % world && r == world - 1));
+      CHECK(split[r].stats.fetch_pieces >= min_pieces);
       const bool owns = r == 0 || r == 1 % world || r == world - 1;
       CHECK((split[r].stats.rows_served > 0) == owns);
       // Latent pages are held only where the rows live: A (and its fork E) on 1 % W, B on 0
@@ -150,6 +156,13 @@ TEST_CASE("owner split glm_moe_dsa: every logit equals the replicated engine's, 
 
 TEST_CASE("owner split glm5_next: every logit equals the replicated engine's, bit for bit", "[owner_split][tp]") {
   CheckSplit(kNext, 0);
+}
+
+TEST_CASE("owner split: a history fetch in pieces of 100 floats gives the same bits", "[owner_split][tp]") {
+  SetFetchPieceFloats(100);
+  // glm-dsa-tiny's rows are 80 floats: a chunk's union of 16+ rows takes 13+ pieces a layer.
+  CheckSplit(kDsa, 5, /*min_pieces=*/50);
+  SetFetchPieceFloats(kFetchPieceFloats);
 }
 
 TEST_CASE("owner split: owners change only on an empty conversation or at the end of a borrow", "[owner_split]") {
