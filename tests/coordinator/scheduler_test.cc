@@ -560,5 +560,53 @@ TEST_CASE("scheduler: the latent split gives the replicated engine's tokens thro
   }
 }
 
+TEST_CASE("scheduler: with the latent split, 400 mixed requests on small pools leave no page behind on any rank",
+          "[scheduler][owner_split]") {
+  GroupRunner runner(kDsa, 2, model::CacheOptions{16, 12});
+  SchedulerOptions opts;
+  opts.max_batch_tokens = 32;
+  opts.max_running = 4;
+  opts.max_queue = 1000;
+  opts.max_context = 64;
+  opts.kv_pages = 12;
+  opts.page_size = 16;
+  opts.owner_split = true;
+  opts.world = 2;
+  opts.latent_pages = 8;
+  Scheduler sched(opts, &runner);
+  std::mt19937 rng(101);
+  std::vector<std::shared_ptr<Request>> reqs;
+  for (int i = 0; i < 400; ++i) {
+    std::vector<int32_t> prompt(1 + rng() % 40);
+    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
+    auto r = MakeRequest("o" + std::to_string(i), prompt, 1 + rng() % 12, i % 3 == 0);
+    r->stop_token_ids = {static_cast<int32_t>(2 + rng() % 380)};
+    REQUIRE(sched.Submit(r).ok());
+    reqs.push_back(r);
+    if (i % 7 == 0) sched.Abort(r->id);
+    if (i % 5 == 0) (void)sched.RunOnce();
+    if (i % 13 == 0 && i > 0) sched.Abort(reqs[i - 1]->id);
+  }
+  RunUntilIdle(sched);
+  for (auto& r : reqs) {
+    std::vector<int32_t> streamed;
+    RequestEvent end = Collect(*r, &streamed);
+    INFO(r->id << ": " << end.error);
+    CHECK(end.error.empty());
+  }
+  const SchedulerSnapshot snap = sched.Snapshot();
+  CHECK(snap.used_pages == 0);
+  REQUIRE(snap.latent_used_pages.size() == 2);
+  CHECK(snap.latent_used_pages[0] == 0);
+  CHECK(snap.latent_used_pages[1] == 0);
+  CHECK(snap.borrows_ended > 0);
+  CHECK(snap.borrows_cut + snap.preemptions > 0);
+  for (int r = 0; r < 2; ++r) {
+    const auto& m = dynamic_cast<const model::GlmMoeDsa&>(runner.model(r));
+    CHECK(m.arena().used_pages() == 0);
+    CHECK(m.latent_arena().used_pages() == 0);
+  }
+}
+
 }  // namespace
 }  // namespace ferry::coordinator

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -32,6 +34,27 @@ int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+int FreePortRun(int n) {
+  // Below Linux's ephemeral range (32768..60999), where the kernel hands out the ports that
+  // bind(0) callers (UCX's listeners among them) get: a run taken from there collides with them.
+  static std::mt19937 rng(static_cast<uint32_t>(getpid()) * 2654435761u);
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const int first = 20000 + static_cast<int>(rng() % (12000 - static_cast<uint32_t>(n)));
+    bool all = true;
+    for (int k = 0; k < n && all; ++k) {
+      int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(first + k));
+      all = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+      close(fd);
+    }
+    if (all) return first;
+  }
+  throw std::runtime_error("no run of free ports below 32000");
 }
 
 std::string TempLog(const std::string& stem) {
@@ -103,7 +126,7 @@ std::string Process::Log() const {
 
 Server::Server(const std::string& model_dir, int ranks, const std::vector<std::string>& extra) {
   const int port = FreePort();
-  metrics_port_ = FreePort();
+  metrics_port_ = FreePortRun(6);  // the coordinator's, then each worker's (+1 + rank)
   address_ = "127.0.0.1:" + std::to_string(port);
   log_ = TempLog("ferry-serve");
   std::vector<std::string> argv = {BinDir() + "/ferry", "serve", "--model", model_dir, "--ranks", std::to_string(ranks),
@@ -141,6 +164,9 @@ std::string ScrapeMetrics(int port) {
     close(fd);
     return "";
   }
+  // Something else on the port must not hang the test: give up after 10 s without an answer.
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);

@@ -14,6 +14,8 @@ namespace ferry::testing {
 
 // A loopback TCP port that was free a moment ago.
 int FreePort();
+// The first of n consecutive ports free now, below the kernel's ephemeral range.
+int FreePortRun(int n);
 // A fresh log file name under /tmp (the file exists, empty).
 std::string TempLog(const std::string& stem);
 
