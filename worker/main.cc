@@ -104,7 +104,23 @@ int main(int argc, char** argv) {
   }
   const auto timeout = std::chrono::seconds(absl::GetFlag(FLAGS_connect_timeout_s));
 
-  // Data plane first: its address travels with the registration.
+  // This rank's /metrics first: its port must be bound before the data plane's listeners take
+  // ephemeral ports (a metrics port in that range could otherwise go to one of them).
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
+    const std::string where = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
+    try {
+      exposer = std::make_unique<prometheus::Exposer>(where);
+      exposer->RegisterCollectable(registry);
+    } catch (const std::exception& e) {
+      // Metrics are not worth failing the group for: say so and serve without them.
+      FERRY_LOG(WARNING) << "rank " << rank << ": cannot serve /metrics on " << where << ": " << e.what();
+      exposer.reset();
+    }
+  }
+
+  // Then the data plane: its address travels with the registration.
   auto dp = dataplane::UcxDataPlane::Create(rank, world);
   if (!dp.ok()) {
     FERRY_LOG(ERROR) << "rank " << rank << ": data plane: " << dp.status().message();
@@ -175,7 +191,6 @@ int main(int argc, char** argv) {
   worker::StepExecutor exec(std::move(*model), rank);
 
   // This rank's own metrics (the coordinator aggregates the same step times per rank).
-  auto registry = std::make_shared<prometheus::Registry>();
   const prometheus::Labels labels{{"rank", absl::StrCat(rank)}};
   auto& step_time = prometheus::BuildHistogram().Name("ferry_worker:step_time_seconds")
                         .Help("Time this rank spent executing a step").Register(*registry)
@@ -208,18 +223,6 @@ int main(int argc, char** argv) {
                          .Add(labels, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                                                0.025, 0.05, 0.1, 0.25, 0.5, 1.0});
   model::OwnerSplitStats split_seen;
-  std::unique_ptr<prometheus::Exposer> exposer;
-  if (absl::GetFlag(FLAGS_metrics_port) > 0) {
-    const std::string where = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(where);
-      exposer->RegisterCollectable(registry);
-    } catch (const std::exception& e) {
-      // Metrics are not worth failing the group for: say so and serve without them.
-      FERRY_LOG(WARNING) << "rank " << rank << ": cannot serve /metrics on " << where << ": " << e.what();
-      exposer.reset();
-    }
-  }
 
   grpc::ClientContext ctx;
   ctx.AddMetadata("ferry-cluster-token", absl::GetFlag(FLAGS_cluster_token));
