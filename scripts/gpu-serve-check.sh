@@ -6,7 +6,9 @@
 #
 #   source .device/env.sh && scripts/gpu-serve-check.sh
 #
-# Exit status 0 when every comparison matched, 1 otherwise. Logs go to $OUT (or /tmp).
+# The bundle must come from a build configured with -DFERRY_WORKER_CUDA=ON (the worker links the
+# CUDA backend only then). Exit status 0 when every comparison matched, 1 otherwise. Logs go to
+# $OUT (or /tmp).
 set -uo pipefail
 out="${OUT:-/tmp}"
 status=0
