@@ -6,22 +6,19 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 
 #include "model/causal_lm.h"
 #include "model/generate.h"
-#include "model/glm_moe_dsa.h"
 #include "model/paged_cache.h"
-#include "tests/testing/thread_collective.h"
 #include "tests/catch.h"
+#include "tests/coordinator/scheduler_helpers.h"
 #include "tests/testing/workload.h"
 #include "worker/step_executor.h"
 
 namespace ferry::coordinator {
 namespace {
 
-const std::string kDsa = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
-const std::string kNext = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny";
+using namespace scheduler_testing;
 
 class LocalRunner final : public StepRunner {
  public:
@@ -48,34 +45,6 @@ class LocalRunner final : public StepRunner {
  private:
   std::unique_ptr<worker::StepExecutor> exec_;
 };
-
-std::shared_ptr<Request> MakeRequest(const std::string& id, std::vector<int32_t> prompt, int64_t max_tokens,
-                                     bool stream = false) {
-  auto r = std::make_shared<Request>();
-  r->id = id;
-  r->prompt = std::move(prompt);
-  r->max_tokens = max_tokens;
-  r->stream = stream;
-  return r;
-}
-
-// Drains a finished request's events: its tokens and its end.
-RequestEvent Collect(Request& r, std::vector<int32_t>* streamed) {
-  while (true) {
-    auto e = r.events.Pop(std::chrono::milliseconds(0));
-    REQUIRE(e.has_value());
-    if (!e->finished) {
-      streamed->insert(streamed->end(), e->tokens.begin(), e->tokens.end());
-      continue;
-    }
-    return *e;
-  }
-}
-
-void RunUntilIdle(Scheduler& s) {
-  for (int i = 0; i < 10000 && s.RunOnce(); ++i) {
-  }
-}
 
 void ConcurrentEqualsAlone(const std::string& dir) {
   LocalRunner runner(dir);
@@ -165,19 +134,7 @@ TEST_CASE("scheduler: a thousand mixed requests on a small pool leave no page or
   opts.kv_pages = 12;
   opts.page_size = 16;
   Scheduler sched(opts, &runner);
-  std::mt19937 rng(99);
-  std::vector<std::shared_ptr<Request>> reqs;
-  for (int i = 0; i < 1000; ++i) {
-    std::vector<int32_t> prompt(1 + rng() % 40);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
-    auto r = MakeRequest("m" + std::to_string(i), prompt, 1 + rng() % 12, i % 3 == 0);
-    r->stop_token_ids = {static_cast<int32_t>(2 + rng() % 380)};  // some stop early
-    REQUIRE(sched.Submit(r).ok());
-    reqs.push_back(r);
-    if (i % 7 == 0) sched.Abort(r->id);                     // aborted while queued
-    if (i % 11 == 0) (void)sched.RunOnce();                 // or after a step or two
-    if (i % 13 == 0 && i > 0) sched.Abort(reqs[i - 1]->id);
-  }
+  const std::vector<std::shared_ptr<Request>> reqs = SubmitMixed(sched, 1000, 99, 11);
   RunUntilIdle(sched);
   int finished = 0, aborted = 0;
   for (auto& r : reqs) {
@@ -442,170 +399,6 @@ TEST_CASE("scheduler: a failing worker group ends every request with an error", 
   }
   CHECK_FALSE(sched.Snapshot().serving);
   CHECK(sched.Submit(MakeRequest("c", {5}, 1)).code() == absl::StatusCode::kUnavailable);
-}
-
-}  // namespace
-}  // namespace ferry::coordinator
-
-namespace ferry::coordinator {
-namespace {
-
-// W ranks in this process: each step runs on every rank's thread (tensor parallel over a
-// ThreadGroup); rank 0's tokens come back.
-class GroupRunner final : public StepRunner {
- public:
-  GroupRunner(const std::string& dir, int world, model::CacheOptions cache) : group_(world) {
-    for (int r = 0; r < world; ++r) {
-      auto m = model::LoadCausalLM(dir, model::TensorParallel{r, world, group_.rank(r)}, cache);
-      REQUIRE(m.ok());
-      execs_.push_back(std::make_unique<worker::StepExecutor>(std::move(*m), r));
-    }
-  }
-  absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override {
-    std::vector<absl::StatusOr<std::vector<int32_t>>> out(execs_.size(), std::vector<int32_t>{});
-    std::vector<std::thread> threads;
-    for (size_t r = 0; r < execs_.size(); ++r) {
-      threads.emplace_back([&, r] { out[r] = execs_[r]->Execute(step); });
-    }
-    for (auto& t : threads) t.join();
-    for (const auto& o : out) {
-      if (!o.ok()) return o.status();
-    }
-    return out[0];
-  }
-  const model::CausalLM& model(int r) const { return execs_[r]->model(); }
-
- private:
-  ferry::testing::ThreadGroup group_;
-  std::vector<std::unique_ptr<worker::StepExecutor>> execs_;
-};
-
-struct SplitRun {
-  std::vector<std::vector<int32_t>> tokens;
-  SchedulerSnapshot snap;
-  int64_t shipped = 0;
-};
-
-// 10 requests (prompts of 20 to 60 tokens, past index_topk 16), then 3 resumes of finished
-// conversations through the prompt cache, on a pool of `pages` pages of 16 tokens (and, with
-// the split, `latent_pages` latent pages on each rank).
-SplitRun RunSplit(const std::string& dir, int world, bool split, int64_t pages, int64_t latent_pages) {
-  GroupRunner runner(dir, world, model::CacheOptions{16, pages});
-  SchedulerOptions opts;
-  opts.kv_pages = pages;
-  opts.page_size = 16;
-  opts.max_context = 96;
-  opts.max_batch_tokens = 40;
-  opts.max_running = 6;
-  opts.prompt_cache_tokens = 100000;
-  opts.owner_split = split;
-  opts.prompt_cache_any_prefix = dir == kDsa;
-  opts.world = world;
-  opts.latent_pages = latent_pages;
-  Scheduler sched(opts, &runner);
-  std::mt19937 rng(53);
-  std::vector<std::shared_ptr<Request>> reqs;
-  for (int i = 0; i < 10; ++i) {
-    std::vector<int32_t> prompt(20 + rng() % 41);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
-    reqs.push_back(MakeRequest("s" + std::to_string(i), prompt, 3 + rng() % 8));
-    REQUIRE(sched.Submit(reqs.back()).ok());
-  }
-  RunUntilIdle(sched);
-  SplitRun out;
-  for (int i = 0; i < 3; ++i) {
-    // Resume conversation i: its prompt, its reply and a new suffix.
-    std::vector<int32_t> p = reqs[i]->prompt;
-    p.insert(p.end(), reqs[i]->generated.begin(), reqs[i]->generated.end());
-    for (int k = 0; k < 7; ++k) p.push_back(static_cast<int32_t>(5 + (k * 13 + i) % 370));
-    reqs.push_back(MakeRequest("r" + std::to_string(i), p, 5));
-    REQUIRE(sched.Submit(reqs.back()).ok());
-    RunUntilIdle(sched);
-  }
-  for (auto& r : reqs) {
-    std::vector<int32_t> none;
-    RequestEvent e = Collect(*r, &none);
-    INFO(e.error);
-    CHECK(e.error.empty());
-    out.tokens.push_back(e.tokens);
-  }
-  out.snap = sched.Snapshot();
-  for (int r = 0; r < world; ++r) out.shipped += runner.model(r).owner_split_stats().rows_shipped;
-  return out;
-}
-
-TEST_CASE("scheduler: the latent split gives the replicated engine's tokens through borrow, cut borrow, "
-          "remote fill and resume (both families)", "[scheduler][owner_split]") {
-  for (const std::string& dir : {kDsa, kNext}) {
-  for (int world : {2, 4}) {
-    for (int64_t latent : {64, 10}) {
-      INFO(dir << " W=" << world << ", " << latent << " latent pages a rank");
-      const SplitRun rep = RunSplit(dir, world, false, 64, 64);
-      const SplitRun split = RunSplit(dir, world, true, 64, latent);
-      REQUIRE(rep.tokens.size() == split.tokens.size());
-      for (size_t i = 0; i < rep.tokens.size(); ++i) {
-        INFO("request " << i);
-        CHECK(!split.tokens[i].empty());
-        CHECK(split.tokens[i] == rep.tokens[i]);
-      }
-      CHECK(rep.shipped == 0);
-      CHECK(split.shipped > 0);
-      CHECK(split.snap.borrows_ended > 0);    // fills that borrowed and gave the pages back
-      CHECK(split.snap.remote_fills >= 1);    // resumes (and cut borrows) run without one
-      CHECK(static_cast<int>(split.snap.latent_used_pages.size()) == world);
-      // 10 latent pages a rank cannot hold every fill on every rank: borrows are cut mid-fill.
-      if (latent == 10) CHECK(split.snap.borrows_cut > 0);
-    }
-  }
-  }
-}
-
-TEST_CASE("scheduler: with the latent split, 400 mixed requests on small pools leave no page behind on any rank",
-          "[scheduler][owner_split]") {
-  GroupRunner runner(kDsa, 2, model::CacheOptions{16, 12});
-  SchedulerOptions opts;
-  opts.max_batch_tokens = 32;
-  opts.max_running = 4;
-  opts.max_queue = 1000;
-  opts.max_context = 64;
-  opts.kv_pages = 12;
-  opts.page_size = 16;
-  opts.owner_split = true;
-  opts.world = 2;
-  opts.latent_pages = 8;
-  Scheduler sched(opts, &runner);
-  std::mt19937 rng(101);
-  std::vector<std::shared_ptr<Request>> reqs;
-  for (int i = 0; i < 400; ++i) {
-    std::vector<int32_t> prompt(1 + rng() % 40);
-    for (int32_t& t : prompt) t = static_cast<int32_t>(2 + rng() % 380);
-    auto r = MakeRequest("o" + std::to_string(i), prompt, 1 + rng() % 12, i % 3 == 0);
-    r->stop_token_ids = {static_cast<int32_t>(2 + rng() % 380)};
-    REQUIRE(sched.Submit(r).ok());
-    reqs.push_back(r);
-    if (i % 7 == 0) sched.Abort(r->id);
-    if (i % 5 == 0) (void)sched.RunOnce();
-    if (i % 13 == 0 && i > 0) sched.Abort(reqs[i - 1]->id);
-  }
-  RunUntilIdle(sched);
-  for (auto& r : reqs) {
-    std::vector<int32_t> streamed;
-    RequestEvent end = Collect(*r, &streamed);
-    INFO(r->id << ": " << end.error);
-    CHECK(end.error.empty());
-  }
-  const SchedulerSnapshot snap = sched.Snapshot();
-  CHECK(snap.used_pages == 0);
-  REQUIRE(snap.latent_used_pages.size() == 2);
-  CHECK(snap.latent_used_pages[0] == 0);
-  CHECK(snap.latent_used_pages[1] == 0);
-  CHECK(snap.borrows_ended > 0);
-  CHECK(snap.borrows_cut + snap.preemptions > 0);
-  for (int r = 0; r < 2; ++r) {
-    const auto& m = dynamic_cast<const model::GlmMoeDsa&>(runner.model(r));
-    CHECK(m.arena().used_pages() == 0);
-    CHECK(m.latent_arena().used_pages() == 0);
-  }
 }
 
 }  // namespace
