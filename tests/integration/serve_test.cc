@@ -60,6 +60,53 @@ bool Eventually(Pred pred, int ms = 5000) {
   return pred();
 }
 
+// Sends every workload request at once (greedy) and returns each one's tokens; errors[i] gets
+// request i's failure.
+std::vector<std::vector<int32_t>> RunConcurrently(const std::string& address, const testing::Workload& w,
+                                                  std::vector<std::string>* errors) {
+  const size_t n = w.prompts.size();
+  std::vector<std::vector<int32_t>> got(n);
+  errors->assign(n, "");
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      auto res = Run(address, Greedy(w.prompts[i], static_cast<int>(w.max_tokens[i])));
+      if (res.ok()) {
+        got[i].assign(res->token_ids().begin(), res->token_ids().end());
+      } else {
+        (*errors)[i] = std::string(res.status().message());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return got;
+}
+
+// What a rank of glm-dsa-tiny at 2 ranks reports with `shape` (which turns the prompt cache
+// off) and 1 GiB of memory: its weights (memory - room), one page's bytes and the latent part.
+struct RankBytes {
+  int64_t weights = 0, page = 0, latent = 0;
+};
+RankBytes ProbeRank(std::vector<std::string> shape) {
+  shape.insert(shape.end(), {"--memory-gib", "1"});
+  Server probe(kDsa, 2, shape);
+  REQUIRE(probe.serving());
+  auto info = cli::GetServerInfo(probe.address());
+  REQUIRE(info.ok());
+  RankBytes b{(int64_t{1} << 30) - info->ranks(0).room_bytes(), info->ranks(0).page_bytes(),
+              info->ranks(0).latent_page_bytes()};
+  CHECK(info->kv_pages() * b.page <= info->ranks(0).room_bytes());
+  CHECK(info->prompt_cache_tokens() == 0);  // every shape here passes --cache-gib 0
+  REQUIRE(b.weights > 0);
+  REQUIRE(b.page > 0);
+  return b;
+}
+
+// --memory-gib for `bytes` exactly, printed with every digit it needs.
+std::string MemoryGib(int64_t bytes) {
+  return absl::StrFormat("%.15f", static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
+}
+
 TEST_CASE("serve: every golden prompt at 1, 2 and 4 ranks gives the golden tokens", "[serve]") {
   for (const std::string& dir : {kDsa, kNext}) {
     auto goldens = model::ReadGolden(dir + "/golden.safetensors");
@@ -144,27 +191,12 @@ TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a t
   const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--max-batch-tokens", "32",
                                           "--parallel", "4", "--cache-gib", "0"};
   // First learn what a rank's weights and a page take (the worker reports room = memory - weights).
-  int64_t weight_bytes = 0, page_bytes = 0;
-  {
-    std::vector<std::string> args = shape;
-    args.insert(args.end(), {"--memory-gib", "1"});
-    Server probe(kDsa, 2, args);
-    REQUIRE(probe.serving());
-    auto info = cli::GetServerInfo(probe.address());
-    REQUIRE(info.ok());
-    weight_bytes = (int64_t{1} << 30) - info->ranks(0).room_bytes();
-    page_bytes = info->ranks(0).page_bytes();
-    CHECK(info->kv_pages() * page_bytes <= info->ranks(0).room_bytes());
-    CHECK(info->prompt_cache_tokens() == 0);
-  }
-  REQUIRE(weight_bytes > 0);
-  REQUIRE(page_bytes > 0);
+  const RankBytes b = ProbeRank(shape);
   // Room for 12.5 pages: the engine's own window (96 / 16 + 1 = 7 pages), a page for each of the
   // 3 other lanes, 2 more so the pool holds the rows of the 2 windows the room would hold: 8
   // requests of up to ~70 tokens must preempt, and still give their tokens alone.
-  const double gib = static_cast<double>(weight_bytes + 12 * page_bytes + page_bytes / 2) / static_cast<double>(int64_t{1} << 30);
   std::vector<std::string> args = shape;
-  args.insert(args.end(), {"--memory-gib", absl::StrFormat("%.15f", gib)});
+  args.insert(args.end(), {"--memory-gib", MemoryGib(b.weights + 12 * b.page + b.page / 2)});
   Server server(kDsa, 2, args);
   REQUIRE(server.serving());
   auto info = cli::GetServerInfo(server.address());
@@ -172,20 +204,8 @@ TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a t
   CHECK(info->kv_layout() == "pages");
   CHECK(info->kv_pages() == 12);
   const testing::Workload w = testing::MakeWorkload(kDsa, 8, 23, 10, 40, 8, 20);
-  std::vector<std::vector<int32_t>> got(8);
-  std::vector<std::string> errors(8);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&, i] {
-      auto res = Run(server.address(), Greedy(w.prompts[i], static_cast<int>(w.max_tokens[i])));
-      if (res.ok()) {
-        got[i].assign(res->token_ids().begin(), res->token_ids().end());
-      } else {
-        errors[i] = std::string(res.status().message());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<std::string> errors;
+  const std::vector<std::vector<int32_t>> got = RunConcurrently(server.address(), w, &errors);
   for (int i = 0; i < 8; ++i) {
     INFO("request " << i << ": " << errors[i]);
     CHECK(got[i] == w.alone[i]);
@@ -200,20 +220,8 @@ TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens a
   Server server(dir, 2, {"--owner-split", "--page-size", "16", "--context", "128", "--max-batch-tokens", "48"});
   REQUIRE(server.serving());
   const testing::Workload w = testing::MakeWorkload(dir, 8, 29, 20, 60, 4, 12);
-  std::vector<std::vector<int32_t>> got(8);
-  std::vector<std::string> errors(8);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 8; ++i) {
-    threads.emplace_back([&, i] {
-      auto res = Run(server.address(), Greedy(w.prompts[i], static_cast<int>(w.max_tokens[i])));
-      if (res.ok()) {
-        got[i].assign(res->token_ids().begin(), res->token_ids().end());
-      } else {
-        errors[i] = std::string(res.status().message());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  std::vector<std::string> errors;
+  const std::vector<std::vector<int32_t>> got = RunConcurrently(server.address(), w, &errors);
   for (int i = 0; i < 8; ++i) {
     INFO("request " << i << ": " << errors[i]);
     CHECK(got[i] == w.alone[i]);
@@ -244,28 +252,16 @@ TEST_CASE("serve: the latent split serves, in a room the replicated layout refus
           "[serve][owner_split][kvpool]") {
   const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--parallel", "4",
                                           "--cache-gib", "0", "--max-batch-tokens", "48"};
-  int64_t weight_bytes = 0, page_bytes = 0, latent_bytes = 0;
-  {
-    std::vector<std::string> args = shape;
-    args.insert(args.end(), {"--memory-gib", "1"});
-    Server probe(kDsa, 2, args);
-    REQUIRE(probe.serving());
-    auto info = cli::GetServerInfo(probe.address());
-    REQUIRE(info.ok());
-    weight_bytes = (int64_t{1} << 30) - info->ranks(0).room_bytes();
-    page_bytes = info->ranks(0).page_bytes();
-    latent_bytes = info->ranks(0).latent_page_bytes();
-  }
-  REQUIRE(latent_bytes > 0);
-  REQUIRE(latent_bytes < page_bytes);
+  const RankBytes b = ProbeRank(shape);
+  REQUIRE(b.latent > 0);
+  REQUIRE(b.latent < b.page);
   // Replicated: the engine's window (96 / 16 + 1 = 7 pages) and a page for each of 3 other lanes,
   // 10 whole pages. Split: 10 key pages and 7 latent pages (a window on its owner). In between:
-  const int64_t key_bytes = page_bytes - latent_bytes;
-  const int64_t room = (10 * page_bytes + 10 * key_bytes + 7 * latent_bytes) / 2;
-  REQUIRE(room < 10 * page_bytes);
-  const double gib = static_cast<double>(weight_bytes + room) / static_cast<double>(int64_t{1} << 30);
+  const int64_t key_bytes = b.page - b.latent;
+  const int64_t room = (10 * b.page + 10 * key_bytes + 7 * b.latent) / 2;
+  REQUIRE(room < 10 * b.page);
   std::vector<std::string> args = shape;
-  args.insert(args.end(), {"--memory-gib", absl::StrFormat("%.15f", gib)});
+  args.insert(args.end(), {"--memory-gib", MemoryGib(b.weights + room)});
   {
     Server refused(kDsa, 2, args);
     CHECK_FALSE(refused.serving());
