@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/ops.h"
+#include "model/cuda/device_pages.h"
 
 namespace ferry::model::cuda::act {
 
@@ -26,6 +27,16 @@ struct CacheOf<float> {
 };
 template <typename T>
 using Cache = typename CacheOf<T>::type;
+
+// Region `region` of the device pages as a paged cache of T rows through `table`.
+template <typename T>
+Cache<T> CacheView(const DevicePages& p, int region, const int32_t* table, int64_t table_stride) {
+  if constexpr (sizeof(T) == 4) {
+    return p.ViewF32(region, table, table_stride);
+  } else {
+    return p.View(region, table, table_stride);
+  }
+}
 
 inline absl::Status Linear(const bf16* x, int64_t rows, int64_t in, const bf16* w, int64_t out, bf16* y) {
   return cu::LinearBf16(x, rows, in, w, out, y);

@@ -35,13 +35,7 @@ struct GlmMoeDsaCuda::Step {
   bool have_selection = false;
   FfnScratch<T> ffn;
 
-  act::Cache<T> View(const DevicePages& p, int region) const {
-    if constexpr (sizeof(T) == 4) {
-      return p.ViewF32(region, table, T_);
-    } else {
-      return p.View(region, table, T_);
-    }
-  }
+  act::Cache<T> View(const DevicePages& p, int region) const { return act::CacheView<T>(p, region, table, T_); }
 };
 
 absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::Forward(std::span<const ForwardSegment> segments) {
