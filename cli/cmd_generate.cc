@@ -63,6 +63,7 @@ int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prom
   }
   print(std::vector<int32_t>(res->token_ids().begin(), res->token_ids().end()));
   printf("\n");
+  fflush(stdout);  // the ids before the summary on stderr, also when both go to one terminal
   static const char* kReasons[] = {"unspecified", "stop", "length", "abort", "error"};
   const int reason = res->finish_reason();
   fprintf(stderr, "finish_reason: %s, %d prompt + %d generated tokens, ttft %.3f s, e2e %.3f s%s%s\n",
