@@ -165,5 +165,21 @@ TEST_CASE("scheduler: with the latent split, 400 mixed requests on small pools l
   }
 }
 
+TEST_CASE("step executor: a borrow that ends on a conversation the rank does not hold is refused",
+          "[scheduler][owner_split]") {
+  auto m = model::LoadCausalLM(kDsa);
+  REQUIRE(m.ok());
+  worker::StepExecutor exec(std::move(*m), 0);
+  worker::Step step;
+  step.step_id = 3;
+  step.end_borrow = {42};
+  auto out = exec.Execute(step);
+  CHECK(out.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(out.status().message()).find("sequence 42 cannot end a borrow") != std::string::npos);
+  // Ending the borrow of a conversation released in the same step is no error.
+  step.release = {42};
+  CHECK(exec.Execute(step).ok());
+}
+
 }  // namespace
 }  // namespace ferry::coordinator

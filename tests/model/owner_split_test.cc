@@ -178,6 +178,16 @@ TEST_CASE("owner split: owners change only on an empty conversation or at the en
   CHECK(s->SetLatentOwner(0, false).ok());  // the borrow ends; rank 0 owns and keeps its rows
   CHECK(s->LatentPages().size() == 2);
   CHECK(s->SetLatentOwner(0, true).code() == absl::StatusCode::kFailedPrecondition);
+  // Latent pages go only to a conversation with an owner, on a rank that holds its rows.
+  const int32_t page = 7;
+  auto replicated = (*m)->NewSequence();
+  CHECK(replicated->AdoptLatentPages(std::span<const int32_t>(&page, 1)).code() ==
+        absl::StatusCode::kFailedPrecondition);
+  auto elsewhere = (*m)->NewSequence();
+  REQUIRE(elsewhere->SetLatentOwner(1, false).ok());  // this process is rank 0
+  const absl::Status refused = elsewhere->AdoptLatentPages(std::span<const int32_t>(&page, 1));
+  CHECK(refused.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(refused.message()).find("rank 0 does not hold") != std::string::npos);
 }
 
 }  // namespace

@@ -47,6 +47,29 @@ std::vector<float> Run(CausalLM& m, const std::vector<int32_t>& ids) {
   return all;
 }
 
+TEST_CASE("paged cache: an arena is sized once, before any page is used", "[paged]") {
+  PageArena arena({4, 0, 8}, 16);  // grows until sized
+  REQUIRE(arena.SetCapacity(3).ok());
+  CHECK(arena.capacity() == 3);
+  CHECK(arena.page_bytes() == 12 * 16 * 4);
+  for (int i = 0; i < 3; ++i) CHECK(arena.Allocate().ok());
+  auto full = arena.Allocate();
+  CHECK(full.status().code() == absl::StatusCode::kResourceExhausted);
+  const absl::Status again = arena.SetCapacity(5);
+  CHECK(again.code() == absl::StatusCode::kFailedPrecondition);
+  CHECK(std::string(again.message()).find("sized once") != std::string::npos);
+  PageArena used({4}, 16);
+  REQUIRE(used.Allocate().ok());  // a growing arena that has handed out a page
+  CHECK(used.SetCapacity(4).code() == absl::StatusCode::kFailedPrecondition);
+  PageArena fresh({4}, 16);
+  CHECK(fresh.SetCapacity(0).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(fresh.SetCapacity(int64_t{1} << 40).code() == absl::StatusCode::kInvalidArgument);
+  // The coordinator's books choose the ids: Take accepts only ids inside the sized arena.
+  REQUIRE(fresh.SetCapacity(2).ok());
+  const int32_t outside = 2;
+  CHECK(fresh.Take(std::span<const int32_t>(&outside, 1)).code() == absl::StatusCode::kInvalidArgument);
+}
+
 TEST_CASE("paged cache: logits are bit-identical at every page size", "[paged]") {
   for (const std::string& dir : {kDsa, kNext}) {
     const auto ids = Prompt(dir);
