@@ -88,7 +88,7 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 
 template <typename T>
 absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t R, const FfnScratch<T>& s, T* y,
-                    float* x) {
+                    float* x, const DecisionTap& tap) {
   const int64_t D = c.hidden_size;
   if (f.dense) {
     FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s.gu, s.h, y));
@@ -97,6 +97,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   const int64_t E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
   FERRY_RETURN_IF_ERROR(act::LinearToF32(a, R, D, f.router.as<T>(), E, 1.0f, s.logits));
   FERRY_RETURN_IF_ERROR(cu::MoeRoute(s.logits, f.bias.as<const float>(), R, f.routing, s.experts, s.route_w));
+  FERRY_RETURN_IF_ERROR(TapMoeRoute(tap, s.logits, R, f.routing, s.experts, s.route_w));
 
   std::vector<int32_t> chosen(static_cast<size_t>(R * K));
   FERRY_RETURN_IF_ERROR(cu::CopyToHost(chosen.data(), s.experts, chosen.size() * sizeof(int32_t)));
@@ -148,8 +149,8 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
 template absl::StatusOr<FfnScratch<uint16_t>> TakeFfnScratch<uint16_t>(Workspace&, const ModelConfig&, int64_t);
 template absl::StatusOr<FfnScratch<float>> TakeFfnScratch<float>(Workspace&, const ModelConfig&, int64_t);
 template absl::Status FfnAdd<uint16_t>(const CudaFfn&, const ModelConfig&, const uint16_t*, int64_t,
-                                       const FfnScratch<uint16_t>&, uint16_t*, float*);
+                                       const FfnScratch<uint16_t>&, uint16_t*, float*, const DecisionTap&);
 template absl::Status FfnAdd<float>(const CudaFfn&, const ModelConfig&, const float*, int64_t, const FfnScratch<float>&,
-                                    float*, float*);
+                                    float*, float*, const DecisionTap&);
 
 }  // namespace ferry::model::cuda

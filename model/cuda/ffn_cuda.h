@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/ops.h"
 #include "model/config.h"
+#include "model/cuda/decision_tap.h"
 #include "model/cuda/device_buffer.h"
 #include "model/weights.h"
 
@@ -51,9 +52,10 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 // MoE dispatch is naive: the chosen expert ids come to the host (one sync), which orders the
 // (row, slot) pairs by expert and runs each expert with rows as one cuBLAS call; MoeCombine sums
 // each row's slots in model::MoeForward's order, with the shared expert.
+// `tap` (off by default) sees the routing right after MoeRoute and may pin it (decision_tap.h).
 // Instantiated for uint16_t and float (ffn_cuda.cc).
 template <typename T>
 absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t rows, const FfnScratch<T>& s, T* y,
-                    float* x);
+                    float* x, const DecisionTap& tap = {});
 
 }  // namespace ferry::model::cuda

@@ -27,6 +27,7 @@
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_pages.h"
 #include "model/cuda/ffn_cuda.h"
+#include "model/decision_log.h"
 
 namespace ferry::model::cuda {
 
@@ -74,6 +75,9 @@ class Glm5NextCuda final : public CausalLM {
   static absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
                                                             const CacheOptions& cache,
                                                             Precision precision = Precision::kBf16);
+  // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
+  // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
+  void set_decision_log(DecisionLog* log) { decisions_ = log; }
   const ModelConfig& config() const override { return config_; }
   const PageArena& arena() const override { return pages_->books(); }
   // The device arena's sizing and page size for a worker's plan (DevicePages::SetCapacity; a page
@@ -132,6 +136,7 @@ class Glm5NextCuda final : public CausalLM {
   DeviceBuffer ones_;  // float32 [S * D]: mHC's weightless RMSNorm
   std::vector<Layer> layers_;
   Workspace ws_;
+  DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 
 }  // namespace ferry::model::cuda

@@ -35,6 +35,7 @@ struct Glm5NextCuda::Step {
   int32_t *top_ids, *top_counts, *sel;
   bool have_selection = false;
   FfnScratch<T> ffn;
+  DecisionTap tap;  // the current layer's decision tap (off when tap.log is null)
 
   act::Cache<T> View(const DevicePages& p, int region) const { return act::CacheView<T>(p, region, table, T_); }
 };
@@ -156,6 +157,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     hidden->emplace_back(static_cast<size_t>(n));
     return cu::CopyToHost(hidden->back().data(), dev, static_cast<size_t>(n) * sizeof(float));
   };
+  if (decisions_ != nullptr) FERRY_RETURN_IF_ERROR(decisions_->BeginStep(R));
   if (hidden) hidden->clear();
   // Every stream starts as the embedding.
   FERRY_RETURN_IF_ERROR(act::Embed(embed_.as<T>(), c.vocab_size, D, d_tokens, R, b.u));
@@ -164,6 +166,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
 
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& Ly = layers_[l];
+    b.tap = {decisions_, static_cast<int64_t>(l)};
     FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_attn, b));
     FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, Ly.input_norm.as<T>(), c.rms_norm_eps, b.a));
     if (Ly.kda) {
@@ -176,7 +179,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_ffn, b));
     FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, Ly.post_norm.as<T>(), c.rms_norm_eps, b.a));
     FERRY_RETURN_IF_ERROR(cu::DeviceFill(b.yf, 0, static_cast<size_t>(R * D) * sizeof(float)));
-    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf));
+    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf, b.tap));
     FERRY_RETURN_IF_ERROR(cu::MhcMixOutF32(b.h, b.post, b.comb, b.yf, R, S, D));
     if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
   }
@@ -308,6 +311,7 @@ absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
     FERRY_RETURN_IF_ERROR(act::IndexerScores(b.qi, b.iw, R, Hi, Di, pools, b.n_pools,
                                              1.0f / std::sqrt(static_cast<float>(Di)), b.scores, b.S_pools));
     FERRY_RETURN_IF_ERROR(cu::TopK(b.scores, R, b.S_pools, b.n_pools, keep, b.top_ids, b.top_counts));
+    FERRY_RETURN_IF_ERROR(TapTopK(b.tap, R, keep, b.top_ids, b.top_counts));
     FERRY_RETURN_IF_ERROR(cu::ExpandPoolSelection(b.top_ids, keep, b.pos, R, kp, b.sel_offsets, b.sel));
     b.have_selection = true;
   } else if (!b.have_selection) {

@@ -30,6 +30,7 @@
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_pages.h"
 #include "model/cuda/ffn_cuda.h"
+#include "model/decision_log.h"
 
 namespace ferry::model::cuda {
 
@@ -57,6 +58,9 @@ class GlmMoeDsaCuda final : public CausalLM {
                                                              const CacheOptions& cache,
                                                              Precision precision = Precision::kBf16);
   Precision precision() const { return precision_; }
+  // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
+  // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
+  void set_decision_log(DecisionLog* log) { decisions_ = log; }
 
   const ModelConfig& config() const override { return config_; }
   const PageArena& arena() const override { return pages_->books(); }
@@ -109,6 +113,7 @@ class GlmMoeDsaCuda final : public CausalLM {
   DeviceBuffer inv_freq_;  // float32 [rope / 2]
   std::vector<Layer> layers_;
   Workspace ws_;
+  DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 
 }  // namespace ferry::model::cuda

@@ -34,6 +34,7 @@ struct GlmMoeDsaCuda::Step {
   int32_t *top_ids, *top_counts, *sel, *sel_offsets;
   bool have_selection = false;
   FfnScratch<T> ffn;
+  DecisionTap tap;  // the current layer's decision tap (off when tap.log is null)
 
   act::Cache<T> View(const DevicePages& p, int region) const { return act::CacheView<T>(p, region, table, T_); }
 };
@@ -127,11 +128,13 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
     hidden->emplace_back(static_cast<size_t>(R * D));
     return cu::CopyToHost(hidden->back().data(), x_dev, static_cast<size_t>(R * D) * sizeof(float));
   };
+  if (decisions_ != nullptr) FERRY_RETURN_IF_ERROR(decisions_->BeginStep(R));
   if (hidden) hidden->clear();
   FERRY_RETURN_IF_ERROR(act::Embed(embed_.as<T>(), c.vocab_size, D, d_tokens, R, b.x));
   if (hidden) FERRY_RETURN_IF_ERROR(record(b.x));
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& Ly = layers_[l];
+    b.tap = {decisions_, static_cast<int64_t>(l)};
     if (layer_inputs != nullptr) {
       const std::vector<float>& in = (*layer_inputs)[l];
       if (static_cast<int64_t>(in.size()) != R * D) {
@@ -143,7 +146,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
     FERRY_RETURN_IF_ERROR(Attention(Ly, b));
     FERRY_RETURN_IF_ERROR(act::AddResidual(b.x, b.y, R * D));
     FERRY_RETURN_IF_ERROR(act::NormResidual(b.x, R, D, Ly.post_norm.as<T>(), c.rms_norm_eps, b.a));
-    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.x));
+    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.x, b.tap));
     if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.x));
   }
 
@@ -226,6 +229,7 @@ absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
     FERRY_RETURN_IF_ERROR(act::IndexerScores(b.qi, b.iw, R, Hi, Di, keys, b.n_keys,
                                              1.0f / std::sqrt(static_cast<float>(Di)), b.scores, b.S));
     FERRY_RETURN_IF_ERROR(cu::TopK(b.scores, R, b.S, b.n_keys, K, b.top_ids, b.top_counts));
+    FERRY_RETURN_IF_ERROR(TapTopK(b.tap, R, K, b.top_ids, b.top_counts));
     FERRY_RETURN_IF_ERROR(cu::CompactSelection(b.top_ids, b.top_counts, R, K, b.sel, b.sel_offsets));
     b.have_selection = true;
   } else if (!b.have_selection) {

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "model/causal_lm.h"
 #include "model/cuda/device_buffer.h"
+#include "model/decision_log.h"
 #include "model/tensor_parallel.h"
 
 namespace ferry::model::cuda {
@@ -21,5 +22,12 @@ namespace ferry::model::cuda {
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp = {},
                                                            const CacheOptions& cache = {},
                                                            Precision precision = Precision::kBf16);
+
+// Attaches `log` (null: detaches) to a model LoadCausalLMCuda returned: its Forward() then
+// reports every indexer top-k and MoE routing decision to the log, which records, compares or
+// pins them (model/decision_log.h, model/cuda/decision_tap.h). For check-golden only: the tap
+// syncs with the host at every site. The log must outlive its use; one log per model.
+// Errors: INVALID_ARGUMENT for a model not loaded by LoadCausalLMCuda.
+absl::Status AttachDecisionLog(CausalLM& model, DecisionLog* log);
 
 }  // namespace ferry::model::cuda

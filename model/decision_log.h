@@ -1,0 +1,122 @@
+// The discrete decisions of a forward pass, recorded from one run and replayed into another.
+//
+// A forward makes two kinds of choices that are not continuous in its inputs: which keys (or, in
+// glm5_next, which pools) the lightning indexer keeps for a row, and which experts the MoE router
+// sends a row to. On the random tiny checkpoints many of them are near ties, and bf16 rounding
+// flips some; one flipped key or expert moves a row by tens of percent, and every later row
+// through the cache (bench/results/h200-check-golden-cuda.md). A logit comparison cannot then
+// tell bf16 rounding from a bug. `ferry check-golden --device cuda --precision bf16` therefore
+// records the decisions of the float32 run (which matches the goldens to ~1e-4), replays them
+// into the bf16 run, and holds the bf16 logits to a tolerance; an unpinned run (kCompare) reports
+// how many decisions bf16 alone would change. Routing replay is the same idea as the RL stacks'
+// "rollout routing replay" (the trainer is pinned to the experts the sampler chose).
+//
+// The log is a tape: one entry per decision site per layer per Forward(), in call order. A run
+// that replays must make exactly the same Forward() calls (same segments, same chunking) as the
+// one that recorded; every mismatch (site, layer, rows, width) is an error, never a silent skip.
+//
+// Decisions are id rows [rows, width] int32, -1 padding the unused tail of a row (TopK's and
+// MoeRoute's output formats: ids ascending, then -1). Rows compare as sets (order ignored).
+//
+// Plain C++, no device code: the CUDA models (model/cuda/decision_tap.h) copy their ids to the
+// host, call Decide(), and upload what it leaves. A model without a log attached pays nothing.
+// Thread safety: none; one Forward() at a time (as CausalLM).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cpu/ops.h"
+
+namespace ferry::model {
+
+enum class DecisionSite : int {
+  kIndexerTopK = 0,  // indexer top-k: token ids (glm_moe_dsa) or pool ids (glm5_next) a row keeps
+  kMoeExperts = 1,   // MoE router: the top_k expert ids of a row
+};
+inline constexpr int kDecisionSites = 2;
+const char* DecisionSiteName(DecisionSite site);
+
+// What Decide() saw since Start(). "Own" is the decision the running model computed itself.
+struct DecisionStats {
+  int64_t decisions = 0;  // row decisions compared (kReplay, kCompare) or recorded (kRecord)
+  int64_t differing = 0;  // of those, own set != recorded set
+  std::array<int64_t, kDecisionSites> by_site{};            // decisions per site
+  std::array<int64_t, kDecisionSites> differing_by_site{};  // differing per site
+  int64_t positions = 0;            // rows over all steps (a step's row is one token position)
+  int64_t positions_differing = 0;  // rows with at least one differing decision in any layer
+};
+
+class DecisionLog {
+ public:
+  enum class Mode {
+    kRecord,   // append the model's own decisions to the tape
+    kReplay,   // compare the model's own decision with the tape's, then pin: ids := tape
+    kCompare,  // compare only: the model keeps its own decision (the unpinned run)
+  };
+
+  // Starts a run in `mode`: the cursor goes to the tape's start and the stats to zero.
+  // kRecord also clears the tape.
+  void Start(Mode mode);
+  Mode mode() const { return mode_; }
+
+  // A Forward() step of `rows` rows begins (call once per step, before its decisions).
+  // Errors (kReplay, kCompare): FAILED_PRECONDITION when the tape's next step has another row
+  // count or the previous step did not consume all of its entries.
+  absl::Status BeginStep(int64_t rows);
+
+  // A decision site: `ids` [rows, width] are the model's own decision (-1 pads a row's tail).
+  // kRecord: appended. kReplay: compared, then overwritten with the recorded ids (-1 padding
+  // included). kCompare: compared, left as they are. Returns true when `ids` were overwritten.
+  // Errors: INVALID_ARGUMENT when ids.size() != rows * width or outside a step;
+  // FAILED_PRECONDITION (kReplay, kCompare) when the tape's next entry is another site, layer or
+  // shape, or the tape is exhausted (the two runs made different calls). Nothing is counted or
+  // written on error.
+  absl::StatusOr<bool> Decide(DecisionSite site, int64_t layer, int64_t rows, int64_t width,
+                              std::span<int32_t> ids);
+
+  // Ends the run (counts the last step's positions). Errors as BeginStep for unconsumed
+  // entries; kReplay/kCompare: FAILED_PRECONDITION when steps of the tape were not replayed.
+  absl::Status Finish();
+
+  const DecisionStats& stats() const { return stats_; }
+  int64_t steps() const { return static_cast<int64_t>(steps_.size()); }
+  int64_t entries() const { return static_cast<int64_t>(entries_.size()); }
+
+ private:
+  struct Entry {
+    DecisionSite site;
+    int64_t layer, rows, width;
+    std::vector<int32_t> ids;
+  };
+  struct StepMark {
+    int64_t rows;
+    size_t first_entry;  // index of its first entry in entries_
+  };
+  absl::Status CloseStep();
+
+  Mode mode_ = Mode::kRecord;
+  std::vector<Entry> entries_;
+  std::vector<StepMark> steps_;
+  size_t cursor_ = 0;        // next entry (kReplay, kCompare)
+  size_t step_cursor_ = 0;   // next step (kReplay, kCompare)
+  bool in_step_ = false;
+  int64_t step_rows_ = 0;
+  size_t step_end_ = 0;                  // kReplay/kCompare: entries_ index where this step ends
+  std::vector<char> row_differs_;        // this step's rows: any differing decision yet
+  DecisionStats stats_;
+};
+
+// The routing weights cpu::RouteRow gives a row whose chosen experts are `experts` [top_k]
+// (the pinned ones, -1 never: REQUIRES valid ids): s = sigmoid(logits); w = s[e] / (sum s[chosen]
+// + 1e-20) when norm_topk_prob, then * routed_scaling_factor, the sum in the order given. With
+// RouteRow's own picks this is RouteRow's weights exactly.
+void PinnedRouteWeights(const float* logits, std::span<const int32_t> experts, const kernels::cpu::RoutingParams& p,
+                        float* weights);
+
+}  // namespace ferry::model

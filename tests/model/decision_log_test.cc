@@ -1,0 +1,145 @@
+// model/decision_log.h: the tape check-golden's bf16 run replays (record, replay = pin,
+// compare), its refusals when the two runs differ, and the pinned routing weights.
+#include "model/decision_log.h"
+
+#include <cmath>
+#include <vector>
+
+#include "tests/catch.h"
+
+namespace ferry::model {
+namespace {
+
+using Mode = DecisionLog::Mode;
+
+// One "forward" of two layers over `rows` rows: an indexer decision (width 3) on layer 0 and a
+// routing decision (width 2) on layer 1, the ids given; returns the ids the log left.
+std::vector<std::vector<int32_t>> Step(DecisionLog& log, int64_t rows, std::vector<int32_t> topk,
+                                       std::vector<int32_t> experts) {
+  REQUIRE(log.BeginStep(rows).ok());
+  auto a = log.Decide(DecisionSite::kIndexerTopK, 0, rows, 3, topk);
+  REQUIRE(a.ok());
+  auto b = log.Decide(DecisionSite::kMoeExperts, 1, rows, 2, experts);
+  REQUIRE(b.ok());
+  return {topk, experts};
+}
+
+TEST_CASE("a replayed log pins the recorded decisions and counts the rows that differed", "[decision_log]") {
+  DecisionLog log;
+  log.Start(Mode::kRecord);
+  Step(log, 2, {0, 1, 2, 0, 1, -1}, {3, 5, 1, 2});
+  Step(log, 1, {4, 6, 7}, {0, 7});
+  REQUIRE(log.Finish().ok());
+  CHECK(log.steps() == 2);
+  CHECK(log.entries() == 4);
+  CHECK(log.stats().decisions == 6);
+  CHECK(log.stats().differing == 0);
+
+  log.Start(Mode::kReplay);
+  // Step 0: row 1's indexer set differs ({0, 2} vs {0, 1}); row 0's experts come in another
+  // order (the same set: not a difference).
+  auto s0 = Step(log, 2, {0, 1, 2, 0, 2, -1}, {5, 3, 1, 2});
+  CHECK(s0[0] == std::vector<int32_t>{0, 1, 2, 0, 1, -1});  // pinned, -1 padding included
+  CHECK(s0[1] == std::vector<int32_t>{3, 5, 1, 2});
+  // Step 1: the experts differ.
+  auto s1 = Step(log, 1, {4, 6, 7}, {0, 6});
+  CHECK(s1[1] == std::vector<int32_t>{0, 7});
+  REQUIRE(log.Finish().ok());
+  const DecisionStats& st = log.stats();
+  CHECK(st.decisions == 6);
+  CHECK(st.differing == 2);
+  CHECK(st.differing_by_site[static_cast<int>(DecisionSite::kIndexerTopK)] == 1);
+  CHECK(st.differing_by_site[static_cast<int>(DecisionSite::kMoeExperts)] == 1);
+  CHECK(st.positions == 3);
+  CHECK(st.positions_differing == 2);
+
+  SECTION("compare leaves the model's own decisions") {
+    log.Start(Mode::kCompare);
+    auto c0 = Step(log, 2, {0, 1, 2, 0, 2, -1}, {3, 5, 1, 2});
+    CHECK(c0[0] == std::vector<int32_t>{0, 1, 2, 0, 2, -1});
+    Step(log, 1, {4, 6, 7}, {0, 7});
+    REQUIRE(log.Finish().ok());
+    CHECK(log.stats().differing == 1);
+    CHECK(log.stats().positions_differing == 1);
+    CHECK(log.entries() == 4);  // the tape is kept
+  }
+}
+
+TEST_CASE("a replay that makes other calls than the recording is refused", "[decision_log]") {
+  DecisionLog log;
+  log.Start(Mode::kRecord);
+  Step(log, 2, {0, 1, 2, 0, 1, -1}, {3, 5, 1, 2});
+  REQUIRE(log.Finish().ok());
+  std::vector<int32_t> ids3 = {0, 1, 2}, ids6 = {0, 1, 2, 0, 1, -1};
+
+  SECTION("another row count") {
+    log.Start(Mode::kReplay);
+    CHECK(log.BeginStep(1).code() == absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("another site or layer") {
+    log.Start(Mode::kReplay);
+    REQUIRE(log.BeginStep(2).ok());
+    std::vector<int32_t> e = {3, 5, 1, 2};
+    CHECK(log.Decide(DecisionSite::kMoeExperts, 1, 2, 2, e).status().code() == absl::StatusCode::kFailedPrecondition);
+    CHECK(e == std::vector<int32_t>{3, 5, 1, 2});  // untouched
+    CHECK(log.Decide(DecisionSite::kIndexerTopK, 2, 2, 3, ids6).status().code() ==
+          absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("a decision past the step's") {
+    log.Start(Mode::kReplay);
+    Step(log, 2, {0, 1, 2, 0, 1, -1}, {3, 5, 1, 2});
+    CHECK(log.Decide(DecisionSite::kIndexerTopK, 3, 2, 3, ids6).status().code() ==
+          absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("a step short of its decisions") {
+    log.Start(Mode::kReplay);
+    REQUIRE(log.BeginStep(2).ok());
+    REQUIRE(log.Decide(DecisionSite::kIndexerTopK, 0, 2, 3, ids6).ok());
+    CHECK(log.Finish().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("a step the recording did not make, or one fewer") {
+    log.Start(Mode::kReplay);
+    Step(log, 2, {0, 1, 2, 0, 1, -1}, {3, 5, 1, 2});
+    CHECK(log.BeginStep(2).code() == absl::StatusCode::kFailedPrecondition);
+    log.Start(Mode::kReplay);
+    CHECK(log.Finish().code() == absl::StatusCode::kFailedPrecondition);
+  }
+  SECTION("ids of another shape, or outside a step") {
+    log.Start(Mode::kReplay);
+    CHECK(log.Decide(DecisionSite::kIndexerTopK, 0, 2, 3, ids6).status().code() == absl::StatusCode::kInvalidArgument);
+    REQUIRE(log.BeginStep(2).ok());
+    CHECK(log.Decide(DecisionSite::kIndexerTopK, 0, 2, 3, ids3).status().code() == absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_CASE("pinned routing weights are RouteRow's for its own picks, and follow pinned experts", "[decision_log]") {
+  kernels::cpu::RoutingParams p;
+  p.n_experts = 8;
+  p.top_k = 3;
+  p.n_group = 2;
+  p.topk_group = 1;
+  p.norm_topk_prob = true;
+  p.routed_scaling_factor = 2.5f;
+  const std::vector<float> logits = {0.3f, -1.2f, 2.0f, 0.7f, -0.4f, 1.1f, 0.05f, -2.2f};
+  const std::vector<float> bias = {0.0f, 0.1f, -0.2f, 0.0f, 0.3f, 0.0f, 0.0f, 0.1f};
+  std::vector<int32_t> experts(3);
+  std::vector<float> want(3), got(3);
+  kernels::cpu::RouteRow(logits.data(), bias.data(), p, experts.data(), want.data());
+  PinnedRouteWeights(logits.data(), experts, p, got.data());
+  CHECK(got == want);  // bit for bit
+
+  // Other experts pinned: their own sigmoids, normalised over them.
+  const std::vector<int32_t> pinned = {1, 4, 6};
+  PinnedRouteWeights(logits.data(), pinned, p, got.data());
+  float sum = 0.0f;
+  for (int32_t e : pinned) sum += 1.0f / (1.0f + std::exp(-logits[e]));
+  for (size_t i = 0; i < pinned.size(); ++i) {
+    CHECK(std::fabs(got[i] - 2.5f * (1.0f / (1.0f + std::exp(-logits[pinned[i]]))) / sum) <= 1e-6f);
+  }
+  p.norm_topk_prob = false;
+  PinnedRouteWeights(logits.data(), pinned, p, got.data());
+  CHECK(std::fabs(got[0] - 2.5f / (1.0f + std::exp(1.2f))) <= 1e-6f);
+}
+
+}  // namespace
+}  // namespace ferry::model
