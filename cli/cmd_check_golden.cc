@@ -1,18 +1,172 @@
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/load_model.h"
 #include "model/causal_lm.h"
+#include "model/decision_log.h"
 #include "model/golden.h"
 
+#ifdef FERRY_WITH_CUDA
+#include "model/cuda/load_cuda.h"
+#endif
+
 namespace ferry::cli {
+namespace {
+
+using model::DecisionLog;
+using model::DecisionSite;
+using model::DecisionStats;
+using model::GoldenPrompt;
+using model::GoldenResult;
+
+int64_t PicksEqual(const GoldenResult& r, const GoldenPrompt& g) {
+  int64_t n = 0;
+  for (size_t i = 0; i < r.generated.size() && i < g.greedy.size(); ++i) n += r.generated[i] == g.greedy[i] ? 1 : 0;
+  return n;
+}
+
+// "median M, 90th percentile P" of the per-position errors.
+std::string ErrorSpread(const GoldenResult& r) {
+  std::vector<float> e = r.position_errors;
+  if (e.empty()) return "no positions";
+  std::sort(e.begin(), e.end());
+  char buf[96];
+  snprintf(buf, sizeof(buf), "by position median %.3g, 90th percentile %.3g", e[e.size() / 2], e[e.size() * 9 / 10]);
+  return buf;
+}
+
+void PrintResult(const GoldenPrompt& g, const GoldenResult& r, bool forced) {
+  printf("%s: prompt %lld tokens, %zu generated, tokens %s, max |logit error| prefill %.3g decode %.3g", g.name.c_str(),
+         static_cast<long long>(r.prompt_len), r.generated.size(), r.tokens_equal ? "equal" : "DIFFER",
+         r.max_prefill_error, r.max_decode_error);
+  if (forced) {
+    printf(", near ties %lld (flipped %lld)", static_cast<long long>(r.near_ties),
+           static_cast<long long>(r.near_tie_flips));
+  }
+  printf(": %s\n", r.passed ? "pass" : "FAIL");
+  if (!r.tokens_equal) {
+    printf("  expected:");
+    for (int32_t t : g.greedy) printf(" %d", t);
+    printf("\n  got:     ");
+    for (int32_t t : r.generated) printf(" %d", t);
+    printf("\n");
+  }
+}
+
+// "N of M decisions differ (indexer a of b, experts c of d), positions p of q".
+void PrintDecisionStats(const DecisionStats& s) {
+  const int ix = static_cast<int>(DecisionSite::kIndexerTopK), ex = static_cast<int>(DecisionSite::kMoeExperts);
+  printf("%lld of %lld row decisions differ (indexer top-k %lld of %lld, MoE experts %lld of %lld), "
+         "positions with one %lld of %lld",
+         static_cast<long long>(s.differing), static_cast<long long>(s.decisions),
+         static_cast<long long>(s.differing_by_site[ix]), static_cast<long long>(s.by_site[ix]),
+         static_cast<long long>(s.differing_by_site[ex]), static_cast<long long>(s.by_site[ex]),
+         static_cast<long long>(s.positions_differing), static_cast<long long>(s.positions));
+}
+
+#ifdef FERRY_WITH_CUDA
+// Runs `check` with `log` attached to `m` in `mode`; detaches it after.
+absl::StatusOr<GoldenResult> WithLog(model::CausalLM& m, DecisionLog& log, DecisionLog::Mode mode,
+                                     const GoldenPrompt& g, float tol, int64_t chunk) {
+  if (absl::Status st = model::cuda::AttachDecisionLog(m, &log); !st.ok()) return st;
+  log.Start(mode);
+  auto r = model::CheckGoldenPromptForced(m, g, tol, chunk);
+  absl::Status fin = log.Finish();
+  (void)model::cuda::AttachDecisionLog(m, nullptr);
+  if (!r.ok()) return r.status();
+  if (!fin.ok()) return fin;
+  return r;
+}
+
+// --device cuda --precision bf16 with pinned decisions (model/decision_log.h): the float32 CUDA
+// run records each prompt's indexer and routing decisions and must itself pass at the float32
+// tolerance; the bf16 run replays them and is held to `tol` (gated); the bf16 run without them
+// is reported only, with how many decisions it changes.
+int RunPinnedBf16(const std::string& dir, const std::vector<GoldenPrompt>& prompts, double tol_flag, int64_t chunk) {
+  float tol = 0.0f, ref_tol = 0.0f;
+  std::vector<DecisionLog> logs(prompts.size());
+  int passed = 0, failed = 0;
+  std::vector<bool> ref_ok(prompts.size(), false);
+  {
+    auto ref = LoadModelOn("cuda", dir, "f32");
+    if (!ref.ok()) {
+      fprintf(stderr, "ferry check-golden: %s\n", std::string(ref.status().message()).c_str());
+      return 2;
+    }
+    const model::Family family = (*ref)->config().family;
+    tol = static_cast<float>(GoldenTolerance("cuda", "bf16", family, tol_flag));
+    ref_tol = static_cast<float>(GoldenTolerance("cuda", "f32", family, -1));
+    printf("device cuda, precision bf16, tolerance %.3g logits, indexer top-k and MoE routing pinned to the "
+           "float32 CUDA run (itself held to %.3g); teacher-forced continuation, tokens may differ only at golden "
+           "margins <= tolerance\n",
+           tol, ref_tol);
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const GoldenPrompt& g = prompts[i];
+      auto r = WithLog(**ref, logs[i], DecisionLog::Mode::kRecord, g, ref_tol, chunk);
+      if (!r.ok()) {
+        printf("%s f32 reference: error: %s\n", g.name.c_str(), std::string(r.status().message()).c_str());
+        continue;
+      }
+      ref_ok[i] = r->passed;
+      printf("%s f32 reference: max |logit error| prefill %.3g decode %.3g, %lld row decisions recorded: %s\n",
+             g.name.c_str(), r->max_prefill_error, r->max_decode_error,
+             static_cast<long long>(logs[i].stats().decisions), r->passed ? "pass" : "FAIL");
+    }
+  }  // the float32 weights are freed before the bf16 ones load
+  auto m = LoadModelOn("cuda", dir, "bf16");
+  if (!m.ok()) {
+    fprintf(stderr, "ferry check-golden: %s\n", std::string(m.status().message()).c_str());
+    return 2;
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const GoldenPrompt& g = prompts[i];
+    if (logs[i].steps() == 0) {
+      printf("%s: no recorded decisions (the float32 run failed): FAIL\n", g.name.c_str());
+      ++failed;
+      continue;
+    }
+    auto pinned = WithLog(**m, logs[i], DecisionLog::Mode::kReplay, g, tol, chunk);
+    if (!pinned.ok()) {
+      printf("%s: error: %s\n", g.name.c_str(), std::string(pinned.status().message()).c_str());
+      ++failed;
+      continue;
+    }
+    const DecisionStats pinned_stats = logs[i].stats();
+    GoldenResult r = *pinned;
+    r.passed = r.passed && ref_ok[i];  // the pins are only as good as the run they came from
+    PrintResult(g, r, /*forced=*/true);
+    printf("  pinned: |logit error| %s; bf16 alone would have decided otherwise at ", ErrorSpread(r).c_str());
+    PrintDecisionStats(pinned_stats);
+    printf("\n");
+    auto free_run = WithLog(**m, logs[i], DecisionLog::Mode::kCompare, g, tol, chunk);
+    if (free_run.ok()) {
+      printf("  unpinned (reported): max |logit error| prefill %.3g decode %.3g, %s, greedy picks %lld of %zu equal; ",
+             free_run->max_prefill_error, free_run->max_decode_error, ErrorSpread(*free_run).c_str(),
+             static_cast<long long>(PicksEqual(*free_run, g)), g.greedy.size());
+      PrintDecisionStats(logs[i].stats());
+      printf("\n");
+    } else {
+      printf("  unpinned (reported): error: %s\n", std::string(free_run.status().message()).c_str());
+    }
+    (r.passed ? passed : failed)++;
+  }
+  printf("golden: %d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+#endif
+
+}  // namespace
 
 // cpu: the float32 backend must reproduce transformers' greedy tokens exactly and its logits
-// within 1e-3 (model::CheckGoldenPrompt). cuda: bf16 rounds differently, so the continuation is
-// teacher-forced and a token may differ only where the golden's top-1/top-2 margin is within
-// the tolerance (model::CheckGoldenPromptForced).
+// within 1e-3 (model::CheckGoldenPrompt). cuda: teacher-forced (model::CheckGoldenPromptForced):
+// a token may differ only where the golden's top-1/top-2 margin is within the tolerance. cuda
+// bf16 pins the discrete decisions to the float32 run's unless --pin-decisions=false
+// (RunPinnedBf16; bench/results/h200-check-golden-cuda.md says why).
 int RunCheckGolden() {
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) {
@@ -23,24 +177,29 @@ int RunCheckGolden() {
   const std::string precision = device == "cpu" ? "f32" : absl::GetFlag(FLAGS_precision);
   std::string golden_path = absl::GetFlag(FLAGS_golden);
   if (golden_path.empty()) golden_path = dir + "/golden.safetensors";
-  const float tol = static_cast<float>(GoldenTolerance(device, precision, absl::GetFlag(FLAGS_tolerance)));
+  const bool pinned = device == "cuda" && precision == "bf16" && absl::GetFlag(FLAGS_pin_decisions);
   const bool forced = device != "cpu";
+  const int64_t chunk = absl::GetFlag(FLAGS_prefill_chunk);
 
-  auto model = LoadModelOn(device, dir, precision);
-  if (!model.ok()) {
-    fprintf(stderr, "ferry check-golden: %s\n", std::string(model.status().message()).c_str());
-    return 2;
-  }
   auto prompts = model::ReadGolden(golden_path);
   if (!prompts.ok()) {
     fprintf(stderr, "ferry check-golden: %s\n", std::string(prompts.status().message()).c_str());
     return 2;
   }
+#ifdef FERRY_WITH_CUDA
+  if (pinned) return RunPinnedBf16(dir, *prompts, absl::GetFlag(FLAGS_tolerance), chunk);
+#endif
+  auto model = LoadModelOn(device, dir, precision);
+  if (!model.ok()) {
+    fprintf(stderr, "ferry check-golden: %s\n", std::string(model.status().message()).c_str());
+    return 2;
+  }
+  const float tol =
+      static_cast<float>(GoldenTolerance(device, precision, (*model)->config().family, absl::GetFlag(FLAGS_tolerance)));
   printf("device %s, precision %s, tolerance %.3g logits%s\n", device.c_str(), precision.c_str(), tol,
          forced ? " (teacher-forced continuation; tokens may differ only at golden margins <= tolerance)" : "");
   int passed = 0, failed = 0;
-  for (const model::GoldenPrompt& g : *prompts) {
-    const int64_t chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  for (const GoldenPrompt& g : *prompts) {
     auto r = forced ? model::CheckGoldenPromptForced(**model, g, tol, chunk)
                     : model::CheckGoldenPrompt(**model, g, tol, chunk);
     if (!r.ok()) {
@@ -48,21 +207,7 @@ int RunCheckGolden() {
       ++failed;
       continue;
     }
-    printf("%s: prompt %lld tokens, %zu generated, tokens %s, max |logit error| prefill %.3g decode %.3g",
-           g.name.c_str(), static_cast<long long>(r->prompt_len), r->generated.size(),
-           r->tokens_equal ? "equal" : "DIFFER", r->max_prefill_error, r->max_decode_error);
-    if (forced) {
-      printf(", near ties %lld (flipped %lld)", static_cast<long long>(r->near_ties),
-             static_cast<long long>(r->near_tie_flips));
-    }
-    printf(": %s\n", r->passed ? "pass" : "FAIL");
-    if (!r->tokens_equal) {
-      printf("  expected:");
-      for (int32_t t : g.greedy) printf(" %d", t);
-      printf("\n  got:     ");
-      for (int32_t t : r->generated) printf(" %d", t);
-      printf("\n");
-    }
+    PrintResult(g, *r, forced);
     (r->passed ? passed : failed)++;
   }
   printf("golden: %d passed, %d failed\n", passed, failed);

@@ -6,13 +6,18 @@ ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + safetenso
 ABSL_FLAG(std::string, golden, "",
           "check-golden: reference file (default: <model>/golden.safetensors)");
 ABSL_FLAG(double, tolerance, -1,
-          "check-golden: largest |logit error| that passes (logit units; -1: 1e-3 in float32, 5e-2 for cuda bf16)");
+          "check-golden: largest |logit error| that passes (logit units; -1: 1e-3 in float32; cuda bf16: 0.5 glm_moe_dsa, "
+          "1.5 glm5_next)");
 ABSL_FLAG(std::string, device, "cpu", "check-golden, generate --model, serve: where the model runs: cpu, or cuda (one GPU a rank)");
 ABSL_FLAG(std::string, precision, "bf16",
           "check-golden, generate --model with --device cuda: bf16 (serving) or f32 (float32 activations, "
           "to verify against the goldens)");
 ABSL_FLAG(int64_t, prefill_chunk, 0,
           "Feed the prompt in pieces of this many tokens (0: one piece)");
+ABSL_FLAG(bool, pin_decisions, true,
+          "check-golden --device cuda --precision bf16: replay the float32 CUDA run's indexer top-k and MoE "
+          "routing decisions into the bf16 run that is checked (the unpinned run is reported too); false: check "
+          "the unpinned bf16 run");
 ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma-separated");
 ABSL_FLAG(int64_t, max_tokens, 16, "generate: most tokens to generate");
 ABSL_FLAG(double, temperature, 0.0, "generate: sampling temperature (0: greedy)");

@@ -16,8 +16,9 @@ namespace ferry::cli {
 absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& device, const std::string& dir,
                                                              const std::string& precision = "bf16");
 
-// The --tolerance check-golden uses: the flag when >= 0, else the default for the device and
-// precision (float32 on cpu or cuda f32: 1e-3; cuda bf16: see load_model.cc).
-double GoldenTolerance(const std::string& device, const std::string& precision, double flag);
+// The --tolerance check-golden uses: the flag when >= 0, else the default for the device,
+// precision and family (float32 on cpu or cuda f32: 1e-3 logits; cuda bf16 with the decisions
+// pinned: 0.5 for glm_moe_dsa, 1.5 for glm5_next; see load_model.cc).
+double GoldenTolerance(const std::string& device, const std::string& precision, model::Family family, double flag);
 
 }  // namespace ferry::cli

@@ -86,6 +86,7 @@ absl::StatusOr<GoldenResult> CheckGoldenPrompt(CausalLM& model, const GoldenProm
     }
     float& slot = static_cast<int64_t>(i) < r.prompt_len ? r.max_prefill_error : r.max_decode_error;
     slot = std::max(slot, err);
+    r.position_errors.push_back(err);
   }
   r.passed = r.tokens_equal && r.max_prefill_error <= tolerance && r.max_decode_error <= tolerance;
   return r;
@@ -127,6 +128,7 @@ absl::StatusOr<GoldenResult> CheckGoldenPromptForced(CausalLM& model, const Gold
     }
     float& slot = static_cast<int64_t>(i) < r.prompt_len ? r.max_prefill_error : r.max_decode_error;
     slot = std::max(slot, err);
+    r.position_errors.push_back(err);
   }
   bool picks_ok = true;
   for (size_t g = 0; g < golden.greedy.size(); ++g) {

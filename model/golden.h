@@ -35,6 +35,8 @@ struct GoldenResult {
   // <= tolerance (a token may differ there), and how many of them did differ.
   int64_t near_ties = 0;
   int64_t near_tie_flips = 0;
+  // max |logit - golden| of each compared position, in order (prompt, then generated).
+  std::vector<float> position_errors;
 };
 
 // Prefills the prompt (in pieces of `prefill_chunk` tokens when > 0), greedy-decodes
