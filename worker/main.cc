@@ -11,7 +11,6 @@
 
 #include <grpcpp/grpcpp.h>
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
@@ -22,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
 #include "common/log.h"
+#include "common/metrics_server.h"
 #include "dataplane/collectives.h"
 #include "dataplane/ucx_dataplane.h"
 #include "ferry/v1/control.grpc.pb.h"
@@ -105,18 +105,18 @@ int main(int argc, char** argv) {
   const auto timeout = std::chrono::seconds(absl::GetFlag(FLAGS_connect_timeout_s));
 
   // This rank's /metrics first: its port must be bound before the data plane's listeners take
-  // ephemeral ports (a metrics port in that range could otherwise go to one of them).
+  // ephemeral ports (a metrics port in that range could otherwise go to one of them). Not
+  // prometheus::Exposer: civetweb's threads cannot start in a process linked with cuBLAS
+  // (common/metrics_server.h says why).
   auto registry = std::make_shared<prometheus::Registry>();
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<MetricsServer> metrics_server;
   if (absl::GetFlag(FLAGS_metrics_port) > 0) {
-    const std::string where = absl::StrCat(absl::GetFlag(FLAGS_metrics_host), ":", absl::GetFlag(FLAGS_metrics_port));
-    try {
-      exposer = std::make_unique<prometheus::Exposer>(where);
-      exposer->RegisterCollectable(registry);
-    } catch (const std::exception& e) {
+    auto started = MetricsServer::Start(absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), registry);
+    if (started.ok()) {
+      metrics_server = std::move(*started);
+    } else {
       // Metrics are not worth failing the group for: say so and serve without them.
-      FERRY_LOG(WARNING) << "rank " << rank << ": cannot serve /metrics on " << where << ": " << e.what();
-      exposer.reset();
+      FERRY_LOG(WARNING) << "rank " << rank << ": " << started.status().message();
     }
   }
 
