@@ -193,8 +193,12 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
   resp->set_page_size(static_cast<int32_t>(opts.page_size));
   resp->set_prompt_cache_tokens(opts.prompt_cache_tokens);
   resp->set_owner_split(!s.latent_used_pages.empty());
-  resp->set_borrows_ended(s.borrows_ended);
-  resp->set_remote_fills(s.remote_fills);
+  resp->set_borrows_ended(s.latent.borrows_ended);
+  resp->set_remote_fills(s.latent.remote_fills);
+  resp->set_borrows_cut(s.latent.borrows_cut);
+  resp->set_carries(s.latent.carries);
+  resp->set_carried_tokens(s.latent.carried_tokens);
+  resp->set_carry_recomputes(s.latent.recomputed);
   resp->set_steps(s.steps);
   resp->set_version("ferry 0.1");
   const std::vector<RankState> ranks = control_->Ranks();

@@ -177,6 +177,10 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step&
       seg->set_split(true);
       seg->set_owner(s.owner);
       seg->set_borrowed(s.borrowed);
+      if (s.carry_from >= 0) {
+        seg->set_carried(true);
+        seg->set_carry_from(s.carry_from);
+      }
       for (size_t k = 0; k < s.latent_pages.size(); ++k) {
         if (s.latent_pages[k].empty()) continue;
         cpb::RankPages* rp = seg->add_latent_pages();

@@ -72,16 +72,29 @@ Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()
                       .Help("Borrows ended mid-fill because a rank ran out of latent pages (latent split)")
                       .Register(r).Add({});
   remote_fills_ = &prometheus::BuildCounter().Name("ferry:latent_remote_fills_total")
-                       .Help("Fills that ran at their owner without borrowing, queries shipped (latent split)")
+                       .Help("Fills that ran at their owner without borrowing, history fetched (latent split)")
                        .Register(r).Add({});
+  carries_ = &prometheus::BuildCounter().Name("ferry:latent_carries_total")
+                  .Help("Resumes whose kept latent rows were carried to a new owner (latent split)")
+                  .Register(r).Add({});
+  carried_tokens_ = &prometheus::BuildCounter().Name("ferry:latent_carried_tokens_total")
+                        .Help("Tokens of kept conversations carried to a new owner (latent split)")
+                        .Register(r).Add({});
+  recomputed_ = &prometheus::BuildCounter().Name("ferry:latent_carry_recomputes_total")
+                     .Help("Resumes too short to carry whose owner lacked room, recomputed instead (latent split)")
+                     .Register(r).Add({});
 }
 
-void Metrics::OnLatentBooks(const std::vector<int64_t>& used, int64_t borrows_ended, int64_t borrows_cut,
-                            int64_t remote_fills) {
+void Metrics::OnLatentBooks(const std::vector<int64_t>& used, const LatentSplitCounts& counts) {
   for (size_t k = 0; k < used.size() && k < latent_used_.size(); ++k) latent_used_[k]->Set(static_cast<double>(used[k]));
-  borrows_ended_->Increment(static_cast<double>(borrows_ended) - borrows_ended_->Value());
-  borrows_cut_->Increment(static_cast<double>(borrows_cut) - borrows_cut_->Value());
-  remote_fills_->Increment(static_cast<double>(remote_fills) - remote_fills_->Value());
+  // The scheduler's totals: each counter moves up to its total.
+  auto catch_up = [](prometheus::Counter* c, int64_t total) { c->Increment(static_cast<double>(total) - c->Value()); };
+  catch_up(borrows_ended_, counts.borrows_ended);
+  catch_up(borrows_cut_, counts.borrows_cut);
+  catch_up(remote_fills_, counts.remote_fills);
+  catch_up(carries_, counts.carries);
+  catch_up(carried_tokens_, counts.carried_tokens);
+  catch_up(recomputed_, counts.recomputed);
 }
 
 absl::Status Metrics::Expose(const std::string& address) {

@@ -40,8 +40,7 @@ class Metrics final : public SchedulerObserver {
   void OnToken(const Request& r, double inter_token_seconds) override;
   void OnScheduled(const Request& r, double queue_seconds) override;
   void OnFinish(const Request& r, FinishReason reason, double e2e_seconds) override;
-  void OnLatentBooks(const std::vector<int64_t>& used, int64_t borrows_ended, int64_t borrows_cut,
-                     int64_t remote_fills) override;
+  void OnLatentBooks(const std::vector<int64_t>& used, const LatentSplitCounts& counts) override;
 
   // Per-rank step time and data-plane bytes, as each worker reports them.
   void OnRankStep(int rank, double seconds, int64_t dataplane_bytes);
@@ -71,6 +70,9 @@ class Metrics final : public SchedulerObserver {
   prometheus::Counter* borrows_ended_;
   prometheus::Counter* borrows_cut_;
   prometheus::Counter* remote_fills_;
+  prometheus::Counter* carries_;
+  prometheus::Counter* carried_tokens_;
+  prometheus::Counter* recomputed_;
 };
 
 }  // namespace ferry::coordinator

@@ -81,9 +81,7 @@ SchedulerSnapshot Scheduler::Snapshot() const {
   s.preemptions = preemptions_count_;
   s.kept_states = kept_states_;
   s.latent_used_pages = latent_used_;
-  s.borrows_ended = borrows_ended_copy_;
-  s.remote_fills = remote_fills_copy_;
-  s.borrows_cut = borrows_cut_copy_;
+  s.latent = latent_counts_copy_;
   s.serving = serving_;
   s.failure = failure_;
   return s;
@@ -155,14 +153,14 @@ void Scheduler::DropKept(uint64_t seq_id) {
 }
 
 void Scheduler::EndBorrow(Request& r, bool cut) {
-  if (cut) ++borrows_cut_;
+  if (cut) ++latent_counts_.borrows_cut;
   for (size_t k = 0; k < r.latent_pages.size(); ++k) {
     if (static_cast<int>(k) == r.owner || r.latent_pages[k].empty()) continue;
     (void)latent_books_[k]->Release(r.latent_pages[k]);
     r.latent_pages[k].clear();
   }
   r.borrowed = false;
-  ++borrows_ended_;
+  ++latent_counts_.borrows_ended;
   if (r.seq_id != 0) end_borrow_.push_back(r.seq_id);
 }
 
@@ -255,6 +253,15 @@ bool Scheduler::RunOnce() {
   auto token_at = [](const Request& r, int64_t i) {
     const int64_t n = static_cast<int64_t>(r.prompt.size());
     return i < n ? r.prompt[static_cast<size_t>(i)] : r.generated[static_cast<size_t>(i - n)];
+  };
+  // The latent split's owner for a conversation that moves or starts: the rank with the most free
+  // latent pages, ties to the lowest.
+  auto most_free = [&] {
+    int most = 0;
+    for (int k = 1; k < static_cast<int>(latent_books_.size()); ++k) {
+      if (latent_books_[k]->free_pages() > latent_books_[most]->free_pages()) most = k;
+    }
+    return most;
   };
   auto is_decode = [&](const Request& r) { return !r.generated.empty() && known(r) - r.fed == 1; };
   // Tokens (up to `want`) whose pages can be had now; takes those pages into `pages`.
@@ -361,6 +368,25 @@ bool Scheduler::RunOnce() {
     // The prompt cache: start from the longest kept prefix, sharing its whole pages.
     PromptCache::Match hit;
     if (cache_ && r->generated.empty() && r->fed == 0) hit = cache_->Lookup(r->prompt);
+    // The latent split: a resume stays with the owner of its kept rows when that owner has the
+    // latent pages for the rest of its prompt. Otherwise it moves to the rank with the most free
+    // latent pages (when that one has them all): its rows are carried there from a length of
+    // carry_min_tokens, and below it the prompt runs as a fresh one (recomputed, borrowing).
+    int carry_from = -1;
+    bool recomputed = false;
+    if (split() && hit.seq_id != 0) {
+      const int owner = kept_latent_.at(hit.seq_id).first, most = most_free();
+      const int64_t all_pages = (known(*r) + P - 1) / P;
+      if (latent_books_[owner]->free_pages() < all_pages - hit.length / P && most != owner &&
+          latent_books_[most]->free_pages() >= all_pages) {
+        if (hit.length >= opts_.carry_min_tokens) {
+          carry_from = owner;
+        } else {
+          hit = {};
+          recomputed = true;
+        }
+      }
+    }
     std::vector<int32_t> shared, shared_latent;
     if (books_ && hit.seq_id != 0) {
       const std::vector<int32_t>& kp = kept_pages_.at(hit.seq_id);
@@ -369,20 +395,21 @@ bool Scheduler::RunOnce() {
     r->fed = hit.length;  // as if admitted; undone below when it is not
     r->pages = shared;
     if (split()) {
-      // A resumed state stays with the owner of its rows (no borrow: the others lack its
-      // history); a fresh prompt goes to the rank with the most free latent pages and borrows.
+      // A resumed state stays with the owner of its rows, or moves with them when carried (no
+      // borrow: the others lack its history); a fresh prompt goes to the rank with the most free
+      // latent pages and borrows.
       r->latent_pages.assign(static_cast<size_t>(opts_.world), {});
-      if (hit.seq_id != 0) {
+      if (hit.seq_id != 0 && carry_from >= 0) {
+        r->owner = most_free();  // as chosen above: every latent page is new there
+        r->borrowed = false;
+      } else if (hit.seq_id != 0) {
         const auto& [owner, lp] = kept_latent_.at(hit.seq_id);
         r->owner = owner;
         shared_latent.assign(lp.begin(), lp.begin() + hit.length / P);
         r->latent_pages[static_cast<size_t>(owner)] = shared_latent;
         r->borrowed = false;
       } else {
-        r->owner = 0;
-        for (int k = 1; k < opts_.world; ++k) {
-          if (latent_books_[k]->free_pages() > latent_books_[r->owner]->free_pages()) r->owner = k;
-        }
+        r->owner = most_free();
         r->borrowed = true;
       }
     }
@@ -399,7 +426,12 @@ bool Scheduler::RunOnce() {
     }
     if (!shared.empty()) (void)books_->AddRef(shared);
     if (!shared_latent.empty()) (void)latent_books_[static_cast<size_t>(r->owner)]->AddRef(shared_latent);
-    if (split() && !r->borrowed) ++remote_fills_;
+    if (split() && !r->borrowed) ++latent_counts_.remote_fills;
+    if (carry_from >= 0) {
+      ++latent_counts_.carries;
+      latent_counts_.carried_tokens += hit.length;
+    }
+    if (recomputed) ++latent_counts_.recomputed;
     {
       std::lock_guard<std::mutex> lock(mu_);
       waiting_.pop_front();
@@ -417,6 +449,7 @@ bool Scheduler::RunOnce() {
     add_segment(r, n, std::move(pages));
     step.segments.back().fork_from = hit.seq_id;
     step.segments.back().fork_length = hit.length;
+    step.segments.back().carry_from = carry_from;
   }
   step.release = std::move(release_);
   release_.clear();
@@ -503,9 +536,7 @@ bool Scheduler::RunOnce() {
     kept_states_ = cache_ ? cache_->kept_states() : 0;
     latent_used_.clear();
     for (const auto& b : latent_books_) latent_used_.push_back(b->used_pages());
-    borrows_ended_copy_ = borrows_ended_;
-    remote_fills_copy_ = remote_fills_;
-    borrows_cut_copy_ = borrows_cut_;
+    latent_counts_copy_ = latent_counts_;
     preemptions_count_ = preemptions_;
     waiting = static_cast<int64_t>(waiting_.size());
   }
@@ -517,7 +548,7 @@ bool Scheduler::RunOnce() {
     if (split()) {
       std::vector<int64_t> used;
       for (const auto& b : latent_books_) used.push_back(b->used_pages());
-      observer_->OnLatentBooks(used, borrows_ended_, borrows_cut_, remote_fills_);
+      observer_->OnLatentBooks(used, latent_counts_);
     }
   }
   return true;

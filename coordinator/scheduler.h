@@ -33,6 +33,16 @@ class StepRunner {
   virtual absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) = 0;
 };
 
+// What the latent split did so far (docs/owner-split.md), counted by the scheduler.
+struct LatentSplitCounts {
+  int64_t borrows_ended = 0;   // borrowed fills that gave their pages back
+  int64_t borrows_cut = 0;     // borrows ended mid-fill: a rank ran out of latent pages
+  int64_t remote_fills = 0;    // fills that ran without borrowing (their history fetched)
+  int64_t carries = 0;         // resumes whose kept rows went to a new owner (its own lacked room)
+  int64_t carried_tokens = 0;  // tokens those carries moved
+  int64_t recomputed = 0;      // such resumes shorter than carry_min_tokens, run as fresh prompts
+};
+
 // Hooks the scheduler calls as things happen (metrics). All optional.
 class SchedulerObserver {
  public:
@@ -48,8 +58,7 @@ class SchedulerObserver {
   // A prompt-cache lookup of `queried` prompt tokens found `hit` of them.
   virtual void OnPrefixLookup(int64_t queried, int64_t hit) {}
   // The latent split, after each step: latent pages in use per rank, and the totals so far.
-  virtual void OnLatentBooks(const std::vector<int64_t>& used, int64_t borrows_ended, int64_t borrows_cut,
-                             int64_t remote_fills) {}
+  virtual void OnLatentBooks(const std::vector<int64_t>& used, const LatentSplitCounts& counts) {}
 };
 
 struct SchedulerOptions {
@@ -75,10 +84,13 @@ struct SchedulerOptions {
   // The latent split (seed 000 step 2, docs/owner-split.md): each conversation's latent rows on
   // one owner rank, chosen at admission (the most free latent pages, ties to the lowest rank); a
   // fresh prompt borrows latent pages on every rank for its fill while they have them. Needs a
-  // page pool and world >= 2; latent_pages: pages in each rank's latent arena.
+  // page pool and world >= 2; latent_pages: pages in each rank's latent arena. A resume whose
+  // owner lacks the pages for its fill moves to the rank with the most free latent pages: its
+  // kept rows are carried there when it has carry_min_tokens or more, else recomputed.
   bool owner_split = false;
   int world = 1;
   int64_t latent_pages = 0;
+  int64_t carry_min_tokens = 2048;
 };
 
 struct SchedulerSnapshot {
@@ -92,9 +104,7 @@ struct SchedulerSnapshot {
   int64_t preemptions = 0;  // requests preempted so far
   int64_t kept_states = 0;  // conversations the prompt cache keeps
   std::vector<int64_t> latent_used_pages;  // per rank, with the latent split
-  int64_t borrows_ended = 0;               // borrowed fills that gave their pages back
-  int64_t remote_fills = 0;                // fills that ran without borrowing (queries shipped)
-  int64_t borrows_cut = 0;                 // borrows ended mid-fill: a rank ran out of latent pages
+  LatentSplitCounts latent;
 };
 
 class Scheduler {
@@ -158,8 +168,7 @@ class Scheduler {
   int64_t used_pages_ = 0, preemptions_count_ = 0;           // GUARDED_BY(mu_): copies for Snapshot()
   int64_t kept_states_ = 0;                                  // GUARDED_BY(mu_): copy for Snapshot()
   std::vector<int64_t> latent_used_;                         // GUARDED_BY(mu_): copy for Snapshot()
-  int64_t borrows_ended_copy_ = 0, remote_fills_copy_ = 0;   // GUARDED_BY(mu_): copies for Snapshot()
-  int64_t borrows_cut_copy_ = 0;                             // GUARDED_BY(mu_): copy for Snapshot()
+  LatentSplitCounts latent_counts_copy_;                     // GUARDED_BY(mu_): copy for Snapshot()
 
   // Step-loop state (loop thread only).
   std::vector<std::shared_ptr<Request>> running_;
@@ -171,7 +180,7 @@ class Scheduler {
   std::vector<std::unique_ptr<kvpool::PageBooks>> latent_books_;
   std::map<uint64_t, std::pair<int, std::vector<int32_t>>> kept_latent_;
   std::vector<uint64_t> end_borrow_;
-  int64_t borrows_ended_ = 0, remote_fills_ = 0, borrows_cut_ = 0;
+  LatentSplitCounts latent_counts_;
   int64_t preemptions_ = 0;
   uint64_t next_seq_id_ = 1;
   uint64_t next_step_id_ = 1;

@@ -55,6 +55,15 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::ForkSplitAt(int64_
   return absl::UnimplementedError("this family has no latent split to fork");
 }
 
+absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::ForkCarriedAt(int64_t, int32_t, int new_owner) const {
+  return absl::UnimplementedError(absl::StrCat("this family has no latent split to carry (to rank ", new_owner, ")"));
+}
+
+absl::Status CausalLM::CarryLatent(std::span<const LatentCarry> carries) {
+  if (carries.empty()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("this model has no latent split: ", carries.size(), " carries refused"));
+}
+
 absl::Status SequenceState::AdoptLatentPages(std::span<const int32_t> pages) {
   return absl::UnimplementedError(absl::StrCat("this family has no latent pages of their own (", pages.size(),
                                                " offered)"));

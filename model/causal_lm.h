@@ -16,6 +16,8 @@ namespace ferry::model {
 
 // One conversation's cached state (latent rows, index keys, recurrent state). Owned by the
 // caller; a family's Forward() appends to it.
+class SplitRows;
+
 class SequenceState {
  public:
   virtual ~SequenceState() = default;
@@ -53,6 +55,16 @@ class SequenceState {
   // ForkAt(length, copy_page). Errors: ForkAt's; UNIMPLEMENTED for a family without the split.
   virtual absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
                                                                      int32_t latent_copy_page) const;
+  // The latent split's carry (a kept conversation resumed on another rank than its owner):
+  // ForkSplitAt, but the fork's latent rows will live on `new_owner` alone and its latent table
+  // starts empty on every rank; the new owner adopts pages for it and CausalLM::CarryLatent
+  // fills them from the old owner. Errors: ForkSplitAt's; FAILED_PRECONDITION unless this
+  // conversation's rows live on one rank other than new_owner; UNIMPLEMENTED without the split.
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> ForkCarriedAt(int64_t length, int32_t copy_page,
+                                                                       int new_owner) const;
+  // The conversation's tables under the latent split (null for a family without it).
+  virtual const SplitRows* split_rows() const { return nullptr; }
+  virtual SplitRows* split_rows() { return nullptr; }
 
   // The latent split (seed 000 step 2, docs/owner-split.md). A conversation's MLA latent rows
   // live on its owner rank only; the default owner -1 means every rank holds them (the
@@ -94,6 +106,17 @@ absl::Status ValidateCacheOptions(const CacheOptions& o);
 
 class PageArena;
 
+// One carry of a step (docs/owner-split.md): rank `from` holds the latent rows of `src` (a kept
+// conversation) and sends the first `tokens` of them to rank `to`, into `dst` (its fork by
+// ForkCarriedAt, whose latent pages rank `to` adopted).
+struct LatentCarry {
+  const SequenceState* src = nullptr;
+  SequenceState* dst = nullptr;
+  int from = -1;
+  int to = -1;
+  int64_t tokens = 0;
+};
+
 
 class CausalLM {
  public:
@@ -116,6 +139,10 @@ class CausalLM {
   virtual absl::Status SizeArenas(int64_t pages, int64_t latent_pages);
   // Bytes one page of the arena takes, and one conversation's fixed state (what Ready reports).
   virtual int64_t page_bytes() const;
+  // Moves a step's carried latent rows (LatentCarry) before its Forward(): every rank calls it
+  // with the same carries in the same order. Errors: CarryLatentRows's (model/split_rows.h);
+  // UNIMPLEMENTED for a model without the split (when there are carries).
+  virtual absl::Status CarryLatent(std::span<const LatentCarry> carries);
   // The latent split's traffic on this rank so far (zeros for a model without it).
   virtual OwnerSplitStats owner_split_stats() const { return {}; }
   // The latent part of page_bytes() that the latent split keeps on owners only (0: no split).

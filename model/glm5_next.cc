@@ -75,6 +75,16 @@ absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkAt(int64_t leng
 
 absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkSplitAt(int64_t length, int32_t copy_page,
                                                                          int32_t latent_copy_page) const {
+  return Fork(length, copy_page, latent_copy_page, -1);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkCarriedAt(int64_t length, int32_t copy_page,
+                                                                           int new_owner) const {
+  return Fork(length, copy_page, -1, new_owner);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::Fork(int64_t length, int32_t copy_page,
+                                                                  int32_t latent_copy_page, int carry_to) const {
   if (length < 0 || length > length_) {
     return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
   }
@@ -88,7 +98,8 @@ absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkSplitAt(int64_t
     }
     kda = &it->second;
   }
-  FERRY_ASSIGN_OR_RETURN(SplitRows rows, rows_.Fork(length, copy_page, latent_copy_page));
+  FERRY_ASSIGN_OR_RETURN(SplitRows rows, carry_to >= 0 ? rows_.ForkCarried(length, copy_page, carry_to)
+                                                       : rows_.Fork(length, copy_page, latent_copy_page));
   auto copy = std::unique_ptr<NextSequence>(new NextSequence(*config_, std::move(rows)));
   copy->length_ = length;
   copy->indexer_ = indexer_;

@@ -39,6 +39,10 @@ class NextSequence final : public SequenceState {
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
                                                              int32_t latent_copy_page) const override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkCarriedAt(int64_t length, int32_t copy_page,
+                                                               int new_owner) const override;
+  const SplitRows* split_rows() const override { return &rows_; }
+  SplitRows* split_rows() override { return &rows_; }
   absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_.Adopt(pages); }
   std::vector<int32_t> Pages() const override { return rows_.keys().pages(); }
   absl::Status SetLatentOwner(int owner, bool borrowed) override { return rows_.SetOwner(owner, borrowed, length_); }
@@ -54,6 +58,9 @@ class NextSequence final : public SequenceState {
   const ModelConfig* config_;
   int64_t length_ = 0;
   NextSequence(const ModelConfig& c, SplitRows rows) : config_(&c), rows_(std::move(rows)) {}
+  // ForkSplitAt, or ForkCarriedAt to rank carry_to when carry_to >= 0.
+  absl::StatusOr<std::unique_ptr<SequenceState>> Fork(int64_t length, int32_t copy_page, int32_t latent_copy_page,
+                                                      int carry_to) const;
   SplitRows rows_;  // MLA layers: latent rows [L]; key rows [indexer key | pool gate] on full indexer layers
   std::vector<PooledIndexerCache> indexer_;      // per layer (MLA layers only): the pool keys
   std::vector<KdaState> kda_;                    // per layer (KDA layers only)
@@ -79,6 +86,9 @@ class Glm5Next final : public CausalLM {
   int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
   int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
   OwnerSplitStats owner_split_stats() const override { return split_stats_; }
+  absl::Status CarryLatent(std::span<const LatentCarry> carries) override {
+    return CarryLatentRows(carries, tp_, &split_stats_);
+  }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 

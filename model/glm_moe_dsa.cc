@@ -28,10 +28,21 @@ absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkAt(int64_t lengt
 
 absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkSplitAt(int64_t length, int32_t copy_page,
                                                                         int32_t latent_copy_page) const {
+  return Fork(length, copy_page, latent_copy_page, -1);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkCarriedAt(int64_t length, int32_t copy_page,
+                                                                          int new_owner) const {
+  return Fork(length, copy_page, -1, new_owner);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::Fork(int64_t length, int32_t copy_page,
+                                                                 int32_t latent_copy_page, int carry_to) const {
   if (length < 0 || length > length_) {
     return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
   }
-  FERRY_ASSIGN_OR_RETURN(SplitRows rows, rows_.Fork(length, copy_page, latent_copy_page));
+  FERRY_ASSIGN_OR_RETURN(SplitRows rows, carry_to >= 0 ? rows_.ForkCarried(length, copy_page, carry_to)
+                                                       : rows_.Fork(length, copy_page, latent_copy_page));
   return std::unique_ptr<SequenceState>(new DsaSequence(std::move(rows), length));
 }
 

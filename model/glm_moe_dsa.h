@@ -33,6 +33,10 @@ class DsaSequence final : public SequenceState {
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
   absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
                                                              int32_t latent_copy_page) const override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkCarriedAt(int64_t length, int32_t copy_page,
+                                                               int new_owner) const override;
+  const SplitRows* split_rows() const override { return &rows_; }
+  SplitRows* split_rows() override { return &rows_; }
   absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_.Adopt(pages); }
   std::vector<int32_t> Pages() const override { return rows_.keys().pages(); }
   absl::Status SetLatentOwner(int owner, bool borrowed) override { return rows_.SetOwner(owner, borrowed, length_); }
@@ -44,6 +48,9 @@ class DsaSequence final : public SequenceState {
  private:
   friend class GlmMoeDsa;
   DsaSequence(SplitRows rows, int64_t length) : length_(length), rows_(std::move(rows)) {}
+  // ForkSplitAt, or ForkCarriedAt to rank carry_to when carry_to >= 0.
+  absl::StatusOr<std::unique_ptr<SequenceState>> Fork(int64_t length, int32_t copy_page, int32_t latent_copy_page,
+                                                      int carry_to) const;
   int64_t length_ = 0;
   SplitRows rows_;
 };
@@ -64,6 +71,9 @@ class GlmMoeDsa final : public CausalLM {
   int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
   int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
   OwnerSplitStats owner_split_stats() const override { return split_stats_; }
+  absl::Status CarryLatent(std::span<const LatentCarry> carries) override {
+    return CarryLatentRows(carries, tp_, &split_stats_);
+  }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 

@@ -201,26 +201,10 @@ absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjec
       if (q != me) history[static_cast<size_t>(q)].resize(static_cast<size_t>(owner_rows[static_cast<size_t>(q)] * W));
     }
     // In pieces of at most FetchPieceFloats() a message: every rank computes the same count.
+    std::vector<std::span<const float>> send(static_cast<size_t>(world), history[static_cast<size_t>(me)]);
+    std::vector<std::span<float>> recv(history.begin(), history.end());
     const int64_t most = *std::max_element(owner_rows.begin(), owner_rows.end()) * W;
-    const int64_t piece = FetchPieceFloats();
-    for (int64_t at = 0; at < most; at += piece) {
-      ++stats->fetch_pieces;
-      std::vector<std::span<const float>> send(static_cast<size_t>(world));
-      std::vector<std::span<float>> recv(static_cast<size_t>(world));
-      const std::vector<float>& mine_buf = history[static_cast<size_t>(me)];
-      const int64_t mine_n = std::clamp<int64_t>(static_cast<int64_t>(mine_buf.size()) - at, 0, piece);
-      for (int q = 0; q < world; ++q) {
-        if (q == me) continue;
-        send[static_cast<size_t>(q)] = std::span<const float>(mine_buf.data() + (mine_n > 0 ? at : 0), static_cast<size_t>(mine_n));
-        std::vector<float>& in = history[static_cast<size_t>(q)];
-        const int64_t in_n = std::clamp<int64_t>(static_cast<int64_t>(in.size()) - at, 0, piece);
-        recv[static_cast<size_t>(q)] = std::span<float>(in.data() + (in_n > 0 ? at : 0), static_cast<size_t>(in_n));
-        stats->floats_sent += mine_n;
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      FERRY_RETURN_IF_ERROR(tp.comm->Exchange(send, recv));
-      stats->exchange_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
+    FERRY_RETURN_IF_ERROR(ExchangeInPieces(tp, send, recv, most, FetchPieceFloats(), stats, &stats->fetch_pieces));
     for (int q = 0; q < world; ++q) {
       if (q != me) stats->rows_fetched += owner_rows[static_cast<size_t>(q)];
     }

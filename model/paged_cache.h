@@ -35,6 +35,7 @@ class PageArena {
 
   int64_t page_size() const { return page_size_; }
   int64_t width(int64_t layer) const { return widths_[static_cast<size_t>(layer)]; }
+  int64_t num_layers() const { return static_cast<int64_t>(widths_.size()); }
   int64_t page_floats() const { return page_floats_; }
   int64_t capacity() const { return capacity_; }
   int64_t used_pages() const;
@@ -92,6 +93,10 @@ class PagedRows {
   absl::Status Adopt(std::span<const int32_t> pages);
   // Token t's row at `layer`. REQUIRES: t < reserved tokens.
   float* Row(int64_t layer, int64_t t) {
+    const int64_t p = arena_->page_size();
+    return arena_->Row(pages_[static_cast<size_t>(t / p)], layer, t % p);
+  }
+  const float* Row(int64_t layer, int64_t t) const {
     const int64_t p = arena_->page_size();
     return arena_->Row(pages_[static_cast<size_t>(t / p)], layer, t % p);
   }

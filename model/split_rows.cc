@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/mla.h"
 #include "model/step_rows.h"
 
 namespace ferry::model {
@@ -70,6 +71,19 @@ absl::StatusOr<SplitRows> SplitRows::Fork(int64_t n, int32_t copy_page, int32_t 
   return copy;
 }
 
+absl::StatusOr<SplitRows> SplitRows::ForkCarried(int64_t n, int32_t copy_page, int new_owner) const {
+  if (!split() || new_owner < 0 || new_owner == owner_) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot carry a conversation owned by ", owner_,
+                                                      borrowed_ ? " (borrowed)" : "", " to rank ", new_owner));
+  }
+  SplitRows copy(nullptr, nullptr, rank_);
+  FERRY_ASSIGN_OR_RETURN(copy.keys_, keys_->Fork(n, copy_page));
+  copy.latent_ = std::make_unique<PagedRows>(latent_->shared_arena());
+  copy.owner_ = new_owner;
+  copy.borrowed_ = false;
+  return copy;
+}
+
 void SplitRows::AppendTables(std::vector<PagedRows*>* tables) {
   tables->push_back(keys_.get());
   if (holds_latent()) tables->push_back(latent_.get());
@@ -98,6 +112,82 @@ absl::Status ReserveSplitRows(std::span<SplitRows* const> rows, std::span<const 
     owners->held[r] = sr.holds_latent();
     owners->fetch[r] = owners->owner[r] >= 0 && adds[s] >= 2;
     owners->split |= owners->owner[r] >= 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorParallel& tp, OwnerSplitStats* stats) {
+  if (carries.empty()) return absl::OkStatus();
+  const int world = tp.world, me = tp.rank;
+  const size_t Wn = static_cast<size_t>(world);
+  std::vector<std::vector<int64_t>> pair_floats(Wn, std::vector<int64_t>(Wn, 0));
+  for (const LatentCarry& c : carries) {
+    if (c.from < 0 || c.from >= world || c.to < 0 || c.to >= world || c.from == c.to || c.tokens < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("a carry of ", c.tokens, " tokens from rank ", c.from, " to rank ",
+                                                     c.to, " in a group of ", world));
+    }
+  }
+  // Floats a carry moves: its tokens' rows at every layer the latent arena caches. The arena's
+  // widths are the same on every rank (the same model), so every rank computes every size;
+  // take them from any carry's table this rank has.
+  const PageArena* arena = nullptr;
+  auto rows_of = [](const SequenceState* s) { return s ? s->split_rows() : nullptr; };
+  for (const LatentCarry& c : carries) {
+    if (const SplitRows* r = rows_of(c.src)) arena = &r->latent().arena();
+    if (const SplitRows* r = rows_of(c.dst); !arena && r) arena = &r->latent().arena();
+    if (arena) break;
+  }
+  if (arena == nullptr) return absl::InvalidArgumentError("carries without any conversation's tables on this rank");
+  const int64_t layers = arena->num_layers();
+  int64_t per_token = 0;
+  for (int64_t l = 0; l < layers; ++l) per_token += arena->width(l);
+  for (const LatentCarry& c : carries) {
+    pair_floats[static_cast<size_t>(c.from)][static_cast<size_t>(c.to)] += c.tokens * per_token;
+    const SplitRows* src = rows_of(c.src);
+    const SplitRows* dst = rows_of(c.dst);
+    if (c.from == me && (src == nullptr || src->latent().reserved_tokens() < c.tokens)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", me, " cannot carry ", c.tokens, " tokens: it holds ",
+                                                     src ? src->latent().reserved_tokens() : 0, " latent rows"));
+    }
+    if (c.to == me && (dst == nullptr || dst->latent().reserved_tokens() < c.tokens)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", me, " cannot take ", c.tokens,
+                                                     " carried tokens: its latent table has room for ",
+                                                     dst ? dst->latent().reserved_tokens() : 0));
+    }
+  }
+  std::vector<std::vector<float>> out(Wn), in(Wn);
+  int64_t most = 0;
+  for (size_t a = 0; a < Wn; ++a) {
+    for (size_t b = 0; b < Wn; ++b) most = std::max(most, pair_floats[a][b]);
+  }
+  for (size_t q = 0; q < Wn; ++q) {
+    out[q].reserve(static_cast<size_t>(pair_floats[static_cast<size_t>(me)][q]));
+    in[q].resize(static_cast<size_t>(pair_floats[q][static_cast<size_t>(me)]));
+  }
+  for (const LatentCarry& c : carries) {
+    if (c.from != me) continue;
+    std::vector<float>& buf = out[static_cast<size_t>(c.to)];
+    const PagedRows& rows = c.src->split_rows()->latent();
+    for (int64_t l = 0; l < layers; ++l) {
+      const int64_t w = arena->width(l);
+      for (int64_t t = 0; w > 0 && t < c.tokens; ++t) buf.insert(buf.end(), rows.Row(l, t), rows.Row(l, t) + w);
+    }
+  }
+  std::vector<std::span<const float>> send(out.begin(), out.end());
+  std::vector<std::span<float>> recv(in.begin(), in.end());
+  FERRY_RETURN_IF_ERROR(ExchangeInPieces(tp, send, recv, most, FetchPieceFloats(), stats, nullptr));
+  std::vector<size_t> at(Wn, 0);
+  for (const LatentCarry& c : carries) {
+    if (c.to != me) continue;
+    const std::vector<float>& buf = in[static_cast<size_t>(c.from)];
+    size_t& i = at[static_cast<size_t>(c.from)];
+    for (int64_t l = 0; l < layers; ++l) {
+      const int64_t w = arena->width(l);
+      for (int64_t t = 0; w > 0 && t < c.tokens; ++t, i += static_cast<size_t>(w)) {
+        std::copy_n(buf.data() + i, w, c.dst->split_rows()->latent().Row(l, t));
+      }
+    }
+    stats->rows_carried += c.tokens;
   }
   return absl::OkStatus();
 }

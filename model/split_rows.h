@@ -13,7 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/causal_lm.h"
 #include "model/paged_cache.h"
+#include "model/tensor_parallel.h"
 
 namespace ferry::model {
 
@@ -43,6 +45,11 @@ class SplitRows {
   absl::Status AdoptLatent(std::span<const int32_t> pages);
   absl::Status Truncate(int64_t n);
   absl::StatusOr<SplitRows> Fork(int64_t n, int32_t copy_page, int32_t latent_copy_page) const;
+  // A carry (docs/owner-split.md): a fork of the first n tokens whose latent rows will live on
+  // `new_owner` alone. The keys are forked as in Fork(); the latent table starts empty on every
+  // rank (the new owner adopts pages and receives the rows, CarryLatentRows in model/mla.h).
+  // FAILED_PRECONDITION unless this conversation's rows live on one rank other than new_owner.
+  absl::StatusOr<SplitRows> ForkCarried(int64_t n, int32_t copy_page, int new_owner) const;
   // The tables to grow for a step that appends tokens (the latent one where this rank holds it).
   void AppendTables(std::vector<PagedRows*>* tables);
 
@@ -72,5 +79,16 @@ struct RowOwners {
 absl::Status ReserveSplitRows(std::span<SplitRows* const> rows, std::span<const int64_t> lengths,
                               std::span<const int64_t> adds, std::span<const int64_t> seg_of, int world,
                               RowOwners* owners);
+
+// Runs a step's carries (causal_lm.h's LatentCarry: a kept conversation resumed on a rank other
+// than its owner; src and dst are SequenceStates whose split_rows() hold the tables; src is read
+// on `from` only and dst written on `to` only). Every rank calls it with the same carries in the
+// same order (they come from the step), and the rows go in one exchange of pieces of at most FetchPieceFloats()
+// (model/mla.h), packed per (from, to) pair in carry order, each carry layer by layer in token
+// order. The values arrive bit for bit. Counts rows_carried (on `to`) and the floats sent.
+// Errors: INVALID_ARGUMENT for a carry whose ranks are out of range or equal, or whose src (on
+// `from`) or dst (on `to`) cannot address `tokens` rows (nothing is sent; the peers then fail
+// in the exchange); the collective's.
+absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorParallel& tp, OwnerSplitStats* stats);
 
 }  // namespace ferry::model

@@ -37,7 +37,8 @@ struct OwnerSplitStats {
   int64_t rows_served = 0;        // row-layers this rank attended for another rank's heads
   int64_t rows_fetched = 0;       // latent rows this rank fetched from owners (history fetch)
   int64_t fetch_pieces = 0;       // exchanges the history fetch took
-  int64_t floats_sent = 0;        // queries, attended latents and fetched rows sent
+  int64_t rows_carried = 0;       // token rows of kept conversations carried to this rank (all layers)
+  int64_t floats_sent = 0;        // queries, attended latents, fetched and carried rows sent
   double exchange_seconds = 0;    // time in the exchanges (waiting for peers included)
 };
 
@@ -56,6 +57,16 @@ struct TensorParallel {
     return world > 1 ? comm->AllReduceSum(data, n) : absl::OkStatus();
   }
 };
+
+// Collective::Exchange of buffers larger than one message: send[q] / recv[q] (this rank's own
+// entries ignored) go in pieces of at most `piece` floats, `most` / piece exchanges in all.
+// `most` is the largest buffer any rank sends to any other, which every rank must compute alike
+// (from what the step says), so that all call Exchange the same number of times. Adds the
+// pieces, floats sent and time spent to `pieces`, `floats_sent` and `seconds` (may be null).
+// REQUIRES: piece >= 1; every send and recv size <= most. Errors: the collective's.
+absl::Status ExchangeInPieces(const TensorParallel& tp, const std::vector<std::span<const float>>& send,
+                              const std::vector<std::span<float>>& recv, int64_t most, int64_t piece,
+                              OwnerSplitStats* stats, int64_t* pieces);
 
 // OK when `n` of `what` splits evenly over `world` ranks; otherwise INVALID_ARGUMENT with numbers.
 absl::Status CheckDivisible(const std::string& what, int64_t n, int world);

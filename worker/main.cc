@@ -214,8 +214,11 @@ int main(int argc, char** argv) {
   auto& split_fetched = prometheus::BuildCounter().Name("ferry_worker:owner_rows_fetched_total")
                             .Help("Latent rows this rank fetched from owners for prompt chunks (history fetch)")
                             .Register(*registry).Add(labels);
+  auto& split_carried = prometheus::BuildCounter().Name("ferry_worker:owner_rows_carried_total")
+                            .Help("Token rows of kept conversations carried to this rank, their new owner (all layers)")
+                            .Register(*registry).Add(labels);
   auto& split_bytes = prometheus::BuildCounter().Name("ferry_worker:owner_exchange_bytes_total")
-                          .Help("Bytes of queries and attended latents this rank sent (latent split)")
+                          .Help("Bytes of queries, attended latents, fetched and carried rows this rank sent (latent split)")
                           .Register(*registry).Add(labels);
   auto& split_time = prometheus::BuildHistogram().Name("ferry_worker:owner_exchange_seconds")
                          .Help("Time a step spent in the latent split's exchanges on this rank")
@@ -280,7 +283,7 @@ int main(int argc, char** argv) {
     step.step_id = cmd.step_id();
     step.release.assign(cmd.release().begin(), cmd.release().end());
     step.end_borrow.assign(cmd.end_borrow().begin(), cmd.end_borrow().end());
-    std::optional<int> bad_owner;  // a split segment's owner outside [0, world)
+    std::optional<int> bad_owner;  // a split segment's owner (or carry source) outside [0, world)
     for (const cpb::Segment& s : cmd.segments()) {
       worker::StepSegment seg;
       seg.seq_id = s.seq_id();
@@ -298,6 +301,10 @@ int main(int argc, char** argv) {
         if (s.owner() < 0 || s.owner() >= world) bad_owner = s.owner();
         seg.owner = s.owner();
         seg.borrowed = s.borrowed();
+        if (s.carried()) {
+          if (s.carry_from() < 0 || s.carry_from() >= world) bad_owner = s.carry_from();
+          seg.carry_from = s.carry_from();
+        }
         seg.latent_pages.resize(static_cast<size_t>(world));
         for (const cpb::RankPages& rp : s.latent_pages()) {
           if (rp.rank() == rank) seg.latent_pages[static_cast<size_t>(rank)].assign(rp.pages().begin(), rp.pages().end());
@@ -309,7 +316,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::vector<int32_t>> tokens =
         bad_owner.has_value()
             ? absl::StatusOr<std::vector<int32_t>>(absl::InvalidArgumentError(
-                  absl::StrCat("step ", step.step_id, ": owner rank ", *bad_owner, " outside [0, ", world, ")")))
+                  absl::StrCat("step ", step.step_id, ": owner or carry rank ", *bad_owner, " outside [0, ", world, ")")))
             : exec.Execute(step);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int64_t sent = collective.TakeBytes();
@@ -318,7 +325,9 @@ int main(int argc, char** argv) {
     step_time.Observe(secs);
     if (const model::OwnerSplitStats now = exec.model().owner_split_stats(); now.rows_shipped != split_seen.rows_shipped ||
                                                                               now.rows_served != split_seen.rows_served ||
-                                                                              now.rows_fetched != split_seen.rows_fetched) {
+                                                                              now.rows_fetched != split_seen.rows_fetched ||
+                                                                              now.floats_sent != split_seen.floats_sent) {
+      split_carried.Increment(static_cast<double>(now.rows_carried - split_seen.rows_carried));
       split_fetched.Increment(static_cast<double>(now.rows_fetched - split_seen.rows_fetched));
       split_shipped.Increment(static_cast<double>(now.rows_shipped - split_seen.rows_shipped));
       split_served.Increment(static_cast<double>(now.rows_served - split_seen.rows_served));

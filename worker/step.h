@@ -33,6 +33,10 @@ struct StepSegment {
   // conversation's latent table there (a fork's partial page copy first, as for new_pages);
   // new_pages then go to the replicated part only. Indexed by rank; missing or empty: none.
   std::vector<std::vector<int32_t>> latent_pages;
+  // A carry (with fork_from and an owner): the kept conversation's latent rows live on rank
+  // carry_from, not on `owner`; the fork's first fork_length rows are sent from there to the
+  // owner (into the start of its latent_pages, all of them fresh) before the step runs. -1: none.
+  int carry_from = -1;
 };
 
 struct Step {

@@ -1,5 +1,6 @@
 #include "worker/step_executor.h"
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -46,6 +47,11 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       }
       have = seg.fork_length;
     }
+    if (seg.carry_from >= 0 && (seg.fork_from == 0 || seg.owner < 0 || seg.borrowed || seg.owner == seg.carry_from)) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id,
+                                                     " cannot carry rows from rank ", seg.carry_from, " to owner ",
+                                                     seg.owner, seg.fork_from == 0 ? " without a kept conversation" : ""));
+    }
     if (seg.start != have) {
       return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, " starts at ",
                                                      seg.start, " but this rank holds ", have, " of its tokens"));
@@ -70,6 +76,7 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
   if (step.segments.empty()) return std::vector<int32_t>{};
 
   std::vector<model::ForwardSegment> fwd;
+  std::vector<model::LatentCarry> carries;
   std::vector<uint64_t> created;
   for (const StepSegment& seg : step.segments) {
     auto it = seqs_.find(seg.seq_id);
@@ -78,12 +85,15 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       if (seg.fork_from != 0) {
         // The prompt cache: the kept conversation's first fork_length tokens (whole pages
         // shared; with a page pool the partial one is copied into the segment's first new page).
+        // A carry's latent table starts empty: all of its latent pages are adopted below.
         const int64_t P = model_->arena().page_size();
         int32_t copy_page = -1, latent_copy = -1;
         if (seg.fork_length % P != 0 && !seg.new_pages.empty()) copy_page = seg.new_pages.front();
         if (seg.fork_length % P != 0 && !my_latent(seg).empty()) latent_copy = my_latent(seg).front();
+        const model::SequenceState& kept = *seqs_.at(seg.fork_from);
         absl::StatusOr<std::unique_ptr<model::SequenceState>> copy =
-            seqs_.at(seg.fork_from)->ForkSplitAt(seg.fork_length, copy_page, latent_copy);
+            seg.carry_from >= 0 ? kept.ForkCarriedAt(seg.fork_length, copy_page, seg.owner)
+                                : kept.ForkSplitAt(seg.fork_length, copy_page, latent_copy);
         absl::Status st = copy.status();
         if (!st.ok()) {
           for (uint64_t id : created) seqs_.erase(id);
@@ -108,7 +118,8 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       adopt = adopt.subspan(1);
     }
     std::span<const int32_t> adopt_latent(my_latent(seg));
-    if (seg.fork_from != 0 && seg.fork_length % model_->arena().page_size() != 0 && !adopt_latent.empty()) {
+    if (seg.fork_from != 0 && seg.carry_from < 0 && seg.fork_length % model_->arena().page_size() != 0 &&
+        !adopt_latent.empty()) {
       adopt_latent = adopt_latent.subspan(1);
     }
     if (!adopt_latent.empty()) {
@@ -125,7 +136,15 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
                                                        st.message()));
       }
     }
+    if (seg.carry_from >= 0 && std::find(created.begin(), created.end(), seg.seq_id) != created.end()) {
+      carries.push_back({seqs_.at(seg.fork_from).get(), it->second.get(), seg.carry_from, seg.owner, seg.fork_length});
+    }
     fwd.push_back(model::ForwardSegment{it->second.get(), seg.tokens, false});
+  }
+  // Carried rows arrive before the forward reads them (every rank runs this exchange).
+  if (absl::Status st = model_->CarryLatent(carries); !st.ok()) {
+    for (uint64_t id : created) seqs_.erase(id);
+    return absl::InternalError(absl::StrCat("step ", step.step_id, ": carrying latent rows: ", st.message()));
   }
   auto out = model_->Forward(fwd);
   if (!out.ok()) {

@@ -119,13 +119,86 @@ TEST_CASE("scheduler: the latent split gives the replicated engine's tokens thro
       }
       CHECK(rep.shipped == 0);
       CHECK(split.shipped > 0);
-      CHECK(split.snap.borrows_ended > 0);    // fills that borrowed and gave the pages back
-      CHECK(split.snap.remote_fills >= 1);    // resumes (and cut borrows) run without one
+      CHECK(split.snap.latent.borrows_ended > 0);    // fills that borrowed and gave the pages back
+      CHECK(split.snap.latent.remote_fills >= 1);    // resumes (and cut borrows) run without one
       CHECK(static_cast<int>(split.snap.latent_used_pages.size()) == world);
       // 10 latent pages a rank cannot hold every fill on every rank: borrows are cut mid-fill.
-      if (latent == 10) CHECK(split.snap.borrows_cut > 0);
+      if (latent == 10) CHECK(split.snap.latent.borrows_cut > 0);
     }
   }
+  }
+}
+
+// A resume whose owner lacks the latent pages for its fill: conversation X (60 prompt tokens, 4
+// generated) is kept on rank 0 (4 of its 8 latent pages); its resume with 50 more tokens needs 5
+// more pages there, while rank 1 has all 8 free. With carry_min_tokens <= 63 its 63 kept rows are
+// carried to rank 1; above, the resume is recomputed as a fresh prompt.
+struct CarryRun {
+  std::vector<std::vector<int32_t>> tokens;
+  SchedulerSnapshot snap;
+  int64_t carried_rows = 0;
+};
+
+CarryRun RunCarry(const std::string& dir, int world, bool split, int64_t carry_min_tokens) {
+  GroupRunner runner(dir, world, model::CacheOptions{16, 64});
+  SchedulerOptions opts;
+  opts.kv_pages = 64;
+  opts.page_size = 16;
+  opts.max_context = 128;
+  opts.max_batch_tokens = 48;
+  opts.max_running = 4;
+  opts.prompt_cache_tokens = 100000;
+  opts.prompt_cache_any_prefix = dir == kDsa;
+  opts.owner_split = split;
+  opts.world = world;
+  opts.latent_pages = 8;
+  opts.carry_min_tokens = carry_min_tokens;
+  Scheduler sched(opts, &runner);
+  std::vector<int32_t> prompt(60);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(3 + (i * 29) % 370);
+  std::vector<std::shared_ptr<Request>> reqs = {MakeRequest("x", prompt, 4)};
+  REQUIRE(sched.Submit(reqs[0]).ok());
+  RunUntilIdle(sched);
+  std::vector<int32_t> resume = prompt;
+  resume.insert(resume.end(), reqs[0]->generated.begin(), reqs[0]->generated.end());
+  for (int k = 0; k < 50; ++k) resume.push_back(static_cast<int32_t>(7 + (k * 31) % 360));
+  reqs.push_back(MakeRequest("x2", resume, 6));
+  REQUIRE(sched.Submit(reqs[1]).ok());
+  RunUntilIdle(sched);
+  CarryRun out;
+  for (auto& r : reqs) {
+    std::vector<int32_t> none;
+    RequestEvent e = Collect(*r, &none);
+    INFO(r->id << ": " << e.error);
+    CHECK(e.error.empty());
+    out.tokens.push_back(e.tokens);
+  }
+  out.snap = sched.Snapshot();
+  for (int r = 0; r < world; ++r) out.carried_rows += runner.model(r).owner_split_stats().rows_carried;
+  return out;
+}
+
+TEST_CASE("scheduler: a resume whose owner lacks room is carried to a new owner, or recomputed when short, "
+          "with the replicated engine's tokens (both families)", "[scheduler][owner_split]") {
+  for (const std::string& dir : {kDsa, kNext}) {
+    for (int world : {2, 4}) {
+      INFO(dir << " W=" << world);
+      const CarryRun rep = RunCarry(dir, world, false, 32);
+      const CarryRun carried = RunCarry(dir, world, true, 32);
+      const CarryRun recomputed = RunCarry(dir, world, true, 64);
+      REQUIRE(rep.tokens.size() == 2);
+      CHECK(rep.tokens[1].size() == 6);
+      CHECK(carried.tokens == rep.tokens);
+      CHECK(recomputed.tokens == rep.tokens);
+      CHECK(carried.snap.latent.carries == 1);
+      CHECK(carried.snap.latent.carried_tokens == 63);
+      CHECK(carried.snap.latent.recomputed == 0);
+      CHECK(carried.carried_rows == 63);  // the new owner received every kept row (all layers)
+      CHECK(recomputed.snap.latent.carries == 0);
+      CHECK(recomputed.snap.latent.recomputed == 1);
+      CHECK(recomputed.carried_rows == 0);
+      CHECK(rep.snap.latent.carries == 0);
+    }
   }
 }
 
@@ -156,8 +229,8 @@ TEST_CASE("scheduler: with the latent split, 400 mixed requests on small pools l
   REQUIRE(snap.latent_used_pages.size() == 2);
   CHECK(snap.latent_used_pages[0] == 0);
   CHECK(snap.latent_used_pages[1] == 0);
-  CHECK(snap.borrows_ended > 0);
-  CHECK(snap.borrows_cut + snap.preemptions > 0);
+  CHECK(snap.latent.borrows_ended > 0);
+  CHECK(snap.latent.borrows_cut + snap.preemptions > 0);
   for (int r = 0; r < 2; ++r) {
     const auto& m = dynamic_cast<const model::GlmMoeDsa&>(runner.model(r));
     CHECK(m.arena().used_pages() == 0);

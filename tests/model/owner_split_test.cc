@@ -2,7 +2,8 @@
 // conversation's latent rows on its owner rank only, and the other ranks shipping their heads'
 // queries to the owner, every logit is bit-identical to the replicated engine's at the same
 // width, through decode rows (queries shipped), prefill chunks (history fetched, in pieces), a
-// borrowed fill and a fork, with prompts past index_topk (the indexer is sparse).
+// borrowed fill, a fork and a carry (a kept conversation's rows moved to a new owner), with
+// prompts past index_topk (the indexer is sparse).
 #include <memory>
 #include <string>
 #include <thread>
@@ -99,11 +100,31 @@ std::vector<RankResult> Run(const std::string& dir, int world, bool split, int64
         step({{E.get(), Prompt(9, 5)}, {A, next[0]}, {D, next[3]}});
         for (int i = 0; i < 3; ++i) step({{E.get(), {next[0][0]}}, {B, next[1]}});
       }
+      // A carry: another fork of A whose rows move to rank `to` (A's owner lacks room, say),
+      // which then owns it; the replicated run forks as before.
+      const int to = (1 % world + 1) % world;
+      std::unique_ptr<SequenceState> F;
+      if (res.status.ok()) {
+        const int64_t at = A->length() - fork_back;
+        auto fork = split ? A->ForkCarriedAt(at, -1, to) : A->ForkSplitAt(at, -1, -1);
+        if (!fork.ok()) {
+          res.status = fork.status();
+        } else {
+          F = std::move(*fork);
+          if (split && r == to) res.status.Update(F->split_rows()->latent().Reserve(at));
+          const LatentCarry carry{A, F.get(), 1 % world, to, at};
+          if (split) res.status.Update(m.CarryLatent(std::span<const LatentCarry>(&carry, 1)));
+        }
+      }
+      if (F) {
+        step({{F.get(), Prompt(7, 6)}, {D, next[3]}});
+        step({{F.get(), {next[0][0]}}, {A, next[0]}});
+      }
       res.stats = m.owner_split_stats();
       res.keys_used = m.arena().used_pages();
       if (auto* dsa = dynamic_cast<GlmMoeDsa*>(&m)) res.latent_used = dsa->latent_arena().used_pages();
       if (auto* next = dynamic_cast<Glm5Next*>(&m)) res.latent_used = next->latent_arena().used_pages();
-      for (auto* s : {A, B, C, D, E.get()}) {
+      for (auto* s : {A, B, C, D, E.get(), F.get()}) {
         res.latent_held.push_back(s ? static_cast<int64_t>(s->LatentPages().size()) : 0);
       }
     });
@@ -121,7 +142,7 @@ void CheckSplit(const std::string& dir, int64_t fork_back, int64_t min_pieces = 
       REQUIRE(rep[r].status.ok());
       REQUIRE(split[r].status.ok());
       REQUIRE(split[r].logits.size() == rep[r].logits.size());
-      CHECK(split[r].logits.size() == 12);
+      CHECK(split[r].logits.size() == 14);
       for (size_t s = 0; s < rep[r].logits.size(); ++s) {
         INFO("step " << s);
         CHECK(split[r].logits[s] == rep[r].logits[s]);
@@ -131,11 +152,12 @@ void CheckSplit(const std::string& dir, int64_t fork_back, int64_t min_pieces = 
       CHECK(rep[r].stats.rows_shipped == 0);
       CHECK(rep[r].stats.rows_fetched == 0);
       CHECK(split[r].stats.rows_shipped > 0);  // decode rows ship their queries
-      // Prompt chunks fetch their history on the ranks that lack it: all but the owner of both A
-      // and D (rank 1 at W = 2).
-      CHECK((split[r].stats.rows_fetched > 0) == !(r == 1 % world && r == world - 1));
+      // Prompt chunks fetch their history on the ranks that lack it: every rank lacks A's, D's or
+      // F's (owned by 1 % W, W - 1 and `to`).
+      CHECK(split[r].stats.rows_fetched > 0);
       CHECK(split[r].stats.fetch_pieces >= min_pieces);
-      const bool owns = r == 0 || r == 1 % world || r == world - 1;
+      const int to = (1 % world + 1) % world;
+      const bool owns = r == 0 || r == 1 % world || r == world - 1 || r == to;
       CHECK((split[r].stats.rows_served > 0) == owns);
       // Latent pages are held only where the rows live: A (and its fork E) on 1 % W, B on 0
       // after its borrowed fill, C everywhere, D on W - 1. The key tables are on every rank.
@@ -144,6 +166,10 @@ void CheckSplit(const std::string& dir, int64_t fork_back, int64_t min_pieces = 
       CHECK(split[r].latent_held[2] > 0);
       CHECK((split[r].latent_held[3] > 0) == (r == world - 1));
       CHECK((split[r].latent_held[4] > 0) == (r == 1 % world));
+      // The carried fork F holds its rows on its new owner only, which received them all.
+      CHECK((split[r].latent_held[5] > 0) == (r == to));
+      CHECK((split[r].stats.rows_carried > 0) == (r == to));
+      CHECK(rep[r].stats.rows_carried == 0);
       CHECK(split[r].keys_used == rep[r].keys_used);
       CHECK(split[r].latent_used < rep[r].latent_used);
     }
