@@ -63,7 +63,10 @@ int RunPlan() {
   in.page_size = absl::GetFlag(FLAGS_page_size);
   in.lanes = absl::GetFlag(FLAGS_parallel) > 0 ? absl::GetFlag(FLAGS_parallel) : 1;
   in.context = absl::GetFlag(FLAGS_context);
-  in.split_ranks = absl::GetFlag(FLAGS_owner_split) ? ranks : 1;
+  auto split = kvpool::ParseOwnerSplit(absl::GetFlag(FLAGS_owner_split));
+  if (!split.ok()) return Fail(2, std::string(split.status().message()));
+  // Both families have MLA latent rows to split.
+  in.split_ranks = kvpool::ResolveOwnerSplit(*split, ranks, *layout, /*model_splits=*/true) ? ranks : 1;
   if (in.context == 0) in.context = config->max_position_embeddings;
   const double room_gib = absl::GetFlag(FLAGS_room_gib);
   if (room_gib < 0 && std::isfinite(room_gib)) {

@@ -52,8 +52,12 @@ ABSL_FLAG(int64_t, kv_pool_pages, 0,
           "serve: pages of --page-size tokens in each rank's KV pool (0: the memory plan sizes it)");
 ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
           "serve: the prompt cache's budget in token rows (-1: the plan's share of --cache-gib; 0: none)");
-ABSL_FLAG(bool, owner_split, false,
-          "plan, serve: each conversation's latent rows on one owner rank, queries shipped to it (2+ ranks)");
+ABSL_FLAG(std::string, owner_split, "auto",
+          "plan, serve: each conversation's latent rows on one owner rank, queries shipped to it: auto (on from "
+          "two ranks with KV pages), on, off");
+ABSL_FLAG(int64_t, carry_min_tokens, 2048,
+          "serve: with the latent split, a resume whose owner lacks room carries its kept rows to a new owner from "
+          "this many tokens (shorter ones are recomputed)");
 ABSL_FLAG(double, memory_gib, 0,
           "serve: memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)");
 ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");

@@ -47,5 +47,6 @@ ABSL_DECLARE_FLAG(double, ready_timeout_s);
 ABSL_DECLARE_FLAG(int64_t, kv_pool_pages);
 ABSL_DECLARE_FLAG(int64_t, prompt_cache_tokens);
 ABSL_DECLARE_FLAG(double, memory_gib);
-ABSL_DECLARE_FLAG(bool, owner_split);
+ABSL_DECLARE_FLAG(std::string, owner_split);
+ABSL_DECLARE_FLAG(int64_t, carry_min_tokens);
 ABSL_DECLARE_FLAG(bool, verbose);

@@ -40,9 +40,12 @@ ABSL_FLAG(std::string, kv_pages, "auto",
 ABSL_FLAG(double, prompt_cache_gib, 16.0, "The prompt cache's budget a rank in GiB (0: no prompt cache)");
 ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
           "The prompt cache's budget in token rows (-1: the plan's share of --prompt-cache-gib; 0: none)");
-ABSL_FLAG(bool, owner_split, false,
+ABSL_FLAG(std::string, owner_split, "auto",
           "Keep each conversation's MLA latent rows on one owner rank; the others ship their queries to it "
-          "(seed 000 step 2; from two ranks)");
+          "(seed 000 step 2): auto (on from two ranks with KV pages), on, off");
+ABSL_FLAG(int64_t, carry_min_tokens, 2048,
+          "Latent split: a resume whose owner lacks room moves its kept rows to a new owner from this many "
+          "tokens; shorter ones are recomputed");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
@@ -88,7 +91,7 @@ int main(int argc, char** argv) {
   opts.page_size = absl::GetFlag(FLAGS_page_size);
   opts.prompt_cache_any_prefix = config->family == model::Family::kGlmMoeDsa;
   opts.world = world;
-  opts.owner_split = absl::GetFlag(FLAGS_owner_split) && world > 1;
+  opts.carry_min_tokens = absl::GetFlag(FLAGS_carry_min_tokens);
   coordinator::PoolRequest pool_req;
   pool_req.explicit_pages = absl::GetFlag(FLAGS_kv_pool_pages);
   pool_req.explicit_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
@@ -101,6 +104,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     pool_req.mode = *mode;
+    auto split = kvpool::ParseOwnerSplit(absl::GetFlag(FLAGS_owner_split));
+    if (!split.ok()) {
+      fprintf(stderr, "ferry-coordinator: %s\n", std::string(split.status().message()).c_str());
+      return 2;
+    }
+    pool_req.owner_split = *split;
   }
   if (absl::Status st = model::ValidateCacheOptions(model::CacheOptions{opts.page_size, -1});
       !st.ok() || pool_req.explicit_pages < 0 || pool_req.explicit_cache_tokens < -1 ||

@@ -32,11 +32,18 @@ absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const 
     fixed = std::max(fixed, ranks[k].fixed_bytes);
     latent_bytes = std::max(latent_bytes, ranks[k].latent_page_bytes);
   }
-  const bool split = base.owner_split && ranks.size() > 1;
-  if (split && (latent_bytes <= 0 || latent_bytes >= page_bytes)) {
+  const bool model_splits = latent_bytes > 0 && latent_bytes < page_bytes;
+  if (req.owner_split == kvpool::OwnerSplit::kOn && ranks.size() > 1 && !model_splits) {
     return absl::InvalidArgumentError(absl::StrCat("the latent split needs the workers' latent page bytes: they report ",
                                                    latent_bytes, " of ", page_bytes, " (a model without the split?)"));
   }
+  const kvpool::Layout layout_if_planned =
+      req.explicit_pages > 0 ? kvpool::Layout::kPages
+                             : kvpool::ResolveLayout(req.mode, static_cast<int64_t>(ranks.size()), kvpool::CacheDtype::kBf16)
+                                   .value_or(kvpool::Layout::kWindows);
+  const bool split = kvpool::ResolveOwnerSplit(req.owner_split, static_cast<int64_t>(ranks.size()), layout_if_planned,
+                                               model_splits);
+  c.opts.owner_split = split;
   c.opts.kept_fixed_pages = CeilDiv(fixed, page_bytes);
   const int64_t window = CeilDiv(base.max_context, P);  // pages one request may reach
 
@@ -51,7 +58,8 @@ absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const 
     c.opts.prompt_cache_tokens = std::max<int64_t>(req.explicit_cache_tokens, 0);
     c.opts.kv_layout = "pages";
     c.summary = absl::StrCat("KV pool: --kv-pool-pages ", c.opts.kv_pages, " of ", P, " tokens (", page_bytes,
-                             " bytes a page a rank), prompt cache ", c.opts.prompt_cache_tokens, " tokens");
+                             " bytes a page a rank), prompt cache ", c.opts.prompt_cache_tokens, " tokens",
+                             split ? "; latent split: as many latent pages a rank" : "");
     return c;
   }
 

@@ -9,7 +9,8 @@
 // outside the pool; a state the prompt cache keeps past its request holds
 // ceil(fixed / page_bytes) pool pages for its fixed state (SchedulerOptions::kept_fixed_pages).
 //
-// With the latent split (base.owner_split, world >= 2) the plan runs at the split's cost
+// With the latent split (req.owner_split resolved for these ranks, the layout and the workers'
+// latent page bytes; the choice is opts.owner_split) the plan runs at the split's cost
 // (kvpool::PlanInput::split_ranks): every rank's key arena holds the pool's pages and its latent
 // arena latent_pages (the plan's, plus the cache's share over the ranks).
 //
@@ -36,6 +37,7 @@ struct RankRoom {
 
 struct PoolRequest {
   kvpool::KvPages mode = kvpool::KvPages::kAuto;              // --kv-pages
+  kvpool::OwnerSplit owner_split = kvpool::OwnerSplit::kOff;  // --owner-split (resolved here)
   int64_t cache_budget_bytes = kvpool::kDefaultCacheBudget;  // --prompt-cache-gib
   int64_t explicit_pages = 0;         // --kv-pool-pages (> 0: exactly this many, no plan)
   int64_t explicit_cache_tokens = -1;  // --prompt-cache-tokens (>= 0: exactly this budget)
@@ -53,7 +55,8 @@ struct PoolChoice {
 // The pool for these ranks. `base` carries lanes (max_running), context and page_size.
 // Errors: INVALID_ARGUMENT for no ranks or a rank that reported no page bytes; the plan's
 // refusal (RESOURCE_EXHAUSTED with the numbers and the remedy) when the streams do not fit;
-// INVALID_ARGUMENT when explicit pages cannot hold one --context.
+// INVALID_ARGUMENT when explicit pages cannot hold one --context, or for --owner-split on when
+// the workers report no latent part of their pages (a model or backend without the split).
 absl::StatusOr<PoolChoice> ChoosePool(const std::vector<RankRoom>& ranks, const SchedulerOptions& base,
                                       const PoolRequest& req);
 

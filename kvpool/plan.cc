@@ -162,6 +162,18 @@ absl::StatusOr<KvPages> ParseKvPages(absl::string_view s) {
   return absl::InvalidArgumentError(absl::StrCat("--kv-pages is '", s, "'; use auto, on or off"));
 }
 
+absl::StatusOr<OwnerSplit> ParseOwnerSplit(absl::string_view s) {
+  if (s == "auto") return OwnerSplit::kAuto;
+  if (s == "on") return OwnerSplit::kOn;
+  if (s == "off") return OwnerSplit::kOff;
+  return absl::InvalidArgumentError(absl::StrCat("--owner-split is '", s, "'; use auto, on or off"));
+}
+
+bool ResolveOwnerSplit(OwnerSplit mode, int64_t ranks, Layout layout, bool model_splits) {
+  if (ranks < 2 || mode == OwnerSplit::kOff) return false;
+  return mode == OwnerSplit::kOn || (layout == Layout::kPages && model_splits);
+}
+
 absl::StatusOr<Layout> ResolveLayout(KvPages mode, int64_t ranks, CacheDtype dtype) {
   if (ranks < 1) return absl::InvalidArgumentError(absl::StrCat("--ranks is ", ranks, "; use 1 or more"));
   switch (mode) {

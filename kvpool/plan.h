@@ -93,6 +93,13 @@ absl::StatusOr<KvPages> ParseKvPages(absl::string_view s);
 // Errors: INVALID_ARGUMENT for --kv-pages on with an fp8 cache, or ranks < 1.
 absl::StatusOr<Layout> ResolveLayout(KvPages mode, int64_t ranks, CacheDtype dtype);
 
+// --owner-split: the latent split (seed 000 step 2, docs/owner-split.md). auto: on from two
+// ranks with the pages layout when the model has latent rows to split; on: from two ranks;
+// off: never. Errors: INVALID_ARGUMENT naming the accepted spellings.
+enum class OwnerSplit { kAuto, kOn, kOff };
+absl::StatusOr<OwnerSplit> ParseOwnerSplit(absl::string_view s);
+bool ResolveOwnerSplit(OwnerSplit mode, int64_t ranks, Layout layout, bool model_splits);
+
 struct PlanInput {
   int64_t room_bytes = 0;       // smallest rank's room (see above); 0..kMaxRoomBytes
   BytesPerToken bytes_per_token;  // total() in 1..kMaxBytesPerToken

@@ -90,20 +90,37 @@ TEST_CASE("pool: with the latent split the key arena holds the plan's pages, the
   SchedulerOptions base = Base(4, 160, 16);
   PoolRequest req;
   req.cache_budget_bytes = 0;
-  auto plain = ChoosePool({{400 * page, page, 0, latent}, {400 * page, page, 0, latent}}, base, req);
-  base.owner_split = true;
+  req.owner_split = kvpool::OwnerSplit::kOff;
   base.world = 2;
+  auto plain = ChoosePool({{400 * page, page, 0, latent}, {400 * page, page, 0, latent}}, base, req);
+  req.owner_split = kvpool::OwnerSplit::kAuto;  // on from two ranks with pages
   auto split = ChoosePool({{400 * page, page, 0, latent}, {400 * page, page, 0, latent}}, base, req);
   REQUIRE(plain.ok());
   REQUIRE(split.ok());
+  CHECK(!plain->opts.owner_split);
+  CHECK(split->opts.owner_split);
   CHECK(plain->opts.kv_pages == 400);
   // (4 + 12) / (4 + 6) = 1.6 times the pages; each rank's latent arena half of them.
   CHECK(split->opts.kv_pages == 640);
   CHECK(split->opts.latent_pages == 320);
   CHECK(split->opts.kv_pages * (page - latent) + split->opts.latent_pages * latent <= 400 * page);
-  // A model that reports no latent part cannot split.
+  // A model that reports no latent part: auto serves unsplit, on is refused.
+  auto unsplit = ChoosePool({{400 * page, page, 0, 0}, {400 * page, page, 0, 0}}, base, req);
+  REQUIRE(unsplit.ok());
+  CHECK(!unsplit->opts.owner_split);
+  CHECK(unsplit->opts.kv_pages == 400);
+  req.owner_split = kvpool::OwnerSplit::kOn;
   CHECK(ChoosePool({{400 * page, page, 0, 0}, {400 * page, page, 0, 0}}, base, req).status().code() ==
         absl::StatusCode::kInvalidArgument);
+  // One rank never splits; auto does not split the windows layout (--kv-pages off).
+  req.owner_split = kvpool::OwnerSplit::kAuto;
+  auto one = ChoosePool({{400 * page, page, 0, latent}}, base, req);
+  REQUIRE(one.ok());
+  CHECK(!one->opts.owner_split);
+  req.mode = kvpool::KvPages::kOff;
+  auto windows = ChoosePool({{400 * page, page, 0, latent}, {400 * page, page, 0, latent}}, base, req);
+  REQUIRE(windows.ok());
+  CHECK(!windows->opts.owner_split);
 }
 
 }  // namespace

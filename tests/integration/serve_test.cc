@@ -84,11 +84,12 @@ std::vector<std::vector<int32_t>> RunConcurrently(const std::string& address, co
 
 // What a rank of glm-dsa-tiny at 2 ranks reports with `shape` (which turns the prompt cache
 // off) and 1 GiB of memory: its weights (memory - room), one page's bytes and the latent part.
+// The probe serves the replicated layout, whose pool is room / page bytes.
 struct RankBytes {
   int64_t weights = 0, page = 0, latent = 0;
 };
 RankBytes ProbeRank(std::vector<std::string> shape) {
-  shape.insert(shape.end(), {"--memory-gib", "1"});
+  shape.insert(shape.end(), {"--memory-gib", "1", "--owner-split", "off"});
   Server probe(kDsa, 2, shape);
   REQUIRE(probe.serving());
   auto info = cli::GetServerInfo(probe.address());
@@ -188,8 +189,9 @@ TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do n
 
 TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a tight one still serves exactly",
           "[serve][kvpool]") {
+  // The replicated layout's plan (the split's is the next tests').
   const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--max-batch-tokens", "32",
-                                          "--parallel", "4", "--cache-gib", "0"};
+                                          "--parallel", "4", "--cache-gib", "0", "--owner-split", "off"};
   // First learn what a rank's weights and a page take (the worker reports room = memory - weights).
   const RankBytes b = ProbeRank(shape);
   // Room for 12.5 pages: the engine's own window (96 / 16 + 1 = 7 pages), a page for each of the
@@ -213,11 +215,11 @@ TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a t
   CHECK(testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:num_preemptions_total") > 0);
 }
 
-TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens and report per-rank books",
-          "[serve][owner_split]") {
+TEST_CASE("serve: with the latent split (on by default from 2 ranks), 2 ranks give the replicated tokens and "
+          "report per-rank books", "[serve][owner_split]") {
   for (const std::string& dir : {kDsa, kNext}) {
   INFO(dir);
-  Server server(dir, 2, {"--owner-split", "--page-size", "16", "--context", "128", "--max-batch-tokens", "48"});
+  Server server(dir, 2, {"--page-size", "16", "--context", "128", "--max-batch-tokens", "48"});
   REQUIRE(server.serving());
   const testing::Workload w = testing::MakeWorkload(dir, 8, 29, 20, 60, 4, 12);
   std::vector<std::string> errors;
@@ -239,6 +241,8 @@ TEST_CASE("serve: with the latent split on, 2 ranks give the replicated tokens a
   const std::string m = testing::ScrapeMetrics(server.metrics_port());
   CHECK(testing::MetricValue(m, "ferry:rank_dataplane_bytes_total{rank=\"0\"}") > 0);
   CHECK(testing::MetricValue(m, "ferry:latent_borrows_ended_total") == info->borrows_ended());
+  CHECK(testing::MetricValue(m, "ferry:latent_carries_total") == info->carries());
+  CHECK(testing::MetricValue(m, "ferry:latent_carry_recomputes_total") == info->carry_recomputes());
   CHECK(testing::MetricValue(m, "ferry:latent_pages_used{rank=\"0\"}") + testing::MetricValue(m, "ferry:latent_pages_used{rank=\"1\"}") == latent);
   const std::string w1 = testing::ScrapeMetrics(server.metrics_port() + 2);
   CHECK(testing::MetricValue(w1, "ferry_worker:owner_rows_shipped_total{rank=\"1\"}") +
@@ -263,11 +267,12 @@ TEST_CASE("serve: the latent split serves, in a room the replicated layout refus
   std::vector<std::string> args = shape;
   args.insert(args.end(), {"--memory-gib", MemoryGib(b.weights + room)});
   {
-    Server refused(kDsa, 2, args);
+    std::vector<std::string> replicated = args;
+    replicated.insert(replicated.end(), {"--owner-split", "off"});
+    Server refused(kDsa, 2, replicated);
     CHECK_FALSE(refused.serving());
   }
-  args.push_back("--owner-split");
-  Server server(kDsa, 2, args);
+  Server server(kDsa, 2, args);  // the split is the default from two ranks
   REQUIRE(server.serving());
   // A conversation of 70 + 20 tokens: its latent rows fill 6 of its owner's 7 latent pages.
   const testing::Workload w = testing::MakeWorkload(kDsa, 1, 71, 70, 1, 20, 1);
