@@ -1,17 +1,22 @@
 // Absorbed MLA decode attention over a paged bf16 latent cache (MlaDecodeAttention in ops.h).
 //
-// One block of 128 threads per (query row, head). The row's selection is walked in tiles of
-// kTile tokens: the tile's cached rows are staged in shared memory (each warp copies whole rows
-// with 16-byte loads), each warp scores its rows against the query (float32 dot, warp-shuffle
-// sum), then every thread updates the running max / denominator (all threads compute the same
-// values from the shared scores) and its own latent channels d = tid + 128 a of the output.
-// Every cached row is read once per (row, head): simple, not bandwidth-optimal (heads sharing a
-// tile would read it once per row).
+// Two paths with one contract. The model shapes (latent 512, rope 0 or 64) run on the tensor
+// cores (mla_decode_tc.cu): each selected row is read once for all heads of its query row, and a
+// row's selection is split over the CTAs of a cluster by its own length only. Other shapes (the
+// toy and test shapes) run the per-head kernel below.
+//
+// Per-head kernel: one block of 128 threads per (query row, head). The row's selection is walked
+// in tiles of kTile tokens: the tile's cached rows are staged in shared memory (each warp copies
+// whole rows with 16-byte loads), each warp scores its rows against the query (float32 dot,
+// warp-shuffle sum), then every thread updates the running max / denominator (all threads compute
+// the same values from the shared scores) and its own latent channels d = tid + 128 a of the
+// output. Every cached row is read once per (row, head).
 #include <cuda_bf16.h>
 
 #include <climits>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/mla_decode_tc.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged.cuh"
 
@@ -144,6 +149,9 @@ absl::Status MlaDecodeAttention(const uint16_t* q_abs, const uint16_t* q_pe, int
   if (q_abs == nullptr || (rope > 0 && q_pe == nullptr) || sel == nullptr || sel_offsets == nullptr ||
       out == nullptr) {
     return absl::InvalidArgumentError("MlaDecodeAttention: null q_abs, q_pe, sel, sel_offsets or out");
+  }
+  if (MlaTcApplies(q_abs, q_pe, rows, heads, latent, rope)) {
+    return MlaDecodeTc(q_abs, q_pe, rows, heads, rope, view, sel, sel_offsets, scale, out, stream);
   }
   MlaDecodeKernel<<<static_cast<unsigned>(rows * heads), kThreads, SharedBytes(width),
                     static_cast<cudaStream_t>(stream)>>>(
