@@ -4,6 +4,7 @@
 // device it says so and skips every device case (exit 0), which is what CI (no GPU) sees.
 //
 //   ferry-kernel-check [--seed N] [--filter SUBSTRING]
+//   ferry-kernel-check --bench-mla     (MlaDecodeAttention GB/s vs read bandwidth; bench_mla.cu)
 //
 // The cases live in harness_dense.cc (linear, rope, swiglu, kda, mhc), harness_attention.cc
 // (MLA decode, indexer scores), harness_select.cc (top-k, routing, greedy sampling) and
@@ -65,11 +66,13 @@ std::vector<Case> AllCases() {
 int main(int argc, char** argv) {
   unsigned seed = std::random_device{}();
   std::string filter;
+  bool bench_mla = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = static_cast<unsigned>(std::stoul(argv[++i]));
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
+    else if (std::strcmp(argv[i], "--bench-mla") == 0) bench_mla = true;
     else {
-      fprintf(stderr, "usage: ferry-kernel-check [--seed N] [--filter SUBSTRING]\n");
+      fprintf(stderr, "usage: ferry-kernel-check [--seed N] [--filter SUBSTRING] | --bench-mla\n");
       return 2;
     }
   }
@@ -78,6 +81,7 @@ int main(int argc, char** argv) {
     printf("ferry-kernel-check: no CUDA device: skipped %zu device cases\n", cases.size());
     return 0;
   }
+  if (bench_mla) return ferry::harness::RunMlaBench() == 0 ? 0 : 1;
   auto name = ferry::kernels::cuda::DeviceName(0);
   printf("device: %s; seed %u\n", name.ok() ? name->c_str() : "?", seed);
   std::mt19937 rng(seed);

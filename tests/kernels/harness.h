@@ -138,4 +138,8 @@ void AddSelectCases(std::vector<Case>* cases);     // harness_select.cc
 void AddModelCases(std::vector<Case>* cases);      // harness_model.cc
 void AddNextCases(std::vector<Case>* cases);       // harness_next.cc
 
+// ferry-kernel-check --bench-mla (bench_mla.cu): MlaDecodeAttention's GB/s at the model shapes
+// against the measured read bandwidth; prints a table, returns 0 when every point ran.
+int RunMlaBench();
+
 }  // namespace ferry::harness

@@ -165,6 +165,68 @@ Result MlaCase(std::mt19937& rng, const MlaShape& s, bool f32 = false) {
   return r;
 }
 
+// Batch invariance (ops.h): every row of a ragged batch of 8 alone (rows = 1), and a window of
+// three of them, must give bitwise the output they give inside the batch of 8. The batch is also
+// held to the CPU twin.
+Result MlaInvarianceCase(std::mt19937& rng, int64_t heads, int64_t rope) {
+  Result r;
+  r.tolerance = 1e-2;
+  const int64_t H = heads, L = 512, W = L + rope;
+  const std::vector<int64_t> lengths = {8192, 3000, 2048, 40, 5000, 700, 1, 2100};
+  const int64_t R = lengths.size();
+  PagedConversations pc(rng, lengths, 64, W, 0);
+  std::vector<uint16_t> qab, qpb;
+  std::vector<float> qaf, qpf;
+  RandomBf16(R * H * L, 1.0f, 0.0f, rng, &qab, &qaf);
+  RandomBf16(R * H * rope, 1.0f, 0.0f, rng, &qpb, &qpf);
+  const float scale = 1.0f / 16.0f;
+  std::vector<int32_t> table, sel, offsets = {0};
+  std::vector<float> want(R * H * L);
+  for (int64_t t = 0; t < R; ++t) {
+    table.insert(table.end(), pc.tables[t].begin(), pc.tables[t].end());
+    const std::vector<int32_t> row_sel = Select(rng, lengths[t], 2048);
+    const std::vector<float> cache = pc.Gather(t, lengths[t]);
+    std::vector<float> scratch(row_sel.size());
+    cpu::MlaAttendRow(qaf.data() + t * H * L, qpf.data() + t * H * rope, H, L, rope, cache.data(), W,
+                      row_sel.data(), row_sel.size(), scale, want.data() + t * H * L, scratch.data());
+    sel.insert(sel.end(), row_sel.begin(), row_sel.end());
+    offsets.push_back(static_cast<int32_t>(sel.size()));
+  }
+  Device dev(&r.error);
+  int32_t* dtable = dev.Upload(table);
+  int32_t* dsel = dev.Upload(sel);
+  int32_t* doff = dev.Upload(offsets);
+  const uint16_t* arena = dev.Upload(pc.arena_bits);
+  uint16_t* qa = dev.Upload(qab);
+  uint16_t* qp = rope > 0 ? dev.Upload(qpb) : nullptr;
+  uint16_t* batch = dev.Poisoned<uint16_t>(R * H * L);
+  uint16_t* part = dev.Poisoned<uint16_t>(R * H * L);
+  if (!r.error.empty()) return r;
+  // Rows [first, first + n) as their own launch, into `part`.
+  auto run = [&](int64_t first, int64_t n) {
+    return cu::MlaDecodeAttention(qa + first * H * L, qp != nullptr ? qp + first * H * rope : nullptr, n, H, L, rope,
+                                  pc.View(arena, dtable + first * pc.table_stride), dsel, doff + first, scale,
+                                  part + first * H * L);
+  };
+  HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa, qp, R, H, L, rope, pc.View(arena, dtable), dsel, doff, scale, batch));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<uint16_t> got = dev.Download(batch, R * H * L);
+  long differ = 0;
+  for (int64_t t = 0; t < R; ++t) HARNESS_CHECK_OK(run(t, 1));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  std::vector<uint16_t> alone = dev.Download(part, R * H * L);
+  for (int64_t i = 0; i < R * H * L; ++i) differ += alone[i] != got[i];
+  HARNESS_CHECK_OK(run(2, 3));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  alone = dev.Download(part, R * H * L);
+  for (int64_t i = 2 * H * L; i < 5 * H * L; ++i) differ += alone[i] != got[i];
+  if (!r.error.empty()) return r;
+  r.mismatched = differ;
+  r.rel_err = RelErr(ToF32(got), want, &r.unwritten);
+  r.note = absl::StrCat(differ, " outputs differ between a row alone and in the batch");
+  return r;
+}
+
 struct IndexerShape {
   int64_t heads, dim, page_rows, gap, score_stride;
   std::vector<int64_t> n_keys;  // per row (each row its own conversation); > stride: invalid
@@ -264,6 +326,31 @@ void AddAttentionCases(std::vector<Case>* cases) {
                                    " page=", s.page_rows, " rows=", s.row_conv.size(), " sel<=", s.n_sel,
                                    s.specials ? " +empty+bad" : ""),
                       [=](std::mt19937& rng) { return MlaCase(rng, s, true); }});
+  }
+  // The tensor-core path at the model shapes (GLM-5.2: rope 64; GLM-5.3-Flash: rope 0; 64 heads
+  // on one GPU, 32 a rank at TP=2): top-2048 of up to 8K-token contexts in 64-row pages, ragged
+  // rows, rows shorter than a 64-token tile, then an empty and a bad selection. Then padded head
+  // groups (16 heads on a 32-head tile, 48 on a 64-head one, 128 as two groups) at tile edges.
+  const std::vector<MlaShape> model = {
+      {64, 512, 64, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
+      {32, 512, 64, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
+      {64, 512, 0, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
+      {32, 512, 0, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
+      {16, 512, 0, 64, 0, {129, 64, 63}, {0, 1, 2}, 2048, false},
+      {48, 512, 64, 64, 1152, {3000, 70, 1000}, {0, 1, 2, 0}, 2048, false},
+      {128, 512, 64, 64, 0, {2500, 65, 300}, {0, 1, 2, 2}, 2048, true},
+  };
+  for (const MlaShape& s : model) {
+    cases->push_back({absl::StrCat("mla_decode heads=", s.heads, " latent=", s.latent, " rope=", s.rope,
+                                   " page=", s.page_rows, s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(),
+                                   " sel<=", s.n_sel, s.specials ? " +empty+bad" : ""),
+                      [=](std::mt19937& rng) { return MlaCase(rng, s); }});
+  }
+  for (int64_t heads : {64, 32}) {
+    for (int64_t rope : {64, 0}) {
+      cases->push_back({absl::StrCat("mla_decode batch invariance heads=", heads, " rope=", rope),
+                        [=](std::mt19937& rng) { return MlaInvarianceCase(rng, heads, rope); }});
+    }
   }
   const std::vector<IndexerShape> idx = {
       // GLM-5.x indexer: 32 heads x 128, a full 128K-token context and a short one.
