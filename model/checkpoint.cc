@@ -121,7 +121,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
         return absl::NotFoundError(absl::StrCat(index_path, ": tensor '", it.key(),
                                                 "' is mapped to ", shard, ", which does not hold it"));
       }
-      ck.tensors_.emplace(it.key(), Entry{found->second, info});
+      ck.tensors_.emplace(it.key(), Entry{&found->second->path(), info, found->second->Data(*info)});
     }
   } else {
     const std::string single = ck.dir_ + "/model.safetensors";
@@ -131,11 +131,55 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
     }
     FERRY_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open(single));
     ck.shards_.push_back(std::make_unique<SafetensorsFile>(std::move(f)));
-    for (const TensorInfo& t : ck.shards_.back()->tensors()) {
-      ck.tensors_.emplace(t.name, Entry{ck.shards_.back().get(), &t});
+    const SafetensorsFile* shard = ck.shards_.back().get();
+    for (const TensorInfo& t : shard->tensors()) {
+      ck.tensors_.emplace(t.name, Entry{&shard->path(), &t, shard->Data(t)});
     }
   }
   return ck;
+}
+
+absl::StatusOr<Checkpoint> Checkpoint::FromHost(nlohmann::json config, std::vector<HostTensor> tensors,
+                                                const std::string& label) {
+  if (!config.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": the config is not a JSON object"));
+  }
+  Checkpoint ck;
+  ck.dir_ = label;
+  ck.config_ = std::move(config);
+  for (HostTensor& h : tensors) {
+    if (h.data == nullptr || !IsFloatWeightType(h.dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": tensor '", h.name, "' has ",
+                                                     h.data == nullptr ? "no data" : "a dtype that is no weight type"));
+    }
+    auto info = std::make_unique<TensorInfo>();
+    info->name = h.name;
+    info->dtype = h.dtype;
+    info->shape = std::move(h.shape);
+    info->begin = 0;
+    info->end = static_cast<uint64_t>(info->numel()) * DTypeSize(h.dtype);
+    if (!ck.tensors_.emplace(h.name, Entry{nullptr, info.get(), h.data}).second) {
+      return absl::InvalidArgumentError(absl::StrCat(label, ": tensor '", h.name, "' given twice"));
+    }
+    ck.host_infos_.push_back(std::move(info));
+  }
+  return ck;
+}
+
+absl::StatusOr<const void*> Checkpoint::Bf16Data(absl::string_view name,
+                                                 const std::vector<int64_t>& expected_shape) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(dir_, ": tensor '", name, "' is missing"));
+  }
+  const TensorInfo& t = *it->second.info;
+  if (t.shape != expected_shape) {
+    return absl::InvalidArgumentError(absl::StrCat(PathOf(it->second), ": tensor '", name, "' has shape ",
+                                                   t.ShapeString(), " but the config implies [",
+                                                   absl::StrJoin(expected_shape, ", "), "]"));
+  }
+  if (t.dtype != DType::kBF16) return nullptr;
+  return static_cast<const void*>(it->second.data);
 }
 
 const TensorInfo* Checkpoint::Find(absl::string_view name) const {
@@ -144,7 +188,7 @@ const TensorInfo* Checkpoint::Find(absl::string_view name) const {
 }
 
 const std::string& Checkpoint::FileOf(absl::string_view name) const {
-  return tensors_.find(name)->second.file->path();
+  return PathOf(tensors_.find(name)->second);
 }
 
 std::vector<std::string> Checkpoint::TensorNames() const {
@@ -161,15 +205,15 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat(dir_, ": tensor '", name, "' is missing"));
   }
-  const SafetensorsFile& file = *it->second.file;
+  const std::string& path = PathOf(it->second);
   const TensorInfo& t = *it->second.info;
   if (t.shape != expected_shape) {
     return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": tensor '", name, "' has shape ", t.ShapeString(), " but the config implies [",
+        path, ": tensor '", name, "' has shape ", t.ShapeString(), " but the config implies [",
         absl::StrJoin(expected_shape, ", "), "]"));
   }
   if (!IsFloatWeightType(t.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tensor '", name, "' has dtype ",
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' has dtype ",
                                                    DTypeName(t.dtype),
                                                    "; weights must be BF16, F16, F32 or F8_E4M3"));
   }
@@ -179,12 +223,12 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
   const int64_t c0 = slice.col_begin, c1 = slice.col_end < 0 ? cols : slice.col_end;
   if (r0 < 0 || r0 > r1 || r1 > rows || c0 < 0 || c0 > c1 || c1 > cols) {
     return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": slice rows [", r0, ", ", r1, ") cols [", c0, ", ", c1, ") of tensor '", name,
+        path, ": slice rows [", r0, ", ", r1, ") cols [", c0, ", ", c1, ") of tensor '", name,
         "' lies outside its ", rows, " x ", cols, " elements"));
   }
   std::vector<float> out(static_cast<size_t>((r1 - r0) * (c1 - c0)));
   loaded_bytes_ += static_cast<int64_t>(out.size() * sizeof(float));
-  const uint8_t* src = file.Data(t);
+  const uint8_t* src = it->second.data;
   for (int64_t r = r0; r < r1; ++r) {
     ConvertRun(t.dtype, src, r * cols + c0, c1 - c0, out.data() + (r - r0) * (c1 - c0));
   }
@@ -197,19 +241,19 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
   const int64_t scols = (cols + fp8_block_cols_ - 1) / fp8_block_cols_;
   auto sit = tensors_.find(scale_name);
   if (sit == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat(file.path(), ": FP8 tensor '", name, "' has no '",
+    return absl::NotFoundError(absl::StrCat(path, ": FP8 tensor '", name, "' has no '",
                                             scale_name, "' block scales"));
   }
   const TensorInfo& s = *sit->second.info;
   if (s.shape != std::vector<int64_t>{srows, scols} ||
       (s.dtype != DType::kF32 && s.dtype != DType::kBF16)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        sit->second.file->path(), ": '", scale_name, "' is ", DTypeName(s.dtype), " ",
+        PathOf(sit->second), ": '", scale_name, "' is ", DTypeName(s.dtype), " ",
         s.ShapeString(), "; expected F32 or BF16 [", srows, ", ", scols, "] for ", fp8_block_rows_,
         "x", fp8_block_cols_, " blocks of ", rows, " x ", cols));
   }
   std::vector<float> scales(static_cast<size_t>(srows * scols));
-  ConvertRun(s.dtype, sit->second.file->Data(s), 0, srows * scols, scales.data());
+  ConvertRun(s.dtype, sit->second.data, 0, srows * scols, scales.data());
   for (int64_t r = r0; r < r1; ++r) {
     float* row = out.data() + (r - r0) * (c1 - c0);
     const float* srow = scales.data() + (r / fp8_block_rows_) * scols;

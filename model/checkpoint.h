@@ -35,6 +35,21 @@ class Checkpoint {
   // names is present in its shard. Errors name the file and the problem.
   static absl::StatusOr<Checkpoint> Open(const std::string& dir);
 
+  // A tensor held in host memory for FromHost: `data` holds numel * DTypeSize(dtype) bytes.
+  struct HostTensor {
+    std::string name;
+    DType dtype = DType::kBF16;
+    std::vector<int64_t> shape;
+    const uint8_t* data = nullptr;
+  };
+  // A checkpoint whose tensors live in host memory the caller owns and keeps alive (and
+  // unchanged) while this Checkpoint is used; `config` is config.json's contents and `label`
+  // stands for the directory in messages. Tensors may share bytes (bench/roofline builds real
+  // widths from one random pool this way). INVALID_ARGUMENT for a non-object config, a duplicate
+  // name, a null data pointer or a dtype that is not a float weight type.
+  static absl::StatusOr<Checkpoint> FromHost(nlohmann::json config, std::vector<HostTensor> tensors,
+                                             const std::string& label = "<host memory>");
+
   const std::string& dir() const { return dir_; }
   const nlohmann::json& config_json() const { return config_; }
   // The path of config.json, for error messages about its contents.
@@ -58,17 +73,30 @@ class Checkpoint {
                                              const std::vector<int64_t>& expected_shape,
                                              const Slice& slice = {}) const;
 
+  // The stored bytes of tensor `name` when it is BF16 of exactly `expected_shape` (row-major
+  // bf16 bits, valid while this Checkpoint lives, not necessarily 2-byte aligned: copy them),
+  // for a backend that keeps bf16 weights as they are: no float32 round trip, which for a bf16
+  // tensor gives the same bits (a NaN keeps its payload). nullptr when it is stored in another
+  // dtype (use LoadF32). NOT_FOUND / INVALID_ARGUMENT as LoadF32 for a missing tensor or another
+  // shape.
+  absl::StatusOr<const void*> Bf16Data(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
+
  private:
+  // A tensor's description and bytes; `path` names the file holding it (null for a FromHost
+  // tensor: PathOf gives the checkpoint's label).
   struct Entry {
-    const SafetensorsFile* file;
+    const std::string* path;
     const TensorInfo* info;
+    const uint8_t* data;
   };
+  const std::string& PathOf(const Entry& e) const { return e.path != nullptr ? *e.path : dir_; }
 
   std::string dir_;
   nlohmann::json config_;
   int64_t fp8_block_rows_ = 128;
   int64_t fp8_block_cols_ = 128;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::vector<std::unique_ptr<TensorInfo>> host_infos_;  // FromHost's tensor descriptions
   std::map<std::string, Entry, std::less<>> tensors_;
   mutable int64_t loaded_bytes_ = 0;
 };

@@ -34,6 +34,11 @@ class WeightLoader {
   // A tensor of any shape, flattened to [shape[0], rest], optionally a window of that view.
   absl::StatusOr<Weight> Tensor(const std::string& name, const std::vector<int64_t>& shape,
                                 const Slice& slice = {}) const;
+  // The stored bf16 bits of the [rows, cols] matrix `prefix + name` (Checkpoint::Bf16Data):
+  // nullptr when it is stored in another dtype.
+  absl::StatusOr<const void*> Bf16Matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    return ck_.Bf16Data(prefix_ + name, {rows, cols});
+  }
   bool Has(const std::string& name) const { return ck_.Has(prefix_ + name); }
   // The stored shape of `prefix + name`, for widths the config does not name (NOT_FOUND if absent).
   absl::StatusOr<std::vector<int64_t>> Shape(const std::string& name) const;

@@ -76,6 +76,44 @@ absl::StatusOr<DeviceWeight> UploadStacked(const Weight& a, const Weight& b, Pre
   return UploadWeight(both, p);
 }
 
+absl::StatusOr<DeviceWeight> LoadMatrix(const WeightLoader& w, const std::string& name, int64_t rows, int64_t cols,
+                                        Precision p) {
+  if (p == Precision::kBf16) {
+    FERRY_ASSIGN_OR_RETURN(const void* bits, w.Bf16Matrix(name, rows, cols));
+    if (bits != nullptr) {
+      DeviceWeight d;
+      FERRY_ASSIGN_OR_RETURN(d.buf, Upload(bits, static_cast<size_t>(rows * cols) * sizeof(uint16_t)));
+      d.rows = rows;
+      d.cols = cols;
+      return d;
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(Weight m, w.Matrix(name, rows, cols));
+  return UploadWeight(m, p);
+}
+
+absl::StatusOr<DeviceWeight> LoadStacked(const WeightLoader& w, const std::string& a, int64_t a_rows,
+                                         const std::string& b, int64_t b_rows, int64_t cols, Precision p) {
+  if (p == Precision::kBf16) {
+    FERRY_ASSIGN_OR_RETURN(const void* a_bits, w.Bf16Matrix(a, a_rows, cols));
+    FERRY_ASSIGN_OR_RETURN(const void* b_bits, w.Bf16Matrix(b, b_rows, cols));
+    if (a_bits != nullptr && b_bits != nullptr) {
+      const size_t a_bytes = static_cast<size_t>(a_rows * cols) * sizeof(uint16_t);
+      DeviceWeight d;
+      FERRY_ASSIGN_OR_RETURN(d.buf, DeviceBuffer::Alloc(a_bytes + static_cast<size_t>(b_rows * cols) * sizeof(uint16_t)));
+      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d.buf.get(), a_bits, a_bytes));
+      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(static_cast<char*>(d.buf.get()) + a_bytes, b_bits,
+                                             static_cast<size_t>(b_rows * cols) * sizeof(uint16_t)));
+      d.rows = a_rows + b_rows;
+      d.cols = cols;
+      return d;
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(Weight ma, w.Matrix(a, a_rows, cols));
+  FERRY_ASSIGN_OR_RETURN(Weight mb, w.Matrix(b, b_rows, cols));
+  return UploadStacked(ma, mb, p);
+}
+
 absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& v) {
   return Upload(v.data(), v.size() * sizeof(float));
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -71,6 +72,15 @@ absl::StatusOr<DeviceWeight> UploadWeight(const Weight& w, Precision p);
 // Rows [0, a.rows) of `a` then all of `b`, one matrix (fused gate_up), in precision p.
 // REQUIRES a.cols == b.cols.
 absl::StatusOr<DeviceWeight> UploadStacked(const Weight& a, const Weight& b, Precision p);
+// The [rows, cols] matrix `name` of `w` in precision p. In bf16, a tensor stored as bf16 is
+// copied to the device as it is (Checkpoint::Bf16Data): the same bits as the float32 round trip
+// of UploadWeight without it, which for the routed experts, most of a checkpoint's bytes, is
+// several times the copy's cost on the host. Otherwise WeightLoader::Matrix, then UploadWeight.
+absl::StatusOr<DeviceWeight> LoadMatrix(const WeightLoader& w, const std::string& name, int64_t rows, int64_t cols,
+                                        Precision p);
+// `a` [a_rows, cols] then `b` [b_rows, cols] as one matrix (a fused gate_up), the same way.
+absl::StatusOr<DeviceWeight> LoadStacked(const WeightLoader& w, const std::string& a, int64_t a_rows,
+                                         const std::string& b, int64_t b_rows, int64_t cols, Precision p);
 // A float32 vector kept in float32 on the device (routing bias).
 absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& v);
 

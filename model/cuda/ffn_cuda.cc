@@ -14,9 +14,12 @@ namespace cu = ferry::kernels::cuda;
 
 namespace {
 
-absl::Status UploadMlp(const MlpWeights& w, Precision p, CudaMlp* dst, int64_t* bytes) {
-  FERRY_ASSIGN_OR_RETURN(dst->gate_up, UploadStacked(w.gate, w.up, p));
-  FERRY_ASSIGN_OR_RETURN(dst->down, UploadWeight(w.down, p));
+// The SwiGLU MLP under `w` (model::LoadMlp's tensors and shapes), a bf16 checkpoint's bits
+// copied as they are (LoadStacked / LoadMatrix).
+absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, Precision p, CudaMlp* dst,
+                         int64_t* bytes) {
+  FERRY_ASSIGN_OR_RETURN(dst->gate_up, LoadStacked(w, "gate_proj.weight", inter, "up_proj.weight", inter, hidden, p));
+  FERRY_ASSIGN_OR_RETURN(dst->down, LoadMatrix(w, "down_proj.weight", hidden, inter, p));
   *bytes += dst->gate_up.bytes() + dst->down.bytes();
   return absl::OkStatus();
 }
@@ -38,8 +41,7 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   const int64_t D = c.hidden_size;
   f.dense = c.mlp_types[static_cast<size_t>(layer)] == MlpType::kDense;
   if (f.dense) {
-    FERRY_ASSIGN_OR_RETURN(MlpWeights m, LoadMlp(w, D, c.intermediate_size));
-    FERRY_RETURN_IF_ERROR(UploadMlp(m, p, &f.mlp, bytes));
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w, D, c.intermediate_size, p, &f.mlp, bytes));
     return f;
   }
   const int64_t E = c.n_routed_experts;
@@ -50,13 +52,13 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   FERRY_ASSIGN_OR_RETURN(f.bias, UploadF32(bias.data));
   f.experts.resize(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
-    FERRY_ASSIGN_OR_RETURN(MlpWeights m, LoadMlp(w.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size));
-    FERRY_RETURN_IF_ERROR(UploadMlp(m, p, &f.experts[static_cast<size_t>(e)], bytes));
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size, p,
+                                      &f.experts[static_cast<size_t>(e)], bytes));
   }
   f.has_shared = c.n_shared_experts > 0;
   if (f.has_shared) {
-    FERRY_ASSIGN_OR_RETURN(MlpWeights m, LoadMlp(w.Sub("shared_experts."), D, c.moe_intermediate_size * c.n_shared_experts));
-    FERRY_RETURN_IF_ERROR(UploadMlp(m, p, &f.shared, bytes));
+    FERRY_RETURN_IF_ERROR(
+        LoadMlpCuda(w.Sub("shared_experts."), D, c.moe_intermediate_size * c.n_shared_experts, p, &f.shared, bytes));
   }
   f.routing.n_experts = E;
   f.routing.top_k = c.num_experts_per_tok;

@@ -157,11 +157,15 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
     FERRY_RETURN_IF_ERROR(up32(&dst->base, w.base));
     return up32(&dst->scale, w.scale);
   };
-  FERRY_RETURN_IF_ERROR(up(&m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, D)));
+  // The two vocab-wide matrices copied as stored when bf16 (LoadMatrix).
+  FERRY_ASSIGN_OR_RETURN(m->embed_, LoadMatrix(model, "embed_tokens.weight", c.vocab_size, D, precision));
+  bytes += m->embed_.bytes();
   FERRY_RETURN_IF_ERROR(up(&m->norm_, model.Vector("norm.weight", D)));
-  FERRY_RETURN_IF_ERROR(up(&m->lm_head_, c.tie_word_embeddings ? model.Matrix("embed_tokens.weight", c.vocab_size, D)
-                                                                : WeightLoader(ck, "").Matrix("lm_head.weight",
-                                                                                              c.vocab_size, D)));
+  FERRY_ASSIGN_OR_RETURN(m->lm_head_, c.tie_word_embeddings
+                                          ? LoadMatrix(model, "embed_tokens.weight", c.vocab_size, D, precision)
+                                          : LoadMatrix(WeightLoader(ck, ""), "lm_head.weight", c.vocab_size, D,
+                                                       precision));
+  bytes += m->lm_head_.bytes();
   FERRY_ASSIGN_OR_RETURN(m->ones_, UploadF32(std::vector<float>(static_cast<size_t>(S * D), 1.0f)));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     Layer& Ly = m->layers_[static_cast<size_t>(i)];

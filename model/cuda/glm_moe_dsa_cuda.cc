@@ -78,14 +78,14 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
     bytes += dst->bytes();
     return absl::OkStatus();
   };
-  {
-    FERRY_ASSIGN_OR_RETURN(Weight embed, model.Matrix("embed_tokens.weight", c.vocab_size, D));
-    FERRY_ASSIGN_OR_RETURN(m->embed_, UploadWeight(embed, precision));
-    bytes += m->embed_.bytes();
-  }
+  // The two vocab-wide matrices copied as stored when bf16 (LoadMatrix).
+  FERRY_ASSIGN_OR_RETURN(m->embed_, LoadMatrix(model, "embed_tokens.weight", c.vocab_size, D, precision));
+  bytes += m->embed_.bytes();
   FERRY_RETURN_IF_ERROR(up(&m->norm_, model.Vector("norm.weight", D)));
-  FERRY_RETURN_IF_ERROR(up(&m->lm_head_, c.tie_word_embeddings ? model.Matrix("embed_tokens.weight", c.vocab_size, D)
-                                                                : top.Matrix("lm_head.weight", c.vocab_size, D)));
+  FERRY_ASSIGN_OR_RETURN(m->lm_head_, c.tie_word_embeddings
+                                          ? LoadMatrix(model, "embed_tokens.weight", c.vocab_size, D, precision)
+                                          : LoadMatrix(top, "lm_head.weight", c.vocab_size, D, precision));
+  bytes += m->lm_head_.bytes();
   if (P > 0) {
     FERRY_ASSIGN_OR_RETURN(m->inv_freq_, UploadF32(cpu::RopeInvFreq(P, c.rope_theta)));
   }

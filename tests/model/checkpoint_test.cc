@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "tests/catch.h"
 #include "tests/testing/files.h"
@@ -197,6 +198,76 @@ TEST_CASE("checkpoint: directory-level errors", "[checkpoint]") {
     auto ck = Checkpoint::Open(dir.path());
     REQUIRE_FALSE(ck.ok());
     CHECK(Contains(std::string(ck.status().message()), "weight_block_size must be two positive integers"));
+  }
+}
+
+TEST_CASE("checkpoint: bf16 bytes as stored", "[checkpoint]") {
+  TempDir dir;
+  WriteFile(dir.File("config.json"), "{}");
+  WriteSafetensors(dir.File("model.safetensors"),
+                   {Bf16Tensor("w", {2, 2}, {1, -2, 3.5f, 4}), F32Tensor("v", {2}, {0.25f, 0.5f})});
+  auto ck = Checkpoint::Open(dir.path());
+  REQUIRE(ck.ok());
+  auto w = ck->Bf16Data("w", {2, 2});
+  REQUIRE(w.ok());
+  REQUIRE(*w != nullptr);
+  uint16_t bits[4];
+  std::memcpy(bits, *w, sizeof(bits));
+  CHECK(Bf16ToF32(bits[0]) == 1.0f);
+  CHECK(Bf16ToF32(bits[1]) == -2.0f);
+  CHECK(Bf16ToF32(bits[2]) == 3.5f);
+  CHECK(Bf16ToF32(bits[3]) == 4.0f);
+  // Stored in another dtype: null, the caller upcasts instead.
+  auto v = ck->Bf16Data("v", {2});
+  REQUIRE(v.ok());
+  CHECK(*v == nullptr);
+  auto shape = ck->Bf16Data("w", {4});
+  REQUIRE_FALSE(shape.ok());
+  CHECK(Contains(std::string(shape.status().message()), "tensor 'w' has shape [2, 2] but the config implies [4]"));
+  CHECK(ck->Bf16Data("absent", {1}).status().code() == absl::StatusCode::kNotFound);
+}
+
+TEST_CASE("checkpoint: tensors in host memory", "[checkpoint]") {
+  // Two tensors over one buffer (shared bytes are allowed here), one float32.
+  const std::vector<uint16_t> pool = {F32ToBf16(1), F32ToBf16(2), F32ToBf16(3), F32ToBf16(4), F32ToBf16(5)};
+  const std::vector<float> f = {0.5f, -1.5f};
+  std::vector<Checkpoint::HostTensor> t = {
+      {"a", DType::kBF16, {2, 2}, reinterpret_cast<const uint8_t*>(pool.data())},
+      {"b", DType::kBF16, {2}, reinterpret_cast<const uint8_t*>(pool.data() + 3)},
+      {"c", DType::kF32, {2}, reinterpret_cast<const uint8_t*>(f.data())},
+  };
+  auto ck = Checkpoint::FromHost(nlohmann::json{{"model_type", "glm_moe_dsa"}}, t, "random test");
+  REQUIRE(ck.ok());
+  CHECK(ck->config_json().at("model_type") == "glm_moe_dsa");
+  CHECK(ck->TensorNames() == std::vector<std::string>{"a", "b", "c"});
+  CHECK(ck->FileOf("a") == "random test");
+  auto a = ck->LoadF32("a", {2, 2});
+  REQUIRE(a.ok());
+  CHECK(*a == std::vector<float>{1, 2, 3, 4});
+  auto b = ck->LoadF32("b", {2});
+  REQUIRE(b.ok());
+  CHECK(*b == std::vector<float>{4, 5});
+  auto c = ck->LoadF32("c", {2});
+  REQUIRE(c.ok());
+  CHECK(*c == f);
+  auto bits = ck->Bf16Data("b", {2});
+  REQUIRE(bits.ok());
+  CHECK(*bits == static_cast<const void*>(pool.data() + 3));
+  // Moving the checkpoint keeps its messages' label.
+  Checkpoint moved = std::move(*ck);
+  auto bad = moved.LoadF32("a", {3});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(Contains(std::string(bad.status().message()), "random test: tensor 'a' has shape [2, 2]"));
+
+  SECTION("refusals") {
+    auto twice = Checkpoint::FromHost(nlohmann::json::object(), {t[0], t[0]});
+    REQUIRE_FALSE(twice.ok());
+    CHECK(Contains(std::string(twice.status().message()), "tensor 'a' given twice"));
+    auto no_data = Checkpoint::FromHost(nlohmann::json::object(), {{"x", DType::kBF16, {1}, nullptr}});
+    REQUIRE_FALSE(no_data.ok());
+    CHECK(Contains(std::string(no_data.status().message()), "tensor 'x' has no data"));
+    auto not_object = Checkpoint::FromHost(nlohmann::json::array(), {});
+    CHECK_FALSE(not_object.ok());
   }
 }
 
