@@ -1,0 +1,55 @@
+// A checkpoint at a real GLM-5.x config's widths with random bf16 weights, held in host memory
+// (model::Checkpoint::FromHost), for benchmarks: a GLM-5.2 MoE layer is about 19 GB of weights,
+// which a real-format file would take minutes to write and the float32 loader minutes to read.
+//
+// Every tensor tests/testing/synthetic.h lists for the config is present with its real name,
+// shape and dtype (bf16). The Linear weights (2-D, zero-mean) are windows of one random pool in
+// page-locked memory at different offsets (values uniform with standard deviation 0.02,
+// transformers' initializer_range; drawn on the device), so the model loads them with one
+// host-to-device copy each (model/cuda LoadMatrix); norms, biases and the KDA vectors are drawn
+// per tensor as synthetic.h describes. Distinct tensors therefore hold different values (shifted
+// windows of the pool), never zeros.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/status/statusor.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+
+namespace ferry::bench {
+
+// `config` (a config.json of either family) with only `layers` kept, in that order: the per-layer
+// lists (layer_types, indexer_types, mlp_layer_types) are picked from, num_hidden_layers set.
+// INVALID_ARGUMENT for a layer outside the config.
+absl::StatusOr<nlohmann::json> KeepLayers(nlohmann::json config, const std::vector<int>& layers);
+
+class RandomCheckpoint {
+ public:
+  // REQUIRES: a CUDA device (the pool is drawn there). `label` names it in messages.
+  static absl::StatusOr<std::unique_ptr<RandomCheckpoint>> Create(const nlohmann::json& config, uint64_t seed,
+                                                                  const std::string& label);
+  ~RandomCheckpoint();
+  RandomCheckpoint(const RandomCheckpoint&) = delete;
+  RandomCheckpoint& operator=(const RandomCheckpoint&) = delete;
+
+  const model::Checkpoint& checkpoint() const { return ck_; }
+  const model::ModelConfig& config() const { return config_; }
+  // Bytes of host memory the pool takes.
+  int64_t pool_bytes() const { return pool_elems_ * 2; }
+
+ private:
+  RandomCheckpoint() = default;
+  model::ModelConfig config_;
+  uint16_t* pool_ = nullptr;  // page-locked
+  int64_t pool_elems_ = 0;
+  std::vector<std::vector<uint16_t>> small_;  // the individually drawn tensors
+  model::Checkpoint ck_;
+};
+
+}  // namespace ferry::bench

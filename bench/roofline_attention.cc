@@ -1,0 +1,254 @@
+// Section 2, attention side: sparse MLA decode attention (kernels::cuda::MlaDecodeAttention) and
+// the indexer (IndexerScores + TopK) at the models' per-rank shapes, one GPU = TP1 (all heads),
+// over paged caches of 64-row pages placed at random in an arena sized for the largest case.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/roofline.h"
+#include "bench/roofline_cuda.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::bench {
+
+namespace cu = ferry::kernels::cuda;
+
+namespace {
+
+constexpr int64_t kPageRows = 64;
+
+// Device blocks freed on scope exit.
+class DevBlocks {
+ public:
+  ~DevBlocks() {
+    for (void* p : blocks_) (void)cu::DeviceFree(p);
+  }
+  template <typename T>
+  absl::StatusOr<T*> Take(int64_t n) {
+    FERRY_ASSIGN_OR_RETURN(void* p, cu::DeviceAlloc(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)));
+    blocks_.push_back(p);
+    return static_cast<T*>(p);
+  }
+
+ private:
+  std::vector<void*> blocks_;
+};
+
+std::string Ctx(int64_t n) { return n % 1024 == 0 ? absl::StrCat(n / 1024, "k") : absl::StrCat(n); }
+
+// Each of `rows` query rows gets pages_per_row distinct pages of [0, n_pages) (one shuffle, rows
+// take consecutive pieces): every row's cache scattered over the whole arena.
+std::vector<int32_t> RandomTables(std::mt19937_64& rng, int64_t rows, int64_t pages_per_row, int64_t n_pages) {
+  std::vector<int32_t> ids(static_cast<size_t>(n_pages));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  ids.resize(static_cast<size_t>(rows * pages_per_row));
+  return ids;
+}
+
+// The L2 flush run between timed calls: rewrites a buffer twice the L2's size.
+struct Flush {
+  void* buf = nullptr;
+  size_t bytes = 0;
+  uint8_t v = 0;
+  absl::Status operator()() { return cu::DeviceFill(buf, ++v, bytes); }
+};
+
+}  // namespace
+
+Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c) {
+  Table t;
+  t.title = "2a. Sparse MLA decode attention (MlaDecodeAttention), one GPU = TP1 (all 64 heads)";
+  t.explanation =
+      "Each query row attends min(ctx, index_topk = 2048) tokens drawn at random from its own ctx-token cache "
+      "(ascending, as TopK gives them); the cache is 64-row pages placed at random in an arena. bytes = the "
+      "selected cache rows (latent + rope, bf16) + q_abs, q_pe, output and the selection ids, each once; FLOPs = "
+      "rows x heads x selected x (2 (latent + rope) + 2 latent). The L2 is flushed before each timed call. "
+      "Target: >= 70% of the measured HBM bandwidth from 32k context and batch 8 up.";
+  std::mt19937_64 rng(o.seed);
+  const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
+  const int64_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+  for (const NamedConfig& m : models) {
+    const model::ModelConfig& mc = m.config;
+    const int64_t H = mc.num_heads, L = mc.kv_lora_rank, P = mc.qk_rope_head_dim, W = L + P, K = mc.index_topk;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(mc.qk_nope_head_dim + P));
+    const int64_t max_ppr = (max_ctx + kPageRows - 1) / kPageRows, n_pages = max_b * max_ppr;
+    DevBlocks dev;
+    auto fail = [&](const std::string& what, const absl::Status& st) {
+      t.rows.push_back(Row::Failed(absl::StrCat(m.name, " ", what), std::string(st.message())));
+    };
+    absl::StatusOr<uint16_t*> arena = dev.Take<uint16_t>(n_pages * kPageRows * W);
+    absl::StatusOr<uint16_t*> q_abs = dev.Take<uint16_t>(max_b * H * L);
+    absl::StatusOr<uint16_t*> q_pe = dev.Take<uint16_t>(max_b * H * std::max<int64_t>(P, 1));
+    absl::StatusOr<uint16_t*> out = dev.Take<uint16_t>(max_b * H * L);
+    absl::StatusOr<int32_t*> table = dev.Take<int32_t>(max_b * max_ppr);
+    absl::StatusOr<int32_t*> sel = dev.Take<int32_t>(max_b * K);
+    absl::StatusOr<int32_t*> offsets = dev.Take<int32_t>(max_b + 1);
+    absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
+    absl::StatusOr<uint8_t*> flush_buf =
+        shape.ok() ? dev.Take<uint8_t>(2 * shape->l2_bytes) : absl::StatusOr<uint8_t*>(shape.status());
+    bool ok = true;
+    for (const absl::Status& st : {arena.status(), q_abs.status(), q_pe.status(), out.status(), table.status(),
+                                   sel.status(), offsets.status(), flush_buf.status()}) {
+      if (!st.ok()) {
+        fail("setup", st);
+        ok = false;
+        break;
+      }
+    }
+    if (!ok) continue;
+    absl::Status st = FillRandomBf16(*arena, n_pages * kPageRows * W, o.seed + 10, 1.0f);
+    if (st.ok()) st = FillRandomBf16(*q_abs, max_b * H * L, o.seed + 11, 1.0f);
+    if (st.ok()) st = FillRandomBf16(*q_pe, max_b * H * std::max<int64_t>(P, 1), o.seed + 12, 1.0f);
+    if (!st.ok()) {
+      fail("setup", st);
+      continue;
+    }
+    Flush flush{*flush_buf, static_cast<size_t>(2 * shape->l2_bytes)};
+    for (int64_t ctx : o.contexts) {
+      for (int64_t B : o.batches) {
+        const std::string name = absl::StrCat(m.name, " b", B, " ctx", Ctx(ctx));
+        const int64_t ppr = (ctx + kPageRows - 1) / kPageRows, S = std::min(ctx, K);
+        // Per row: S distinct tokens of [0, ctx), ascending.
+        std::vector<int32_t> h_sel, h_off{0};
+        std::vector<int32_t> all(static_cast<size_t>(ctx));
+        for (int64_t r = 0; r < B; ++r) {
+          std::iota(all.begin(), all.end(), 0);
+          for (int64_t i = 0; i < S; ++i) {
+            std::uniform_int_distribution<int64_t> pick(i, ctx - 1);
+            std::swap(all[static_cast<size_t>(i)], all[static_cast<size_t>(pick(rng))]);
+          }
+          std::sort(all.begin(), all.begin() + S);
+          h_sel.insert(h_sel.end(), all.begin(), all.begin() + S);
+          h_off.push_back(static_cast<int32_t>(h_sel.size()));
+        }
+        const std::vector<int32_t> h_table = RandomTables(rng, B, ppr, n_pages);
+        absl::Status s = cu::CopyToDevice(*table, h_table.data(), h_table.size() * sizeof(int32_t));
+        if (s.ok()) s = cu::CopyToDevice(*sel, h_sel.data(), h_sel.size() * sizeof(int32_t));
+        if (s.ok()) s = cu::CopyToDevice(*offsets, h_off.data(), h_off.size() * sizeof(int32_t));
+        if (!s.ok()) {
+          fail(name, s);
+          continue;
+        }
+        cu::PagedCacheBf16 cache{*arena, n_pages, kPageRows, kPageRows * W, W, *table, ppr};
+        absl::StatusOr<std::vector<double>> ms = TimeEvents(
+            [&] {
+              return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, cache, *sel, *offsets, scale,
+                                            *out);
+            },
+            o.warmup, o.reps, flush);
+        if (!ms.ok()) {
+          fail(name, ms.status());
+          continue;
+        }
+        Row r(name);
+        r.bytes = 2.0 * B * S * W + 2.0 * B * H * (L + P) + 2.0 * B * H * L + 4.0 * (B * S + B + 1);
+        r.flops = static_cast<double>(B) * H * S * (2.0 * W + 2.0 * L);
+        r.ms = Median(*ms);
+        r.ms_min = Min(*ms);
+        if (ctx >= 32768 && B >= 8) r.target = {TargetKind::kBandwidth, 0.70};
+        r.note = absl::StrCat("sel ", S, ", row ", 2 * W, " B");
+        t.rows.push_back(r);
+      }
+    }
+  }
+  return t;
+}
+
+Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c) {
+  Table t;
+  t.title = "2b. Indexer: IndexerScores + TopK over the cached keys, one GPU (all 32 indexer heads)";
+  t.explanation =
+      "Each query row scores every cached key of its conversation (GLM-5.2: ctx token keys; GLM-5.3-Flash: ctx / 4 "
+      "pooled keys, index_kpool 4) and takes the top index_topk / kpool. Keys are 128-wide bf16 rows in 64-row pages "
+      "placed at random. bytes = the keys read (as asked: the scores' float32 round trip through memory and TopK's "
+      "re-reads of them are not counted); FLOPs = rows x keys x heads x (2 x 128 + 2). The note splits the time "
+      "into IndexerScores and TopK measured alone. L2 flushed before each timed call.";
+  std::mt19937_64 rng(o.seed + 1);
+  const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
+  const int64_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+  for (const NamedConfig& m : models) {
+    const model::ModelConfig& mc = m.config;
+    const int64_t Hi = mc.index_n_heads, Di = mc.index_head_dim, kp = std::max<int64_t>(mc.index_kpool, 1);
+    const int64_t k = mc.index_topk / kp, max_n = max_ctx / kp;
+    const int64_t max_ppr = (max_n + kPageRows - 1) / kPageRows, n_pages = max_b * max_ppr;
+    DevBlocks dev;
+    auto fail = [&](const std::string& what, const absl::Status& st) {
+      t.rows.push_back(Row::Failed(absl::StrCat(m.name, " ", what), std::string(st.message())));
+    };
+    absl::StatusOr<uint16_t*> keys = dev.Take<uint16_t>(n_pages * kPageRows * Di);
+    absl::StatusOr<uint16_t*> qi = dev.Take<uint16_t>(max_b * Hi * Di);
+    absl::StatusOr<float*> w = dev.Take<float>(max_b * Hi);
+    absl::StatusOr<float*> scores = dev.Take<float>(max_b * max_n);
+    absl::StatusOr<int32_t*> table = dev.Take<int32_t>(max_b * max_ppr);
+    absl::StatusOr<int32_t*> n_keys = dev.Take<int32_t>(max_b);
+    absl::StatusOr<int32_t*> ids = dev.Take<int32_t>(max_b * k);
+    absl::StatusOr<int32_t*> counts = dev.Take<int32_t>(max_b);
+    absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
+    absl::StatusOr<uint8_t*> flush_buf =
+        shape.ok() ? dev.Take<uint8_t>(2 * shape->l2_bytes) : absl::StatusOr<uint8_t*>(shape.status());
+    bool ok = true;
+    for (const absl::Status& st : {keys.status(), qi.status(), w.status(), scores.status(), table.status(),
+                                   n_keys.status(), ids.status(), counts.status(), flush_buf.status()}) {
+      if (!st.ok()) {
+        fail("setup", st);
+        ok = false;
+        break;
+      }
+    }
+    if (!ok) continue;
+    absl::Status st = FillRandomBf16(*keys, n_pages * kPageRows * Di, o.seed + 20, 1.0f);
+    if (st.ok()) st = FillRandomBf16(*qi, max_b * Hi * Di, o.seed + 21, 1.0f);
+    if (st.ok()) st = FillRandomF32(*w, max_b * Hi, o.seed + 22, 1.0f / std::sqrt(static_cast<float>(Hi)));
+    if (!st.ok()) {
+      fail("setup", st);
+      continue;
+    }
+    Flush flush{*flush_buf, static_cast<size_t>(2 * shape->l2_bytes)};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(Di));
+    for (int64_t ctx : o.contexts) {
+      for (int64_t B : o.batches) {
+        const std::string name = absl::StrCat(m.name, " b", B, " ctx", Ctx(ctx));
+        const int64_t n = ctx / kp, ppr = (n + kPageRows - 1) / kPageRows;
+        const std::vector<int32_t> h_table = RandomTables(rng, B, ppr, n_pages);
+        const std::vector<int32_t> h_n(static_cast<size_t>(B), static_cast<int32_t>(n));
+        absl::Status s = cu::CopyToDevice(*table, h_table.data(), h_table.size() * sizeof(int32_t));
+        if (s.ok()) s = cu::CopyToDevice(*n_keys, h_n.data(), h_n.size() * sizeof(int32_t));
+        if (!s.ok()) {
+          fail(name, s);
+          continue;
+        }
+        cu::PagedCacheBf16 view{*keys, n_pages, kPageRows, kPageRows * Di, Di, *table, ppr};
+        auto scores_fn = [&] { return cu::IndexerScores(*qi, *w, B, Hi, Di, view, *n_keys, scale, *scores, n); };
+        auto topk_fn = [&] { return cu::TopK(*scores, B, n, *n_keys, k, *ids, *counts); };
+        absl::StatusOr<std::vector<double>> both = TimeEvents(
+            [&]() -> absl::Status {
+              FERRY_RETURN_IF_ERROR(scores_fn());
+              return topk_fn();
+            },
+            o.warmup, o.reps, flush);
+        absl::StatusOr<std::vector<double>> sc = TimeEvents(scores_fn, 1, o.reps, flush);
+        absl::StatusOr<std::vector<double>> tk = TimeEvents(topk_fn, 1, o.reps, flush);
+        if (!both.ok() || !sc.ok() || !tk.ok()) {
+          fail(name, !both.ok() ? both.status() : !sc.ok() ? sc.status() : tk.status());
+          continue;
+        }
+        Row r(name);
+        r.bytes = 2.0 * B * n * Di;
+        r.flops = static_cast<double>(B) * n * Hi * (2.0 * Di + 2.0);
+        r.ms = Median(*both);
+        r.ms_min = Min(*both);
+        r.note = absl::StrFormat("%lld keys, top %lld; scores %.4g ms + topk %.4g ms", static_cast<long long>(n),
+                                 static_cast<long long>(k), Median(*sc), Median(*tk));
+        t.rows.push_back(r);
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace ferry::bench

@@ -1,0 +1,44 @@
+// The benchmark's own device helpers (bench/roofline_cuda.cu), callable from plain C++: the
+// streaming read that measures HBM bandwidth, random fills, pinned host memory and event timing.
+// Pointers are device pointers unless named host; everything runs on the default stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ferry::bench {
+
+// Reads bytes [0, bytes) of `src` once (16-byte loads, a grid-stride loop over every
+// multiprocessor) and folds what it read into *sink (one device uint32), so no load is dropped.
+// REQUIRES: src 16-byte aligned, bytes a multiple of 16.
+absl::Status StreamRead(const void* src, size_t bytes, uint32_t* sink);
+
+// dst[i] = offset + scale * u(seed, i) rounded to bf16 (or kept in float32), where u is uniform
+// on [-sqrt(3), sqrt(3)) (mean 0, variance 1) from a hash of (seed, i): the same values for the
+// same seed, no state. Never zeros: METHOD.md saw a bf16 GEMM run 13% faster on them.
+absl::Status FillRandomBf16(uint16_t* dst, int64_t n, uint64_t seed, float scale, float offset = 0.0f);
+absl::Status FillRandomF32(float* dst, int64_t n, uint64_t seed, float scale, float offset = 0.0f);
+
+// Page-locked host memory (host-to-device copies from it run at the link's rate).
+absl::StatusOr<void*> HostAllocPinned(size_t bytes);
+void HostFreePinned(void* p);
+
+// L2 size and multiprocessor count of the current device.
+struct DeviceShape {
+  int64_t l2_bytes = 0;
+  int sms = 0;
+};
+absl::StatusOr<DeviceShape> CurrentDeviceShape();
+
+// Times `fn` with a pair of CUDA events around each call: `warmup` untimed calls, then `reps`
+// timed ones; before each timed call `between` (may be empty) runs outside the events (an L2
+// flush). Returns the `reps` times in milliseconds. The first error of fn or of a CUDA call.
+absl::StatusOr<std::vector<double>> TimeEvents(const std::function<absl::Status()>& fn, int warmup, int reps,
+                                               const std::function<absl::Status()>& between = {});
+
+}  // namespace ferry::bench
