@@ -3,7 +3,9 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -46,6 +48,63 @@ absl::StatusOr<cublasHandle_t> ThreadHandle() {
   return h;
 }
 
+// The bf16 Linear's one cuBLAS call on `handle` (already bound to its stream). Column-major view:
+// y^T [out, rows] = (w viewed as [in, out])^T · (x viewed as [in, rows]).
+absl::Status GemmBf16(cublasHandle_t handle, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
+                      int64_t out, uint16_t* y) {
+  const float alpha = 1.0f, beta = 0.0f;
+  FERRY_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
+                                            static_cast<int>(rows), static_cast<int>(in), &alpha, w, CUDA_R_16BF,
+                                            static_cast<int>(in), x, CUDA_R_16BF, static_cast<int>(in), &beta, y,
+                                            CUDA_R_16BF, static_cast<int>(out), CUBLAS_COMPUTE_32F,
+                                            CUBLAS_GEMM_DEFAULT));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+// GroupedLinearBf16's side streams of one thread on one device: each stream with its own handle
+// (a handle's workspace must not be shared by kernels running at once), a fork event and one
+// join event a stream. Created on first use, destroyed at thread exit like ThreadHandles.
+struct GroupStreams {
+  int device = -1;
+  cudaStream_t streams[kGroupedLinearStreams] = {};
+  cublasHandle_t handles[kGroupedLinearStreams] = {};
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t joins[kGroupedLinearStreams] = {};
+  ~GroupStreams() {
+    for (int s = 0; s < kGroupedLinearStreams; ++s) {
+      if (handles[s] != nullptr) (void)cublasDestroy(handles[s]);
+      if (streams[s] != nullptr) (void)cudaStreamDestroy(streams[s]);
+      if (joins[s] != nullptr) (void)cudaEventDestroy(joins[s]);
+    }
+    if (fork != nullptr) (void)cudaEventDestroy(fork);
+  }
+};
+
+struct ThreadStreams {
+  std::vector<std::unique_ptr<GroupStreams>> by_device;
+};
+
+absl::StatusOr<GroupStreams*> ThreadGroupStreams() {
+  thread_local ThreadStreams all;
+  int device = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  for (const auto& g : all.by_device) {
+    if (g->device == device) return g.get();
+  }
+  auto g = std::make_unique<GroupStreams>();
+  g->device = device;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&g->fork, cudaEventDisableTiming));
+  for (int s = 0; s < kGroupedLinearStreams; ++s) {
+    FERRY_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&g->streams[s], cudaStreamNonBlocking));
+    FERRY_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&g->joins[s], cudaEventDisableTiming));
+    FERRY_CUBLAS_RETURN_IF_ERROR(cublasCreate(&g->handles[s]));
+    FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetStream(g->handles[s], g->streams[s]));
+  }
+  all.by_device.push_back(std::move(g));
+  return all.by_device.back().get();
+}
+
 }  // namespace
 
 absl::Status LinearBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
@@ -62,15 +121,46 @@ absl::Status LinearBf16(const uint16_t* x, int64_t rows, int64_t in, const uint1
   absl::StatusOr<cublasHandle_t> handle = ThreadHandle();
   if (!handle.ok()) return handle.status();
   FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetStream(*handle, static_cast<cudaStream_t>(stream)));
-  // Column-major view: y^T [out, rows] = (w viewed as [in, out])^T · (x viewed as [in, rows]).
-  const float alpha = 1.0f, beta = 0.0f;
-  FERRY_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(*handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
-                                            static_cast<int>(rows), static_cast<int>(in), &alpha, w, CUDA_R_16BF,
-                                            static_cast<int>(in), x, CUDA_R_16BF, static_cast<int>(in), &beta, y,
-                                            CUDA_R_16BF, static_cast<int>(out), CUBLAS_COMPUTE_32F,
-                                            CUBLAS_GEMM_DEFAULT));
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
+  return GemmBf16(*handle, x, rows, in, w, out, y);
+}
+
+absl::Status GroupedLinearBf16(const LinearGroupBf16* groups, int64_t n, int64_t in, int64_t out, void* stream) {
+  if (n < 0 || in < 1 || out < 1 || in > INT_MAX || out > INT_MAX || (n > 0 && groups == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("GroupedLinearBf16: ", n, " groups, in ", in, ", out ", out,
+                                                   " (need in, out >= 1 and <= ", INT_MAX, ", a group array)"));
+  }
+  int64_t busy = 0, last = -1;
+  for (int64_t g = 0; g < n; ++g) {
+    const LinearGroupBf16& p = groups[g];
+    if (p.rows < 0 || p.rows > INT_MAX || (p.rows > 0 && (p.x == nullptr || p.w == nullptr || p.y == nullptr))) {
+      return absl::InvalidArgumentError(absl::StrCat("GroupedLinearBf16: group ", g, " has ", p.rows,
+                                                     " rows (need 0 to ", INT_MAX, ") or a null x, w or y"));
+    }
+    if (p.rows > 0) ++busy, last = g;
+  }
+  if (busy == 0) return absl::OkStatus();
+  if (busy == 1) return LinearBf16(groups[last].x, groups[last].rows, in, groups[last].w, out, groups[last].y, stream);
+  absl::StatusOr<GroupStreams*> gs = ThreadGroupStreams();
+  if (!gs.ok()) return gs.status();
+  GroupStreams& G = **gs;
+  const cudaStream_t caller = static_cast<cudaStream_t>(stream);
+  const int used = static_cast<int>(std::min<int64_t>(busy, kGroupedLinearStreams));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaEventRecord(G.fork, caller));
+  for (int s = 0; s < used; ++s) FERRY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(G.streams[s], G.fork, 0));
+  absl::Status st;
+  int next = 0;
+  for (int64_t g = 0; g < n && st.ok(); ++g) {
+    const LinearGroupBf16& p = groups[g];
+    if (p.rows == 0) continue;
+    st = GemmBf16(G.handles[next], p.x, p.rows, in, p.w, out, p.y);
+    next = (next + 1) % used;
+  }
+  // Join even after an error, so `stream` never runs ahead of work already queued.
+  for (int s = 0; s < used; ++s) {
+    FERRY_CUDA_RETURN_IF_ERROR(cudaEventRecord(G.joins[s], G.streams[s]));
+    FERRY_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(caller, G.joins[s], 0));
+  }
+  return st;
 }
 
 absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,

@@ -247,6 +247,26 @@ absl::Status BatchedLinearBf16(const uint16_t* x, int64_t x_batch, int64_t x_row
                                const uint16_t* w, int64_t w_batch, int64_t out, uint16_t* y, int64_t y_batch,
                                int64_t y_row, int64_t batch, void* stream = nullptr);
 
+// One problem of GroupedLinearBf16: y [rows, out] = x [rows, in] · w [out, in]^T, dense row-major.
+struct LinearGroupBf16 {
+  const uint16_t* x = nullptr;
+  int64_t rows = 0;
+  const uint16_t* w = nullptr;
+  uint16_t* y = nullptr;
+};
+// LinearBf16 for each of `n` problems sharing `in` and `out` (a MoE layer's experts, each over
+// the rows routed to it), spread round-robin over kGroupedLinearStreams streams of the calling
+// thread's own, each with its own cuBLAS handle, so problems too small to fill the GPU alone (an
+// expert's few rows) run side by side. Each problem is LinearBf16's cuBLAS call, on a handle set
+// up the same way: its result does not depend on the other problems. The streams start after the
+// work queued on `stream` so far, and `stream` waits for all of them before its next work; a
+// single non-empty problem runs on `stream` itself. groups: a host array; rows == 0 is skipped.
+// REQUIRES: LinearBf16's for each problem; the y's disjoint from each other and from every x, w.
+// Thread safety: as LinearBf16 (the streams, handles and events are per thread and device).
+inline constexpr int kGroupedLinearStreams = 8;
+absl::Status GroupedLinearBf16(const LinearGroupBf16* groups, int64_t n, int64_t in, int64_t out,
+                               void* stream = nullptr);
+
 // Row copy with optional gather and scatter indices, bf16:
 //   for j < rows: dst[(dst_idx ? dst_idx[j] : j) * dst_stride + c] = src[(src_idx ? src_idx[j] : j) * src_stride + c]
 //   for c < cols. Pointers may point into a row (a column slice: src = q + nope with

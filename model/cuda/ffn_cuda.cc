@@ -33,6 +33,31 @@ absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, 
   return act::Linear(h, rows, I, m.down.as<T>(), hidden, y);
 }
 
+// One expert's Linear in a MoE layer: y [rows, out] = x [rows, in] · w^T.
+template <typename T>
+struct ExpertProblem {
+  const T* x;
+  int64_t rows;
+  const T* w;
+  T* y;
+};
+
+// The problems of one projection of a MoE layer (shared in and out). bf16 runs them side by side
+// (GroupedLinearBf16: a few rows an expert cannot fill the GPU alone); the float32 verification
+// precision one after another.
+template <typename T>
+absl::Status ExpertLinears(const std::vector<ExpertProblem<T>>& p, int64_t in, int64_t out) {
+  if constexpr (sizeof(T) == 2) {
+    std::vector<cu::LinearGroupBf16> g;
+    g.reserve(p.size());
+    for (const ExpertProblem<T>& e : p) g.push_back({e.x, e.rows, e.w, e.y});
+    return cu::GroupedLinearBf16(g.data(), static_cast<int64_t>(g.size()), in, out);
+  } else {
+    for (const ExpertProblem<T>& e : p) FERRY_RETURN_IF_ERROR(act::Linear(e.x, e.rows, in, e.w, out, e.y));
+    return absl::OkStatus();
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
@@ -72,7 +97,8 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
 template <typename T>
 absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t R) {
   const int64_t KE = c.num_experts_per_tok, E = c.n_routed_experts, MI = c.moe_intermediate_size, D = c.hidden_size;
-  const int64_t inter = std::max({c.intermediate_size, KE * MI, c.n_shared_experts * MI});
+  // gu / h hold the routed slots and then the shared expert's rows (FfnAdd runs them together).
+  const int64_t inter = std::max(c.intermediate_size, (KE + c.n_shared_experts) * MI);
   const int64_t moe_rows = E > 0 ? R * KE : 0;
   FfnScratch<T> s;
   FERRY_ASSIGN_OR_RETURN(s.gu, ws.Take<T>(R * 2 * inter));
@@ -125,24 +151,31 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   FERRY_RETURN_IF_ERROR(cu::CopyToDevice(s.src_row, src_row.data(), src_row.size() * sizeof(int32_t)));
 
   FERRY_RETURN_IF_ERROR(act::CopyRows(a, D, s.src_row, s.xin, D, nullptr, R * K, D));
+  // Every expert with rows, and the shared expert when it is one expert wide (its rows after the
+  // routed slots in gu and h, its output in y), as one group of problems per projection: side by
+  // side on the device (ExpertLinears), each the same Linear call as alone.
+  const bool fuse_shared = f.has_shared && f.shared.inter() == MI;
+  const int64_t slots = R * K;
+  std::vector<ExpertProblem<T>> up, down;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = start[e + 1] - start[e], j0 = start[e];
     if (n == 0) continue;
     const CudaMlp& ex = f.experts[static_cast<size_t>(e)];
-    FERRY_RETURN_IF_ERROR(act::Linear(s.xin + j0 * D, n, D, ex.gate_up.as<T>(), 2 * MI, s.gu + j0 * 2 * MI));
+    up.push_back({s.xin + j0 * D, n, ex.gate_up.as<T>(), s.gu + j0 * 2 * MI});
+    down.push_back({s.h + j0 * MI, n, ex.down.as<T>(), s.yout + j0 * D});
   }
-  FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, R * K, MI, 2 * MI, c.swiglu_limit, s.h));
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = start[e + 1] - start[e], j0 = start[e];
-    if (n == 0) continue;
-    const CudaMlp& ex = f.experts[static_cast<size_t>(e)];
-    FERRY_RETURN_IF_ERROR(act::Linear(s.h + j0 * MI, n, MI, ex.down.as<T>(), D, s.yout + j0 * D));
+  if (fuse_shared) {
+    up.push_back({a, R, f.shared.gate_up.as<T>(), s.gu + slots * 2 * MI});
+    down.push_back({s.h + slots * MI, R, f.shared.down.as<T>(), y});
   }
+  FERRY_RETURN_IF_ERROR(ExpertLinears(up, D, 2 * MI));
+  FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, slots + (fuse_shared ? R : 0), MI, 2 * MI, c.swiglu_limit, s.h));
+  FERRY_RETURN_IF_ERROR(ExpertLinears(down, MI, D));
   FERRY_RETURN_IF_ERROR(act::CopyRows(s.yout, D, nullptr, s.slots, D, s.order, R * K, D));
   const T* shared = nullptr;
   if (f.has_shared) {
-    // gu and h are free again: the routed outputs are in slots.
-    FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
+    // Wider than one expert: alone, now that gu and h are free again (the routed outputs are in slots).
+    if (!fuse_shared) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
     shared = y;
   }
   return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x);

@@ -50,8 +50,10 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 
 // x [R, hidden] float32 += FFN(a), a [R, hidden] of type T; y [R, hidden] T is scratch.
 // MoE dispatch is naive: the chosen expert ids come to the host (one sync), which orders the
-// (row, slot) pairs by expert and runs each expert with rows as one cuBLAS call; MoeCombine sums
-// each row's slots in model::MoeForward's order, with the shared expert.
+// (row, slot) pairs by expert and runs each expert with rows as one cuBLAS call, in bf16 the
+// experts (and a one-expert-wide shared expert) side by side on the side streams of
+// GroupedLinearBf16; MoeCombine sums each row's slots in model::MoeForward's order, with the
+// shared expert.
 // `tap` (off by default) sees the routing right after MoeRoute and may pin it (decision_tap.h).
 // Instantiated for uint16_t and float (ffn_cuda.cc).
 template <typename T>

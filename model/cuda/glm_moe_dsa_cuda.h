@@ -11,8 +11,8 @@
 //   - the indexer scores every visible key of every row, also below index_topk visible tokens,
 //     where TopK then keeps them all (the dense causal case);
 //   - MoE dispatch syncs with the host once per MoE layer (expert ids to the host, grouping
-//     there, one cuBLAS call per expert with rows);
-//   - everything runs on the default stream with synchronous copies; no CUDA graphs.
+//     there, one cuBLAS call per expert with rows, the experts side by side on side streams);
+//   - everything else runs on the default stream with synchronous copies; no CUDA graphs.
 // Tensor parallelism: one rank only (the loader refuses world > 1).
 // Batch invariance (CausalLM::Forward's "a row's logits do not depend on the other segments"):
 // every op but the cuBLAS GEMMs computes a row alone in a fixed order; cuBLAS picks its kernel by

@@ -1,6 +1,7 @@
-// ferry-kernel-check cases for the dense ops: LinearBf16, RopeInterleavedBf16, SwiGluBf16,
-// KdaRecurrentStep, MhcSinkhorn. bf16 outputs are held to 1e-2 relative norm error (output
-// rounding is about 2^-9); float32 ones that follow the CPU's order of operations to 1e-5.
+// ferry-kernel-check cases for the dense ops: LinearBf16, GroupedLinearBf16, RopeInterleavedBf16,
+// SwiGluBf16, KdaRecurrentStep, MhcSinkhorn. bf16 outputs are held to 1e-2 relative norm error
+// (output rounding is about 2^-9); float32 ones that follow the CPU's order of operations to 1e-5.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -38,6 +39,47 @@ Result LinearCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out) {
   std::vector<float> got = ToF32(dev.Download(y, rows * out));
   if (!r.error.empty()) return r;
   r.rel_err = RelErr(got, want, &r.unwritten);
+  return r;
+}
+
+// GroupedLinearBf16 over `rows_per_group` (zeros skipped): each group against the CPU, and bit for
+// bit against LinearBf16 of that group alone (mismatched counts differing elements).
+Result GroupedLinearCase(std::mt19937& rng, const std::vector<int64_t>& rows_per_group, int64_t in, int64_t out) {
+  Result r;
+  r.tolerance = 1e-2;
+  const int64_t n = static_cast<int64_t>(rows_per_group.size());
+  Device dev(&r.error);
+  std::vector<cu::LinearGroupBf16> groups;
+  std::vector<uint16_t*> alone;
+  std::vector<float> got_all, want_all;
+  for (int64_t g = 0; g < n; ++g) {
+    const int64_t rows = rows_per_group[g];
+    std::vector<uint16_t> xb, wb;
+    std::vector<float> xf, wf;
+    RandomBf16(std::max<int64_t>(rows, 1) * in, 1.0f, 0.0f, rng, &xb, &xf);
+    RandomBf16(out * in, 0.05f, 0.0f, rng, &wb, &wf);
+    std::vector<float> want(rows * out);
+    if (rows > 0) cpu::Linear(xf.data(), rows, in, wf.data(), out, want.data());
+    want_all.insert(want_all.end(), want.begin(), want.end());
+    groups.push_back({dev.Upload(xb), rows, dev.Upload(wb), dev.Poisoned<uint16_t>(std::max<int64_t>(rows, 1) * out)});
+    alone.push_back(dev.Poisoned<uint16_t>(std::max<int64_t>(rows, 1) * out));
+  }
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::GroupedLinearBf16(groups.data(), n, in, out));
+  for (int64_t g = 0; g < n; ++g) {
+    HARNESS_CHECK_OK(cu::LinearBf16(groups[g].x, groups[g].rows, in, groups[g].w, out, alone[g]));
+  }
+  HARNESS_CHECK_OK(cu::Synchronize());
+  for (int64_t g = 0; g < n; ++g) {
+    const int64_t m = groups[g].rows * out;
+    if (m == 0) continue;
+    const std::vector<uint16_t> a = dev.Download(groups[g].y, m), b = dev.Download(alone[g], m);
+    if (!r.error.empty()) return r;
+    for (int64_t i = 0; i < m; ++i) r.mismatched += a[i] != b[i];
+    const std::vector<float> f = ToF32(a);
+    got_all.insert(got_all.end(), f.begin(), f.end());
+  }
+  r.rel_err = RelErr(got_all, want_all, &r.unwritten);
   return r;
 }
 
@@ -286,6 +328,13 @@ void AddDenseCases(std::vector<Case>* cases) {
     cases->push_back({absl::StrCat("linear_bf16 rows=", rows, " in=", in, " out=", out),
                       [=](std::mt19937& rng) { return LinearCase(rng, rows, in, out); }});
   }
+  // Grouped Linear (MoE experts side by side): more groups than streams, empty groups, one group.
+  cases->push_back({"grouped_linear_bf16 groups=13 (3 empty) in=2048 out=1024", [](std::mt19937& rng) {
+                      return GroupedLinearCase(rng, {3, 0, 17, 1, 1, 64, 0, 5, 2, 9, 0, 1, 30}, 2048, 1024);
+                    }});
+  cases->push_back({"grouped_linear_bf16 groups=3 (2 empty) in=512 out=4096", [](std::mt19937& rng) {
+                      return GroupedLinearCase(rng, {0, 7, 0}, 512, 4096);
+                    }});
   // RoPE: GLM-5.2 q_pe (64 heads of 192 nope + 64 rope, theta 8e6), its shared k_pe at the end of
   // a 576-wide cache row, the indexer's first 64 of 128 dims (32 heads), and a padded toy.
   for (const RopeShape& s : std::vector<RopeShape>{{5, 64, 64 * 256, 256, 192, 64, 8e6, 200000},
