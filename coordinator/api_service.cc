@@ -199,6 +199,7 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
   resp->set_carries(s.latent.carries);
   resp->set_carried_tokens(s.latent.carried_tokens);
   resp->set_carry_recomputes(s.latent.recomputed);
+  resp->set_borrowed_pages(s.latent.borrowed_pages);
   resp->set_steps(s.steps);
   resp->set_version("ferry 0.1");
   const std::vector<RankState> ranks = control_->Ranks();

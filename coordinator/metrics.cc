@@ -74,6 +74,9 @@ Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()
   remote_fills_ = &prometheus::BuildCounter().Name("ferry:latent_remote_fills_total")
                        .Help("Fills that ran at their owner without borrowing, history fetched (latent split)")
                        .Register(r).Add({});
+  borrowed_pages_ = &prometheus::BuildCounter().Name("ferry:latent_borrowed_pages_total")
+                         .Help("Latent pages lent to fills on ranks other than their owners (latent split)")
+                         .Register(r).Add({});
   carries_ = &prometheus::BuildCounter().Name("ferry:latent_carries_total")
                   .Help("Resumes whose kept latent rows were carried to a new owner (latent split)")
                   .Register(r).Add({});
@@ -92,6 +95,7 @@ void Metrics::OnLatentBooks(const std::vector<int64_t>& used, const LatentSplitC
   catch_up(borrows_ended_, counts.borrows_ended);
   catch_up(borrows_cut_, counts.borrows_cut);
   catch_up(remote_fills_, counts.remote_fills);
+  catch_up(borrowed_pages_, counts.borrowed_pages);
   catch_up(carries_, counts.carries);
   catch_up(carried_tokens_, counts.carried_tokens);
   catch_up(recomputed_, counts.recomputed);

@@ -70,6 +70,7 @@ class Metrics final : public SchedulerObserver {
   prometheus::Counter* borrows_ended_;
   prometheus::Counter* borrows_cut_;
   prometheus::Counter* remote_fills_;
+  prometheus::Counter* borrowed_pages_;
   prometheus::Counter* carries_;
   prometheus::Counter* carried_tokens_;
   prometheus::Counter* recomputed_;

@@ -302,6 +302,7 @@ bool Scheduler::RunOnce() {
       const int64_t lneed = (r.fed + n + P - 1) / P - static_cast<int64_t>(mine.size());
       if (lneed <= 0) continue;
       latent[static_cast<size_t>(k)] = *latent_books_[k]->Allocate(lneed);  // counted above
+      if (k != r.owner) latent_counts_.borrowed_pages += lneed;
       mine.insert(mine.end(), latent[static_cast<size_t>(k)].begin(), latent[static_cast<size_t>(k)].end());
     }
     return n;

@@ -37,6 +37,7 @@ class StepRunner {
 struct LatentSplitCounts {
   int64_t borrows_ended = 0;   // borrowed fills that gave their pages back
   int64_t borrows_cut = 0;     // borrows ended mid-fill: a rank ran out of latent pages
+  int64_t borrowed_pages = 0;  // latent pages lent to fills on ranks other than their owners
   int64_t remote_fills = 0;    // fills that ran without borrowing (their history fetched)
   int64_t carries = 0;         // resumes whose kept rows went to a new owner (its own lacked room)
   int64_t carried_tokens = 0;  // tokens those carries moved

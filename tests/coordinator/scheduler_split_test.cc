@@ -120,6 +120,7 @@ TEST_CASE("scheduler: the latent split gives the replicated engine's tokens thro
       CHECK(rep.shipped == 0);
       CHECK(split.shipped > 0);
       CHECK(split.snap.latent.borrows_ended > 0);    // fills that borrowed and gave the pages back
+      CHECK(split.snap.latent.borrowed_pages >= (world - 1) * split.snap.latent.borrows_ended);
       CHECK(split.snap.latent.remote_fills >= 1);    // resumes (and cut borrows) run without one
       CHECK(static_cast<int>(split.snap.latent_used_pages.size()) == world);
       // 10 latent pages a rank cannot hold every fill on every rank: borrows are cut mid-fill.

@@ -242,6 +242,8 @@ TEST_CASE("serve: with the latent split (on by default from 2 ranks), 2 ranks gi
   CHECK(testing::MetricValue(m, "ferry:rank_dataplane_bytes_total{rank=\"0\"}") > 0);
   CHECK(testing::MetricValue(m, "ferry:latent_borrows_ended_total") == info->borrows_ended());
   CHECK(testing::MetricValue(m, "ferry:latent_carries_total") == info->carries());
+  CHECK(info->borrowed_pages() > 0);
+  CHECK(testing::MetricValue(m, "ferry:latent_borrowed_pages_total") == info->borrowed_pages());
   CHECK(testing::MetricValue(m, "ferry:latent_carry_recomputes_total") == info->carry_recomputes());
   CHECK(testing::MetricValue(m, "ferry:latent_pages_used{rank=\"0\"}") + testing::MetricValue(m, "ferry:latent_pages_used{rank=\"1\"}") == latent);
   const std::string w1 = testing::ScrapeMetrics(server.metrics_port() + 2);
