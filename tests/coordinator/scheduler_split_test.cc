@@ -52,25 +52,51 @@ class GroupRunner final : public StepRunner {
 struct SplitRun {
   std::vector<std::vector<int32_t>> tokens;
   SchedulerSnapshot snap;
-  int64_t shipped = 0;
+  model::OwnerSplitStats stats;  // rows_shipped and rows_carried summed over the ranks
 };
+
+// The options of these runs: pages of 16 tokens, `pages` in the pool and, with the split,
+// `latent_pages` latent pages on each rank; a prompt cache that keeps everything.
+SchedulerOptions SplitOptions(const std::string& dir, int world, bool split, int64_t pages, int64_t latent_pages) {
+  SchedulerOptions opts;
+  opts.kv_pages = pages;
+  opts.page_size = 16;
+  opts.prompt_cache_tokens = 100000;
+  opts.prompt_cache_any_prefix = dir == kDsa;
+  opts.owner_split = split;
+  opts.world = world;
+  opts.latent_pages = latent_pages;
+  return opts;
+}
+
+// Every request's tokens (each must end without an error), the snapshot and the ranks' traffic.
+SplitRun Gather(const GroupRunner& runner, const Scheduler& sched, const std::vector<std::shared_ptr<Request>>& reqs,
+                int world) {
+  SplitRun out;
+  for (auto& r : reqs) {
+    std::vector<int32_t> none;
+    RequestEvent e = Collect(*r, &none);
+    INFO(r->id << ": " << e.error);
+    CHECK(e.error.empty());
+    out.tokens.push_back(e.tokens);
+  }
+  out.snap = sched.Snapshot();
+  for (int r = 0; r < world; ++r) {
+    out.stats.rows_shipped += runner.model(r).owner_split_stats().rows_shipped;
+    out.stats.rows_carried += runner.model(r).owner_split_stats().rows_carried;
+  }
+  return out;
+}
 
 // 10 requests (prompts of 20 to 60 tokens, past index_topk 16), then 3 resumes of finished
 // conversations through the prompt cache, on a pool of `pages` pages of 16 tokens (and, with
 // the split, `latent_pages` latent pages on each rank).
 SplitRun RunSplit(const std::string& dir, int world, bool split, int64_t pages, int64_t latent_pages) {
   GroupRunner runner(dir, world, model::CacheOptions{16, pages});
-  SchedulerOptions opts;
-  opts.kv_pages = pages;
-  opts.page_size = 16;
+  SchedulerOptions opts = SplitOptions(dir, world, split, pages, latent_pages);
   opts.max_context = 96;
   opts.max_batch_tokens = 40;
   opts.max_running = 6;
-  opts.prompt_cache_tokens = 100000;
-  opts.owner_split = split;
-  opts.prompt_cache_any_prefix = dir == kDsa;
-  opts.world = world;
-  opts.latent_pages = latent_pages;
   Scheduler sched(opts, &runner);
   std::mt19937 rng(53);
   std::vector<std::shared_ptr<Request>> reqs;
@@ -81,7 +107,6 @@ SplitRun RunSplit(const std::string& dir, int world, bool split, int64_t pages, 
     REQUIRE(sched.Submit(reqs.back()).ok());
   }
   RunUntilIdle(sched);
-  SplitRun out;
   for (int i = 0; i < 3; ++i) {
     // Resume conversation i: its prompt, its reply and a new suffix.
     std::vector<int32_t> p = reqs[i]->prompt;
@@ -91,16 +116,7 @@ SplitRun RunSplit(const std::string& dir, int world, bool split, int64_t pages, 
     REQUIRE(sched.Submit(reqs.back()).ok());
     RunUntilIdle(sched);
   }
-  for (auto& r : reqs) {
-    std::vector<int32_t> none;
-    RequestEvent e = Collect(*r, &none);
-    INFO(e.error);
-    CHECK(e.error.empty());
-    out.tokens.push_back(e.tokens);
-  }
-  out.snap = sched.Snapshot();
-  for (int r = 0; r < world; ++r) out.shipped += runner.model(r).owner_split_stats().rows_shipped;
-  return out;
+  return Gather(runner, sched, reqs, world);
 }
 
 TEST_CASE("scheduler: the latent split gives the replicated engine's tokens through borrow, cut borrow, "
@@ -117,8 +133,8 @@ TEST_CASE("scheduler: the latent split gives the replicated engine's tokens thro
         CHECK(!split.tokens[i].empty());
         CHECK(split.tokens[i] == rep.tokens[i]);
       }
-      CHECK(rep.shipped == 0);
-      CHECK(split.shipped > 0);
+      CHECK(rep.stats.rows_shipped == 0);
+      CHECK(split.stats.rows_shipped > 0);
       CHECK(split.snap.latent.borrows_ended > 0);    // fills that borrowed and gave the pages back
       CHECK(split.snap.latent.borrowed_pages >= (world - 1) * split.snap.latent.borrows_ended);
       CHECK(split.snap.latent.remote_fills >= 1);    // resumes (and cut borrows) run without one
@@ -134,25 +150,12 @@ TEST_CASE("scheduler: the latent split gives the replicated engine's tokens thro
 // generated) is kept on rank 0 (4 of its 8 latent pages); its resume with 50 more tokens needs 5
 // more pages there, while rank 1 has all 8 free. With carry_min_tokens <= 63 its 63 kept rows are
 // carried to rank 1; above, the resume is recomputed as a fresh prompt.
-struct CarryRun {
-  std::vector<std::vector<int32_t>> tokens;
-  SchedulerSnapshot snap;
-  int64_t carried_rows = 0;
-};
-
-CarryRun RunCarry(const std::string& dir, int world, bool split, int64_t carry_min_tokens) {
+SplitRun RunCarry(const std::string& dir, int world, bool split, int64_t carry_min_tokens) {
   GroupRunner runner(dir, world, model::CacheOptions{16, 64});
-  SchedulerOptions opts;
-  opts.kv_pages = 64;
-  opts.page_size = 16;
+  SchedulerOptions opts = SplitOptions(dir, world, split, 64, 8);
   opts.max_context = 128;
   opts.max_batch_tokens = 48;
   opts.max_running = 4;
-  opts.prompt_cache_tokens = 100000;
-  opts.prompt_cache_any_prefix = dir == kDsa;
-  opts.owner_split = split;
-  opts.world = world;
-  opts.latent_pages = 8;
   opts.carry_min_tokens = carry_min_tokens;
   Scheduler sched(opts, &runner);
   std::vector<int32_t> prompt(60);
@@ -166,17 +169,7 @@ CarryRun RunCarry(const std::string& dir, int world, bool split, int64_t carry_m
   reqs.push_back(MakeRequest("x2", resume, 6));
   REQUIRE(sched.Submit(reqs[1]).ok());
   RunUntilIdle(sched);
-  CarryRun out;
-  for (auto& r : reqs) {
-    std::vector<int32_t> none;
-    RequestEvent e = Collect(*r, &none);
-    INFO(r->id << ": " << e.error);
-    CHECK(e.error.empty());
-    out.tokens.push_back(e.tokens);
-  }
-  out.snap = sched.Snapshot();
-  for (int r = 0; r < world; ++r) out.carried_rows += runner.model(r).owner_split_stats().rows_carried;
-  return out;
+  return Gather(runner, sched, reqs, world);
 }
 
 TEST_CASE("scheduler: a resume whose owner lacks room is carried to a new owner, or recomputed when short, "
@@ -184,9 +177,9 @@ TEST_CASE("scheduler: a resume whose owner lacks room is carried to a new owner,
   for (const std::string& dir : {kDsa, kNext}) {
     for (int world : {2, 4}) {
       INFO(dir << " W=" << world);
-      const CarryRun rep = RunCarry(dir, world, false, 32);
-      const CarryRun carried = RunCarry(dir, world, true, 32);
-      const CarryRun recomputed = RunCarry(dir, world, true, 64);
+      const SplitRun rep = RunCarry(dir, world, false, 32);
+      const SplitRun carried = RunCarry(dir, world, true, 32);
+      const SplitRun recomputed = RunCarry(dir, world, true, 64);
       REQUIRE(rep.tokens.size() == 2);
       CHECK(rep.tokens[1].size() == 6);
       CHECK(carried.tokens == rep.tokens);
@@ -194,10 +187,10 @@ TEST_CASE("scheduler: a resume whose owner lacks room is carried to a new owner,
       CHECK(carried.snap.latent.carries == 1);
       CHECK(carried.snap.latent.carried_tokens == 63);
       CHECK(carried.snap.latent.recomputed == 0);
-      CHECK(carried.carried_rows == 63);  // the new owner received every kept row (all layers)
+      CHECK(carried.stats.rows_carried == 63);  // the new owner received every kept row (all layers)
       CHECK(recomputed.snap.latent.carries == 0);
       CHECK(recomputed.snap.latent.recomputed == 1);
-      CHECK(recomputed.carried_rows == 0);
+      CHECK(recomputed.stats.rows_carried == 0);
       CHECK(rep.snap.latent.carries == 0);
     }
   }
