@@ -401,9 +401,20 @@ TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and servin
 TEST_CASE("serve: a full admission queue answers RESOURCE_EXHAUSTED at once", "[serve]") {
   Server server(kDsa, 1, {"--parallel", "1", "--max-queue", "1"});
   REQUIRE(server.serving());
-  std::thread a([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "a")); });
+  // Requests a and b hold the lane and the queue; whatever fails below, they are aborted and
+  // their threads joined (a REQUIRE that throws past a joinable thread would abort the binary).
+  std::vector<std::thread> holders;
+  struct Cleanup {
+    const std::string address;
+    std::vector<std::thread>& threads;
+    ~Cleanup() {
+      for (const char* id : {"b", "a"}) (void)cli::AbortRemote(address, id);
+      for (auto& t : threads) t.join();
+    }
+  } cleanup{server.address(), holders};
+  holders.emplace_back([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "a")); });
   REQUIRE(Eventually([&] { return Running(server.address()) == 1; }));
-  std::thread b([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "b")); });
+  holders.emplace_back([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "b")); });
   REQUIRE(Eventually([&] {
     auto i = cli::GetServerInfo(server.address());
     return i.ok() && i->waiting_requests() == 1;
@@ -417,8 +428,8 @@ TEST_CASE("serve: a full admission queue answers RESOURCE_EXHAUSTED at once", "[
   auto aa = cli::AbortRemote(server.address(), "a");
   CHECK((ab.ok() && *ab));
   CHECK((aa.ok() && *aa));
-  a.join();
-  b.join();
+  for (auto& t : holders) t.join();
+  holders.clear();
   auto d = Run(server.address(), Greedy({5, 6}, 2, "d"));
   CHECK(d.ok());
 }
