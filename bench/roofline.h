@@ -45,6 +45,8 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table);
 // per-rank (TP1) shapes over a paged cache, for every batch x context.
 Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
+// Section 2d: one MoE layer's expert GEMMs alone, dispatched three ways (bench/roofline_experts.cc).
+Table ExpertGemmTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 
 // Sections 2 (prefill MoE) and 3 (whole steps) of one model: its config file reduced to
 // o.*_layers, random weights in memory; rows appended to the three tables.

@@ -1,5 +1,6 @@
 #include "bench/roofline_cuda.h"
 
+#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -79,6 +80,56 @@ absl::Status FillRandomBf16(uint16_t* dst, int64_t n, uint64_t seed, float scale
 absl::Status FillRandomF32(float* dst, int64_t n, uint64_t seed, float scale, float offset) {
   if (n <= 0) return absl::OkStatus();
   FillF32Kernel<<<FillBlocks(n), 256>>>(dst, n, seed, scale, offset);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status GroupedBatchedGemmBf16(const std::vector<GemmProblem>& problems, int64_t in, int64_t out, void** ptrs) {
+  static cublasHandle_t handle = [] {
+    cublasHandle_t h = nullptr;
+    return cublasCreate(&h) == CUBLAS_STATUS_SUCCESS ? h : nullptr;
+  }();
+  if (handle == nullptr) return absl::InternalError("GroupedBatchedGemmBf16: cublasCreate failed");
+  std::vector<const void*> host_ptrs;
+  std::vector<int> m, n, k, lda, ldb, ldc, size;
+  std::vector<cublasOperation_t> ta, tb;
+  std::vector<float> alpha, beta;
+  int count = 0;
+  for (const GemmProblem& p : problems) count += p.rows > 0;
+  if (count == 0) return absl::OkStatus();
+  host_ptrs.resize(3 * static_cast<size_t>(count));
+  int g = 0;
+  for (const GemmProblem& p : problems) {
+    if (p.rows == 0) continue;
+    // Column-major, as LinearBf16: y^T [out, rows] = (w as [in, out])^T · (x as [in, rows]).
+    host_ptrs[g] = p.w;
+    host_ptrs[count + g] = p.x;
+    host_ptrs[2 * count + g] = p.y;
+    ta.push_back(CUBLAS_OP_T);
+    tb.push_back(CUBLAS_OP_N);
+    m.push_back(static_cast<int>(out));
+    n.push_back(static_cast<int>(p.rows));
+    k.push_back(static_cast<int>(in));
+    lda.push_back(static_cast<int>(in));
+    ldb.push_back(static_cast<int>(in));
+    ldc.push_back(static_cast<int>(out));
+    size.push_back(1);
+    alpha.push_back(1.0f);
+    beta.push_back(0.0f);
+    ++g;
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ptrs, host_ptrs.data(), host_ptrs.size() * sizeof(void*),
+                                             cudaMemcpyHostToDevice, nullptr));
+  if (cublasSetStream(handle, nullptr) != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError("GroupedBatchedGemmBf16: cublasSetStream failed");
+  }
+  const cublasStatus_t st = cublasGemmGroupedBatchedEx(
+      handle, ta.data(), tb.data(), m.data(), n.data(), k.data(), alpha.data(), ptrs, CUDA_R_16BF, lda.data(),
+      ptrs + count, CUDA_R_16BF, ldb.data(), beta.data(), ptrs + 2 * count, CUDA_R_16BF, ldc.data(), count,
+      size.data(), CUBLAS_COMPUTE_32F);
+  if (st != CUBLAS_STATUS_SUCCESS) {
+    return absl::InternalError(absl::StrCat("cublasGemmGroupedBatchedEx: ", cublasGetStatusString(st)));
+  }
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

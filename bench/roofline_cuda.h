@@ -24,6 +24,20 @@ absl::Status StreamRead(const void* src, size_t bytes, uint32_t* sink);
 absl::Status FillRandomBf16(uint16_t* dst, int64_t n, uint64_t seed, float scale, float offset = 0.0f);
 absl::Status FillRandomF32(float* dst, int64_t n, uint64_t seed, float scale, float offset = 0.0f);
 
+// One bf16 GEMM of the expert comparison (section 2d): y [rows, out] = x [rows, in] · w [out, in]^T.
+struct GemmProblem {
+  const uint16_t* x = nullptr;
+  int64_t rows = 0;
+  const uint16_t* w = nullptr;
+  uint16_t* y = nullptr;
+};
+// All `problems` (rows > 0) in one cublasGemmGroupedBatchedEx call, one group a problem, bf16
+// operands and result, float32 compute, on the default stream: a grouped GEMM whose sizes the
+// host knows, the alternative to GroupedLinearBf16's side streams. `ptrs` is device scratch for
+// 3 x problems.size() pointers (uploaded each call, as a model would every layer). Its own cuBLAS
+// handle, made on first use.
+absl::Status GroupedBatchedGemmBf16(const std::vector<GemmProblem>& problems, int64_t in, int64_t out, void** ptrs);
+
 // Page-locked host memory (host-to-device copies from it run at the link's rate).
 absl::StatusOr<void*> HostAllocPinned(size_t bytes);
 void HostFreePinned(void* p);

@@ -128,6 +128,8 @@ int main(int argc, char** argv) {
     PrintTable(done.back(), c);
     done.push_back(IndexerTable(shapes, o, c));
     PrintTable(done.back(), c);
+    Table experts = ExpertGemmTable(shapes, o, c);
+    PrintTable(experts, c);
   }
   for (const auto& [name, path] : paths) {
     if (!o.components && !o.models) break;
