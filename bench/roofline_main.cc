@@ -20,19 +20,23 @@
 #include "kernels/cuda/ops.h"
 #include "model/checkpoint.h"
 
-ABSL_FLAG(bool, smoke, false, "Small sizes and two repetitions: checks that every section runs; the numbers mean nothing");
+ABSL_FLAG(bool, smoke, false,
+          "Small sizes and two repetitions: checks that every section runs; the numbers mean nothing");
 ABSL_FLAG(int32_t, warmup, 3, "Untimed calls before each timed case");
 ABSL_FLAG(int32_t, reps, 10, "Timed calls per case (the tables give their median and best)");
 ABSL_FLAG(std::string, batches, "1,8,64", "Decode batch sizes (query rows), comma-separated");
-ABSL_FLAG(std::string, contexts, "4096,32768,131072", "Context lengths (tokens) for the attention and indexer components");
+ABSL_FLAG(std::string, contexts, "4096,32768,131072",
+          "Context lengths (tokens) for the attention and indexer components");
 ABSL_FLAG(std::string, prefill_tokens, "2048,8192", "Prompt lengths (tokens) for the prefill MoE and whole prefills");
 ABSL_FLAG(std::string, decode_contexts, "4096,32768",
           "Context lengths (tokens) of the whole decode steps, each filled by a chunked prefill");
 ABSL_FLAG(std::string, dsa_config, "tests/data/configs/glm-5.2.config.json", "GLM-5.2 (glm_moe_dsa) config.json");
 ABSL_FLAG(std::string, next_config, "tests/data/configs/glm-5.3-flash.config.json",
           "GLM-5.3-Flash (glm5_next) config.json");
-ABSL_FLAG(std::string, dsa_layers, "0,6,7", "Layers of the GLM-5.2 config the model keeps (dense+full, MoE+full, MoE+shared)");
-ABSL_FLAG(std::string, next_layers, "0,4,3", "Layers of the GLM-5.3-Flash config the model keeps (KDA+dense, KDA+MoE, MLA+MoE)");
+ABSL_FLAG(std::string, dsa_layers, "0,6,7",
+          "Layers of the GLM-5.2 config the model keeps (dense+full, MoE+full, MoE+shared)");
+ABSL_FLAG(std::string, next_layers, "0,4,3",
+          "Layers of the GLM-5.3-Flash config the model keeps (KDA+dense, KDA+MoE, MLA+MoE)");
 ABSL_FLAG(std::string, sections, "components,models",
           "components: MLA decode, indexer, prefill MoE; models: whole prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
@@ -59,8 +63,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Roofline benchmark of the GLM-5.x CUDA model at real widths (bench/README.md)");
   absl::ParseCommandLine(argc, argv);
   if (ferry::kernels::cuda::DeviceCount() == 0) {
-    std::printf("ferry-bench-roofline: no CUDA device (no driver or no GPU): nothing to measure; run it on a GPU "
-                "machine (bench/README.md)\n");
+    std::printf(
+        "ferry-bench-roofline: no CUDA device (no driver or no GPU): nothing to measure; run it on a GPU "
+        "machine (bench/README.md)\n");
     return 0;
   }
   Options o;
@@ -70,14 +75,16 @@ int main(int argc, char** argv) {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.dsa_config = absl::GetFlag(FLAGS_dsa_config);
   o.next_config = absl::GetFlag(FLAGS_next_config);
-  bool ok = ParseList(absl::GetFlag(FLAGS_batches), &o.batches) && ParseList(absl::GetFlag(FLAGS_contexts), &o.contexts) &&
+  bool ok = ParseList(absl::GetFlag(FLAGS_batches), &o.batches) &&
+            ParseList(absl::GetFlag(FLAGS_contexts), &o.contexts) &&
             ParseList(absl::GetFlag(FLAGS_prefill_tokens), &o.prefill_tokens) &&
             ParseList(absl::GetFlag(FLAGS_decode_contexts), &o.decode_contexts) &&
             ParseList(absl::GetFlag(FLAGS_dsa_layers), &o.dsa_layers) &&
             ParseList(absl::GetFlag(FLAGS_next_layers), &o.next_layers);
   if (!ok || o.reps < 1 || o.warmup < 0) {
-    std::fprintf(stderr, "ferry-bench-roofline: --batches, --contexts, --prefill_tokens, --decode_contexts and the "
-                         "layer lists take comma-separated non-negative integers; --reps >= 1\n");
+    std::fprintf(stderr,
+                 "ferry-bench-roofline: --batches, --contexts, --prefill_tokens, --decode_contexts and the "
+                 "layer lists take comma-separated non-negative integers; --reps >= 1\n");
     return 2;
   }
   const std::string sections = absl::GetFlag(FLAGS_sections), models = absl::GetFlag(FLAGS_models);
@@ -183,8 +190,8 @@ int main(int argc, char** argv) {
       if (r.target.kind == TargetKind::kNone) continue;
       const bool m = r.Met(c);
       (m ? met : missed) += 1;
-      std::printf("- %s: %.1f%% (target %.0f%%) %s\n", r.name.c_str(), 100 * r.TargetValue(c),
-                  100 * r.target.fraction, m ? "met" : "NOT MET");
+      std::printf("- %s: %.1f%% (target %.0f%%) %s\n", r.name.c_str(), 100 * r.TargetValue(c), 100 * r.target.fraction,
+                  m ? "met" : "NOT MET");
     }
   }
   std::printf("\n%d targets met, %d not met, %d cases failed\n", met, missed, failed);

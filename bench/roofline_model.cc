@@ -33,10 +33,10 @@ namespace {
 // What a step reads and computes, from the config (../shared/MODELS.md's tensors; bf16 weights
 // unless named float32, as the CUDA model holds them).
 struct Counts {
-  double always_bytes = 0;   // weights every step reads whatever its rows: attention, indexer,
-                             // norms, dense MLPs, routers, shared experts, mHC (lm_head apart)
-  double always_elems = 0;   // of those, the matrix elements each token multiplies (FLOPs / 2)
-  double expert_elems = 0;   // one routed expert: 3 x hidden x moe_inter
+  double always_bytes = 0;  // weights every step reads whatever its rows: attention, indexer,
+                            // norms, dense MLPs, routers, shared experts, mHC (lm_head apart)
+  double always_elems = 0;  // of those, the matrix elements each token multiplies (FLOPs / 2)
+  double expert_elems = 0;  // one routed expert: 3 x hidden x moe_inter
   int64_t moe_layers = 0;
   double lm_head_elems = 0;  // vocab x hidden
   // Per-token state and cache widths.
@@ -46,12 +46,12 @@ struct Counts {
 
 Counts Count(const ModelConfig& c) {
   Counts n;
-  const double D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
-               P = c.qk_rope_head_dim, V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads,
-               Di = c.index_head_dim, S = c.hc_mult, M = (2 + S) * S;
+  const double D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
+               V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads, Di = c.index_head_dim, S = c.hc_mult,
+               M = (2 + S) * S;
   const bool next = c.family == model::Family::kGlm5Next;
   for (int64_t i = 0; i < c.num_layers; ++i) {
-    double mats = 0, f32 = 0, other = 2 * D;  // other: bf16 vectors (norms)
+    double mats = 0, f32 = 0, other = 2 * D;   // other: bf16 vectors (norms)
     if (next) f32 += 2 * (M * S * D + M + 3);  // mHC fn, base, scale (float32 in both precisions)
     if (c.layer_types[i] == AttentionType::kKda) {
       const double Hl = c.linear_num_heads, d = c.linear_head_dim, C = Hl * d, r = d;
@@ -68,9 +68,9 @@ Counts Count(const ModelConfig& c) {
         other += 2 * Di;
         n.cache_row_bytes += 2 * Di;
         if (next) {
-          mats += Di * D;                        // pool gate
-          f32 += c.index_kpool * Di;             // ape
-          n.cache_row_bytes += 2 * 2 * Di;       // gates, and pooled keys (one per kpool tokens, counted per token)
+          mats += Di * D;                   // pool gate
+          f32 += c.index_kpool * Di;        // ape
+          n.cache_row_bytes += 2 * 2 * Di;  // gates, and pooled keys (one per kpool tokens, counted per token)
         }
         ++n.full_index_layers;
       }
@@ -166,9 +166,9 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
   };
   if (layer < 0) return;
   int64_t bytes = 0;
-  absl::StatusOr<model::cuda::CudaFfn> f = model::cuda::LoadFfnCuda(
-      model::WeightLoader(rc.checkpoint(), c.LayerPrefix(layer)).Sub("mlp."), c, layer, model::cuda::Precision::kBf16,
-      &bytes);
+  absl::StatusOr<model::cuda::CudaFfn> f =
+      model::cuda::LoadFfnCuda(model::WeightLoader(rc.checkpoint(), c.LayerPrefix(layer)).Sub("mlp."), c, layer,
+                               model::cuda::Precision::kBf16, &bytes);
   if (!f.ok()) return fail("load", f.status());
   const double D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, MI = c.moe_intermediate_size,
                SH = c.n_shared_experts;
@@ -268,8 +268,10 @@ void DecodeRows(const std::string& name, model::CausalLM& m, const Counts& n, co
       std::vector<std::unique_ptr<model::SequenceState>> rows;
       for (int64_t i = 0; i < B && st.ok(); ++i) {
         absl::StatusOr<std::unique_ptr<model::SequenceState>> f = base->ForkAt(base->length());
-        if (!f.ok()) st = f.status();
-        else rows.push_back(std::move(*f));
+        if (!f.ok())
+          st = f.status();
+        else
+          rows.push_back(std::move(*f));
       }
       if (!st.ok()) {
         fail(case_name, st);
@@ -298,10 +300,11 @@ void DecodeRows(const std::string& name, model::CausalLM& m, const Counts& n, co
       r.ms = Median(*ms);
       r.ms_min = Min(*ms);
       if (B == 1) r.target = {TargetKind::kRoofline, 0.60};
-      r.note = absl::StrFormat("weights %s (%.1f routed experts a layer, lm_head %s), cache and state %s; ctx filled "
-                               "in %.1f s",
-                               FormatBytes(weights), DistinctExperts(c, B), FormatBytes(2 * n.lm_head_elems),
-                               FormatBytes(B * row.bytes), fill_s);
+      r.note = absl::StrFormat(
+          "weights %s (%.1f routed experts a layer, lm_head %s), cache and state %s; ctx filled "
+          "in %.1f s",
+          FormatBytes(weights), DistinctExperts(c, B), FormatBytes(2 * n.lm_head_elems), FormatBytes(B * row.bytes),
+          fill_s);
       decode->rows.push_back(r);
     }
   }
@@ -320,8 +323,8 @@ void ModelSections(const std::string& name, const std::string& config_path, cons
   if (json.ok()) json = KeepLayers(*json, layers);
   if (!json.ok()) return fail_all(json.status());
   const auto t0 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<RandomCheckpoint>> rc =
-      RandomCheckpoint::Create(*json, o.seed, absl::StrCat("random ", name, " (layers ", absl::StrJoin(layers, ","), ")"));
+  absl::StatusOr<std::unique_ptr<RandomCheckpoint>> rc = RandomCheckpoint::Create(
+      *json, o.seed, absl::StrCat("random ", name, " (layers ", absl::StrJoin(layers, ","), ")"));
   if (!rc.ok()) return fail_all(rc.status());
   const double make_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.components) MoeRows(name, **rc, o, moe);
@@ -332,11 +335,12 @@ void ModelSections(const std::string& name, const std::string& config_path, cons
   if (!m.ok()) return fail_all(m.status());
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const Counts n = Count((*m)->config());
-  std::printf("%s: layers %s of the config (%s), %s of bf16 weights on the device; random checkpoint made in %.1f s "
-              "(pool %s), loaded in %.1f s\n",
-              name.c_str(), absl::StrJoin(layers, ",").c_str(), config_path.c_str(),
-              FormatBytes(static_cast<double>((*m)->weight_bytes())).c_str(), make_s,
-              FormatBytes(static_cast<double>((*rc)->pool_bytes())).c_str(), load_s);
+  std::printf(
+      "%s: layers %s of the config (%s), %s of bf16 weights on the device; random checkpoint made in %.1f s "
+      "(pool %s), loaded in %.1f s\n",
+      name.c_str(), absl::StrJoin(layers, ",").c_str(), config_path.c_str(),
+      FormatBytes(static_cast<double>((*m)->weight_bytes())).c_str(), make_s,
+      FormatBytes(static_cast<double>((*rc)->pool_bytes())).c_str(), load_s);
   std::fflush(stdout);
   rc->reset();  // the host pool is no longer needed
   PrefillRows(name, **m, n, o, prefill);

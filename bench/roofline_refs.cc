@@ -42,9 +42,9 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table) {
     FERRY_ASSIGN_OR_RETURN(buf.p, cu::DeviceAlloc(bytes));
     FERRY_ASSIGN_OR_RETURN(sink.p, cu::DeviceAlloc(16));
     FERRY_RETURN_IF_ERROR(FillRandomBf16(static_cast<uint16_t*>(buf.p), static_cast<int64_t>(bytes / 2), o.seed, 1.0f));
-    FERRY_ASSIGN_OR_RETURN(std::vector<double> ms,
-                           TimeEvents([&] { return StreamRead(buf.p, bytes, static_cast<uint32_t*>(sink.p)); },
-                                      o.warmup, reps));
+    FERRY_ASSIGN_OR_RETURN(
+        std::vector<double> ms,
+        TimeEvents([&] { return StreamRead(buf.p, bytes, static_cast<uint32_t*>(sink.p)); }, o.warmup, reps));
     Row r(absl::StrFormat("HBM streaming read, %.0f GiB", static_cast<double>(bytes) / (1 << 30)));
     r.bytes = static_cast<double>(bytes);
     r.ms = Median(ms);
@@ -55,9 +55,10 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table) {
 
     // For comparison with DEVICE.md's figure: a device-to-device copy of half the buffer.
     const size_t half = bytes / 2;
-    FERRY_ASSIGN_OR_RETURN(std::vector<double> cms,
-                           TimeEvents([&] { return cu::CopyDeviceToDevice(static_cast<char*>(buf.p) + half, buf.p, half); },
-                                      o.warmup, reps));
+    FERRY_ASSIGN_OR_RETURN(
+        std::vector<double> cms,
+        TimeEvents([&] { return cu::CopyDeviceToDevice(static_cast<char*>(buf.p) + half, buf.p, half); }, o.warmup,
+                   reps));
     Row cr(absl::StrFormat("device copy, %.0f GiB read + written", static_cast<double>(bytes) / (1 << 30)));
     cr.bytes = static_cast<double>(bytes);
     cr.ms = Median(cms);
@@ -89,8 +90,8 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table) {
     r.ms = Median(ms);
     r.ms_min = Min(ms);
     c.flops_per_s = r.flops / (r.ms_min * 1e-3);
-    r.note = absl::StrFormat("best %.0f TFLOP/s, median %.0f TFLOP/s", c.flops_per_s / 1e12,
-                             r.flops / (r.ms * 1e-3) / 1e12);
+    r.note =
+        absl::StrFormat("best %.0f TFLOP/s, median %.0f TFLOP/s", c.flops_per_s / 1e12, r.flops / (r.ms * 1e-3) / 1e12);
     table->rows.push_back(r);
   }
   return c;

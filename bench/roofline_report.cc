@@ -72,8 +72,9 @@ std::string TargetText(const Target& t) {
 void PrintTable(const Table& t, const Ceilings& c) {
   std::printf("\n### %s\n\n", t.title.c_str());
   if (!t.explanation.empty()) std::printf("%s\n\n", t.explanation.c_str());
-  std::printf("| case | bytes | FLOPs | median ms | best ms | GB/s | TFLOP/s | %% BW | %% matrix | %% roofline | target "
-              "| met | note |\n");
+  std::printf(
+      "| case | bytes | FLOPs | median ms | best ms | GB/s | TFLOP/s | %% BW | %% matrix | %% roofline | target "
+      "| met | note |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n");
   for (const Row& r : t.rows) {
     if (!r.error.empty()) {

@@ -99,11 +99,11 @@ absl::StatusOr<DeviceWeight> LoadStacked(const WeightLoader& w, const std::strin
     FERRY_ASSIGN_OR_RETURN(const void* b_bits, w.Bf16Matrix(b, b_rows, cols));
     if (a_bits != nullptr && b_bits != nullptr) {
       const size_t a_bytes = static_cast<size_t>(a_rows * cols) * sizeof(uint16_t);
+      const size_t b_bytes = static_cast<size_t>(b_rows * cols) * sizeof(uint16_t);
       DeviceWeight d;
-      FERRY_ASSIGN_OR_RETURN(d.buf, DeviceBuffer::Alloc(a_bytes + static_cast<size_t>(b_rows * cols) * sizeof(uint16_t)));
+      FERRY_ASSIGN_OR_RETURN(d.buf, DeviceBuffer::Alloc(a_bytes + b_bytes));
       FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d.buf.get(), a_bits, a_bytes));
-      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(static_cast<char*>(d.buf.get()) + a_bytes, b_bits,
-                                             static_cast<size_t>(b_rows * cols) * sizeof(uint16_t)));
+      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(static_cast<char*>(d.buf.get()) + a_bytes, b_bits, b_bytes));
       d.rows = a_rows + b_rows;
       d.cols = cols;
       return d;
