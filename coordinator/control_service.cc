@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "coordinator/metrics.h"
+#include "worker/step_proto.h"
 
 namespace ferry::coordinator {
 
@@ -157,39 +158,7 @@ absl::Status ControlService::ReadyState() const {
 
 absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step& step) {
   cpb::CoordinatorMessage msg;
-  cpb::StepCommand* cmd = msg.mutable_step();
-  cmd->set_step_id(step.step_id);
-  for (uint64_t id : step.release) cmd->add_release(id);
-  for (const worker::StepSegment& s : step.segments) {
-    cpb::Segment* seg = cmd->add_segments();
-    seg->set_seq_id(s.seq_id);
-    seg->set_start(s.start);
-    for (int32_t t : s.tokens) seg->add_tokens(t);
-    seg->set_sample(s.sample);
-    seg->set_temperature(s.sampling.temperature);
-    seg->set_top_k(s.sampling.top_k);
-    seg->set_top_p(s.sampling.top_p);
-    seg->set_seed(s.seed);
-    for (int32_t p : s.new_pages) seg->add_new_pages(p);
-    seg->set_fork_from(s.fork_from);
-    seg->set_fork_length(s.fork_length);
-    if (s.owner >= 0) {
-      seg->set_split(true);
-      seg->set_owner(s.owner);
-      seg->set_borrowed(s.borrowed);
-      if (s.carry_from >= 0) {
-        seg->set_carried(true);
-        seg->set_carry_from(s.carry_from);
-      }
-      for (size_t k = 0; k < s.latent_pages.size(); ++k) {
-        if (s.latent_pages[k].empty()) continue;
-        cpb::RankPages* rp = seg->add_latent_pages();
-        rp->set_rank(static_cast<int32_t>(k));
-        for (int32_t p : s.latent_pages[k]) rp->add_pages(p);
-      }
-    }
-  }
-  for (uint64_t id : step.end_borrow) cmd->add_end_borrow(id);
+  worker::StepToProto(step, msg.mutable_step());
   int64_t n_sampled = 0;
   for (const worker::StepSegment& s : step.segments) n_sampled += s.sample;
   FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, step.step_id, "step"));

@@ -31,6 +31,7 @@
 #include "model/cuda/load_cuda.h"
 #endif
 #include "worker/step_executor.h"
+#include "worker/step_proto.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC address (host:port)");
 ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
@@ -278,46 +279,11 @@ int main(int argc, char** argv) {
       if (!stream->Write(out)) break;
       continue;
     }
-    const cpb::StepCommand& cmd = msg.step();
-    worker::Step step;
-    step.step_id = cmd.step_id();
-    step.release.assign(cmd.release().begin(), cmd.release().end());
-    step.end_borrow.assign(cmd.end_borrow().begin(), cmd.end_borrow().end());
-    std::optional<int> bad_owner;  // a split segment's owner (or carry source) outside [0, world)
-    for (const cpb::Segment& s : cmd.segments()) {
-      worker::StepSegment seg;
-      seg.seq_id = s.seq_id();
-      seg.start = s.start();
-      seg.tokens.assign(s.tokens().begin(), s.tokens().end());
-      seg.sample = s.sample();
-      seg.sampling.temperature = s.temperature();
-      seg.sampling.top_k = s.top_k();
-      seg.sampling.top_p = s.top_p();
-      seg.seed = s.seed();
-      seg.new_pages.assign(s.new_pages().begin(), s.new_pages().end());
-      seg.fork_from = s.fork_from();
-      seg.fork_length = s.fork_length();
-      if (s.split()) {
-        if (s.owner() < 0 || s.owner() >= world) bad_owner = s.owner();
-        seg.owner = s.owner();
-        seg.borrowed = s.borrowed();
-        if (s.carried()) {
-          if (s.carry_from() < 0 || s.carry_from() >= world) bad_owner = s.carry_from();
-          seg.carry_from = s.carry_from();
-        }
-        seg.latent_pages.resize(static_cast<size_t>(world));
-        for (const cpb::RankPages& rp : s.latent_pages()) {
-          if (rp.rank() == rank) seg.latent_pages[static_cast<size_t>(rank)].assign(rp.pages().begin(), rp.pages().end());
-        }
-      }
-      step.segments.push_back(std::move(seg));
-    }
+    absl::StatusOr<worker::Step> decoded = worker::StepFromProto(msg.step(), rank, world);
+    worker::Step step = decoded.ok() ? std::move(*decoded) : worker::Step{msg.step().step_id()};
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<int32_t>> tokens =
-        bad_owner.has_value()
-            ? absl::StatusOr<std::vector<int32_t>>(absl::InvalidArgumentError(
-                  absl::StrCat("step ", step.step_id, ": owner or carry rank ", *bad_owner, " outside [0, ", world, ")")))
-            : exec.Execute(step);
+        decoded.ok() ? exec.Execute(step) : absl::StatusOr<std::vector<int32_t>>(decoded.status());
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int64_t sent = collective.TakeBytes();
     int64_t ntok = 0;
