@@ -107,11 +107,12 @@ struct PagedCacheBf16 {
 //   because its consumer, the per-head W_UV product, takes bf16, and the owner ships it back
 //   at half the bytes of float32.
 // CPU twin: cpu::MlaAttendRow per row over the rows gathered from the pages (rounding only: the
-// tensor-core path rounds the probabilities to bf16 before the sum over the selection).
+// tensor-core path rounds the probabilities to bf16 before the sum over the selection, and each
+// CTA's partial sum to bf16 before the cluster merge).
 // Batch invariance: a row's output bits depend only on its own inputs (q, selection, pages), never
 // on `rows` or the other rows of the launch. Latent 512 with rope 0 or 64 (the model shapes, q
 // pointers 16-byte aligned) runs on the tensor cores: each selected row is read once for all
-// heads, the selection is cut into 64-token tiles spread over a cluster of CTAs by the row's own
+// heads, the selection is cut into 32-token tiles spread over a cluster of CTAs by the row's own
 // length, partial results merged in a fixed order (mla_decode_tc.h). Other shapes: one block per
 // (row, head). No workspace; nothing is allocated.
 // Empty selection: that row's output is 0. A selection with sel_offsets[r + 1] <
