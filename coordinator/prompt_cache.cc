@@ -156,10 +156,10 @@ std::vector<uint64_t> PromptCache::Insert(std::vector<int32_t> tokens, uint64_t 
   return release;
 }
 
-uint64_t PromptCache::EvictLru(uint64_t except) {
+uint64_t PromptCache::EvictLru(std::span<const uint64_t> except) {
   uint64_t victim = 0, oldest = 0;
   for (const auto& [id, e] : entries_) {
-    if (id != except && (victim == 0 || e.last_used < oldest)) {
+    if (std::find(except.begin(), except.end(), id) == except.end() && (victim == 0 || e.last_used < oldest)) {
       victim = id;
       oldest = e.last_used;
     }

@@ -43,8 +43,8 @@ class PromptCache {
   // exceeds the budget.
   std::vector<uint64_t> Insert(std::vector<int32_t> tokens, uint64_t seq_id);
 
-  // Evicts the least recently used kept state other than `except`; its id, or 0 when none.
-  uint64_t EvictLru(uint64_t except);
+  // Evicts the least recently used kept state not in `except`; its id, or 0 when none.
+  uint64_t EvictLru(std::span<const uint64_t> except = {});
 
   // Drops everything; returns the ids to release.
   std::vector<uint64_t> Clear();

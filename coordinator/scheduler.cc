@@ -113,7 +113,7 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
     const bool keep = cache_ && (reason == FinishReason::kStop || reason == FinishReason::kLength) && r->fed > 0;
     if (keep && r->borrowed) EndBorrow(*r);  // a kept state holds its latent rows on its owner only
     if (keep && books_ && opts_.kept_fixed_pages > 0) {
-      while (books_->free_pages() < opts_.kept_fixed_pages && EvictKept(0)) {
+      while (books_->free_pages() < opts_.kept_fixed_pages && EvictKept()) {
       }
       if (books_->free_pages() >= opts_.kept_fixed_pages) fixed = *books_->Allocate(opts_.kept_fixed_pages);
     }
@@ -164,9 +164,9 @@ void Scheduler::EndBorrow(Request& r, bool cut) {
   if (r.seq_id != 0) end_borrow_.push_back(r.seq_id);
 }
 
-bool Scheduler::EvictKept(uint64_t except) {
+bool Scheduler::EvictKept() {
   if (!cache_) return false;
-  const uint64_t id = cache_->EvictLru(except);
+  const uint64_t id = cache_->EvictLru(step_forks_);
   if (id == 0) return false;
   DropKept(id);
   return true;
@@ -246,6 +246,7 @@ bool Scheduler::RunOnce() {
   // free preempts the newest running request (recomputed later), a prefill chunk shrinks.
   worker::Step step;
   step.step_id = next_step_id_;
+  step_forks_.clear();
   int64_t budget = opts_.max_batch_tokens;
   std::vector<std::shared_ptr<Request>> in_step;
   const int64_t P = opts_.page_size;
@@ -333,7 +334,7 @@ bool Scheduler::RunOnce() {
     while (take_pages(*r, 1, &pages) == 0) {
       // No page for this row: kept prompt-cache states give way first, then the newest running
       // request is preempted (it may be this one).
-      if (EvictKept(0)) continue;
+      if (EvictKept()) continue;
       const std::shared_ptr<Request> victim = running_.back();
       Preempt(victim);
       if (victim == r) break;
@@ -349,7 +350,7 @@ bool Scheduler::RunOnce() {
     while (n <= 0) {
       // Kept states give way first; then a newer request not in this step is preempted, so
       // that prompts being filled can never hold every page between them and stall.
-      if (!EvictKept(0)) {
+      if (!EvictKept()) {
         size_t v = running_.size();
         while (v > i + 1 && std::find(in_step.begin(), in_step.end(), running_[v - 1]) != in_step.end()) --v;
         if (v <= i + 1) break;
@@ -416,7 +417,8 @@ bool Scheduler::RunOnce() {
     }
     std::vector<int32_t> pages;
     int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
-    while (n <= 0 && EvictKept(hit.seq_id)) n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
+    if (hit.seq_id != 0) step_forks_.push_back(hit.seq_id);
+    while (n <= 0 && EvictKept()) n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
     if (n <= 0) {  // no page for a new request: it keeps its place in the queue
       r->fed = 0;
       r->pages.clear();
@@ -463,6 +465,7 @@ bool Scheduler::RunOnce() {
   const Clock::time_point t0 = Clock::now();
   absl::StatusOr<std::vector<int32_t>> tokens = runner_->RunStep(step);
   const Clock::time_point t1 = Clock::now();
+  step_forks_.clear();  // the workers forked them: they may go now
   if (!tokens.ok()) {
     const std::string why = absl::StrCat("step ", step.step_id, " failed: ", tokens.status().message());
     FERRY_LOG(ERROR) << why << "; the scheduler stops serving";

@@ -142,8 +142,9 @@ class Scheduler {
   void ReleasePages(Request& r);
   // Releases a kept state: its conversation on the workers, its pages in the books.
   void DropKept(uint64_t seq_id);
-  // Evicts the least recently used kept state other than `except`; false when there is none.
-  bool EvictKept(uint64_t except);
+  // Evicts the least recently used kept state that no admission of the step being built forks
+  // from (step_forks_); false when there is none.
+  bool EvictKept();
   void Preempt(const std::shared_ptr<Request>& r);
   // The latent split: ends r's borrow (the other ranks' latent pages go back to their books;
   // the workers drop their copies before the next step, unless r is not on them yet).
@@ -181,6 +182,8 @@ class Scheduler {
   std::vector<std::unique_ptr<kvpool::PageBooks>> latent_books_;
   std::map<uint64_t, std::pair<int, std::vector<int32_t>>> kept_latent_;
   std::vector<uint64_t> end_borrow_;
+  // Kept states the step being built forks from: they must reach the workers intact.
+  std::vector<uint64_t> step_forks_;
   LatentSplitCounts latent_counts_;
   int64_t preemptions_ = 0;
   uint64_t next_seq_id_ = 1;

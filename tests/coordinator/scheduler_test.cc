@@ -246,6 +246,47 @@ TEST_CASE("scheduler: kept states give their pages back before anyone is preempt
   CHECK(sched.Snapshot().used_pages == runner.exec().model().arena().used_pages());
 }
 
+TEST_CASE("scheduler: a kept state a resume forks from is not evicted for a later admission of the same step",
+          "[scheduler][prompt_cache]") {
+  // X (40 tokens, 2 generated) is kept in 3 of the 5 pages. Its resume A (62 tokens) takes the
+  // other 2; B, admitted in the same step, finds none. Evicting X for B would release X in the
+  // step that forks A from it (the workers refuse that step and the group stops serving): B
+  // must wait instead, and every request end as a cold run would.
+  LocalRunner runner(kDsa, model::CacheOptions{16, 5});
+  SchedulerOptions opts;
+  opts.kv_pages = 5;
+  opts.page_size = 16;
+  opts.max_context = 80;
+  opts.max_batch_tokens = 64;
+  opts.prompt_cache_tokens = 10000;
+  Scheduler sched(opts, &runner);
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(5 + (i * 17) % 370);
+  auto x = MakeRequest("x", prompt, 2);
+  REQUIRE(sched.Submit(x).ok());
+  RunUntilIdle(sched);
+  std::vector<int32_t> resume = prompt;
+  resume.insert(resume.end(), x->generated.begin(), x->generated.end());
+  for (int k = 0; k < 20; ++k) resume.push_back(static_cast<int32_t>(9 + k * 7));
+  std::vector<int32_t> other(30, 77);
+  auto a = MakeRequest("a", resume, 3);
+  auto b = MakeRequest("b", other, 3);
+  REQUIRE(sched.Submit(a).ok());
+  REQUIRE(sched.Submit(b).ok());
+  RunUntilIdle(sched);
+  const SchedulerSnapshot snap = sched.Snapshot();
+  INFO(snap.failure);
+  CHECK(snap.serving);
+  std::vector<int32_t> none;
+  for (auto* r : {a.get(), b.get()}) {
+    RequestEvent e = Collect(*r, &none);
+    INFO(r->id << ": " << e.error);
+    CHECK(e.error.empty());
+    CHECK(e.tokens.size() == 3);
+  }
+  CHECK(a->cached == 41);  // it did resume from X (all it kept)
+}
+
 TEST_CASE("scheduler: a kept glm5_next state holds pool pages for its fixed state", "[scheduler][prompt_cache]") {
   LocalRunner runner(kNext, model::CacheOptions{16, 12});
   SchedulerOptions opts;
