@@ -47,10 +47,20 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       }
       have = seg.fork_length;
     }
-    if (seg.carry_from >= 0 && (seg.fork_from == 0 || seg.owner < 0 || seg.borrowed || seg.owner == seg.carry_from)) {
-      return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id,
-                                                     " cannot carry rows from rank ", seg.carry_from, " to owner ",
-                                                     seg.owner, seg.fork_from == 0 ? " without a kept conversation" : ""));
+    // A carry must name the rank that really holds the kept rows: every rank knows the kept
+    // conversation's owner, so all refuse alike, before any exchange.
+    if (seg.carry_from >= 0) {
+      auto src = seqs_.find(seg.fork_from);
+      const bool from_owner = src != seqs_.end() && src->second->latent_owner() == seg.carry_from &&
+                              !src->second->latent_borrowed();
+      if (seg.fork_from == 0 || seg.owner < 0 || seg.borrowed || seg.owner == seg.carry_from || !from_owner) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step ", step.step_id, ": sequence ", seg.seq_id, " cannot carry rows from rank ", seg.carry_from,
+            " to owner ", seg.owner,
+            seg.fork_from == 0 ? " without a kept conversation"
+                               : (from_owner ? "" : absl::StrCat(": the kept conversation ", seg.fork_from,
+                                                                 " is not owned by rank ", seg.carry_from))));
+      }
     }
     if (seg.start != have) {
       return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, " starts at ",
@@ -123,10 +133,12 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       adopt_latent = adopt_latent.subspan(1);
     }
     if (!adopt_latent.empty()) {
+      // Only the ranks holding the rows get latent pages, so only they can fail here while the
+      // others go on into the step's exchanges: INTERNAL (the group cannot go on), not the
+      // INVALID_ARGUMENT every rank would return alike.
       if (absl::Status st = it->second->AdoptLatentPages(adopt_latent); !st.ok()) {
         for (uint64_t id : created) seqs_.erase(id);
-        return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ",
-                                                       st.message()));
+        return absl::InternalError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ", st.message()));
       }
     }
     if (!adopt.empty()) {

@@ -24,8 +24,11 @@ class StepExecutor {
   // runs the step, and returns the sampled tokens (rank 0; empty elsewhere), one per segment
   // with `sample`, in segment order. The token drawn for a position depends only on the logits,
   // the sampling parameters, the seed and the position, never on the rest of the batch.
-  // Errors (no state changes): INVALID_ARGUMENT for a segment whose start is not the
-  // conversation's length, or a token outside the vocabulary.
+  // Errors (no state changes): INVALID_ARGUMENT, alike on every rank and before any exchange,
+  // for a segment whose start is not the conversation's length, a token outside the
+  // vocabulary, a fork or carry of a conversation this group does not keep as named, or a borrow
+  // ended on an unknown conversation; INTERNAL for what fails on some ranks only (latent pages
+  // the holding ranks cannot adopt, a carry's exchange), after which the group cannot go on.
   absl::StatusOr<std::vector<int32_t>> Execute(const Step& step);
 
   // Fixes the model's KV arena at `pages` pages (CausalLM::SizeArena), before the first step.

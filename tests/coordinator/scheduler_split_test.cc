@@ -248,5 +248,36 @@ TEST_CASE("step executor: a borrow that ends on a conversation the rank does not
   CHECK(exec.Execute(step).ok());
 }
 
+TEST_CASE("step executor: a carry from a rank that does not own the kept conversation is refused before any "
+          "exchange", "[scheduler][owner_split]") {
+  auto m = model::LoadCausalLM(kDsa);
+  REQUIRE(m.ok());
+  worker::StepExecutor exec(std::move(*m), 0);
+  worker::Step fill;
+  fill.step_id = 1;
+  worker::StepSegment kept;
+  kept.seq_id = 5;
+  kept.tokens = {3, 4, 5, 6, 7, 8};
+  kept.owner = 0;  // its rows live here, on rank 0
+  fill.segments.push_back(kept);
+  REQUIRE(exec.Execute(fill).ok());
+  worker::Step carry;
+  carry.step_id = 2;
+  worker::StepSegment resume;
+  resume.seq_id = 6;
+  resume.start = 6;
+  resume.tokens = {9};
+  resume.fork_from = 5;
+  resume.fork_length = 6;
+  resume.owner = 2;
+  resume.carry_from = 1;  // but rank 0 owns them
+  carry.segments.push_back(resume);
+  auto out = exec.Execute(carry);
+  CHECK(out.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(out.status().message()) ==
+        "step 2: sequence 6 cannot carry rows from rank 1 to owner 2: the kept conversation 5 is not owned by rank 1");
+  CHECK(exec.live_sequences() == 1);  // nothing was created
+}
+
 }  // namespace
 }  // namespace ferry::coordinator
