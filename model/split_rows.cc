@@ -116,6 +116,45 @@ absl::Status ReserveSplitRows(std::span<SplitRows* const> rows, std::span<const 
   return absl::OkStatus();
 }
 
+namespace {
+
+// Where a walk over a stream of carried rows stands: the carries of one (from, to) pair in
+// order, each carry's first `tokens` rows of every cached layer, layer by layer in token order.
+struct StreamCursor {
+  size_t carry = 0;
+  int64_t layer = 0, token = 0, offset = 0;
+};
+
+// Visits the next n floats of the stream (fewer at its end) as runs within one row:
+// visit(carry, layer, token, offset in the row, count).
+template <typename Visit>
+void WalkStream(const std::vector<const LatentCarry*>& list, const PageArena& arena, int64_t n, StreamCursor* at,
+                Visit visit) {
+  while (n > 0 && at->carry < list.size()) {
+    const LatentCarry& c = *list[at->carry];
+    if (at->layer >= arena.num_layers()) {
+      *at = StreamCursor{at->carry + 1};
+      continue;
+    }
+    const int64_t w = arena.width(at->layer);
+    if (w == 0 || at->token >= c.tokens) {
+      ++at->layer;
+      at->token = at->offset = 0;
+      continue;
+    }
+    const int64_t k = std::min(n, w - at->offset);
+    visit(c, at->layer, at->token, at->offset, k);
+    n -= k;
+    at->offset += k;
+    if (at->offset == w) {
+      at->offset = 0;
+      ++at->token;
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorParallel& tp, OwnerSplitStats* stats) {
   if (carries.empty()) return absl::OkStatus();
   const int world = tp.world, me = tp.rank;
@@ -155,39 +194,48 @@ absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorP
                                                      dst ? dst->latent().reserved_tokens() : 0));
     }
   }
-  std::vector<std::vector<float>> out(Wn), in(Wn);
   int64_t most = 0;
   for (size_t a = 0; a < Wn; ++a) {
     for (size_t b = 0; b < Wn; ++b) most = std::max(most, pair_floats[a][b]);
   }
-  for (size_t q = 0; q < Wn; ++q) {
-    out[q].reserve(static_cast<size_t>(pair_floats[static_cast<size_t>(me)][q]));
-    in[q].resize(static_cast<size_t>(pair_floats[q][static_cast<size_t>(me)]));
-  }
+  // Each (from, to) stream is packed and unpacked one piece at a time (a carry of a long
+  // conversation is gigabytes at the real widths): a cursor per peer walks its carries.
+  std::vector<std::vector<const LatentCarry*>> to_peer(Wn), from_peer(Wn);
   for (const LatentCarry& c : carries) {
-    if (c.from != me) continue;
-    std::vector<float>& buf = out[static_cast<size_t>(c.to)];
-    const PagedRows& rows = c.src->split_rows()->latent();
-    for (int64_t l = 0; l < layers; ++l) {
-      const int64_t w = arena->width(l);
-      for (int64_t t = 0; w > 0 && t < c.tokens; ++t) buf.insert(buf.end(), rows.Row(l, t), rows.Row(l, t) + w);
+    if (c.from == me) to_peer[static_cast<size_t>(c.to)].push_back(&c);
+    if (c.to == me) from_peer[static_cast<size_t>(c.from)].push_back(&c);
+  }
+  std::vector<StreamCursor> out_at(Wn), in_at(Wn);
+  std::vector<std::vector<float>> out(Wn), in(Wn);
+  const int64_t piece = FetchPieceFloats();
+  for (int64_t at = 0; at < most; at += piece) {
+    for (size_t q = 0; q < Wn; ++q) {
+      if (static_cast<int>(q) == me) continue;
+      const int64_t n_out = std::clamp<int64_t>(pair_floats[static_cast<size_t>(me)][q] - at, 0, piece);
+      out[q].clear();
+      WalkStream(to_peer[q], *arena, n_out, &out_at[q],
+                 [&](const LatentCarry& c, int64_t l, int64_t t, int64_t off, int64_t k) {
+                   const float* row = c.src->split_rows()->latent().Row(l, t) + off;
+                   out[q].insert(out[q].end(), row, row + k);
+                 });
+      in[q].resize(static_cast<size_t>(std::clamp<int64_t>(pair_floats[q][static_cast<size_t>(me)] - at, 0, piece)));
+    }
+    // Every rank computes the same piece count from `most`: one exchange each.
+    std::vector<std::span<const float>> send(out.begin(), out.end());
+    std::vector<std::span<float>> recv(in.begin(), in.end());
+    FERRY_RETURN_IF_ERROR(ExchangeInPieces(tp, send, recv, std::min(piece, most - at), piece, stats, nullptr));
+    for (size_t q = 0; q < Wn; ++q) {
+      if (static_cast<int>(q) == me) continue;
+      size_t i = 0;
+      WalkStream(from_peer[q], *arena, static_cast<int64_t>(in[q].size()), &in_at[q],
+                 [&](const LatentCarry& c, int64_t l, int64_t t, int64_t off, int64_t k) {
+                   std::copy_n(in[q].data() + i, k, c.dst->split_rows()->latent().Row(l, t) + off);
+                   i += static_cast<size_t>(k);
+                 });
     }
   }
-  std::vector<std::span<const float>> send(out.begin(), out.end());
-  std::vector<std::span<float>> recv(in.begin(), in.end());
-  FERRY_RETURN_IF_ERROR(ExchangeInPieces(tp, send, recv, most, FetchPieceFloats(), stats, nullptr));
-  std::vector<size_t> at(Wn, 0);
   for (const LatentCarry& c : carries) {
-    if (c.to != me) continue;
-    const std::vector<float>& buf = in[static_cast<size_t>(c.from)];
-    size_t& i = at[static_cast<size_t>(c.from)];
-    for (int64_t l = 0; l < layers; ++l) {
-      const int64_t w = arena->width(l);
-      for (int64_t t = 0; w > 0 && t < c.tokens; ++t, i += static_cast<size_t>(w)) {
-        std::copy_n(buf.data() + i, w, c.dst->split_rows()->latent().Row(l, t));
-      }
-    }
-    stats->rows_carried += c.tokens;
+    if (c.to == me) stats->rows_carried += c.tokens;
   }
   return absl::OkStatus();
 }

@@ -47,7 +47,7 @@ class SplitRows {
   absl::StatusOr<SplitRows> Fork(int64_t n, int32_t copy_page, int32_t latent_copy_page) const;
   // A carry (docs/owner-split.md): a fork of the first n tokens whose latent rows will live on
   // `new_owner` alone. The keys are forked as in Fork(); the latent table starts empty on every
-  // rank (the new owner adopts pages and receives the rows, CarryLatentRows in model/mla.h).
+  // rank (the new owner adopts pages and receives the rows, CarryLatentRows below).
   // FAILED_PRECONDITION unless this conversation's rows live on one rank other than new_owner.
   absl::StatusOr<SplitRows> ForkCarried(int64_t n, int32_t copy_page, int new_owner) const;
   // The tables to grow for a step that appends tokens (the latent one where this rank holds it).
@@ -83,12 +83,15 @@ absl::Status ReserveSplitRows(std::span<SplitRows* const> rows, std::span<const 
 // Runs a step's carries (causal_lm.h's LatentCarry: a kept conversation resumed on a rank other
 // than its owner; src and dst are SequenceStates whose split_rows() hold the tables; src is read
 // on `from` only and dst written on `to` only). Every rank calls it with the same carries in the
-// same order (they come from the step), and the rows go in one exchange of pieces of at most FetchPieceFloats()
-// (model/mla.h), packed per (from, to) pair in carry order, each carry layer by layer in token
-// order. The values arrive bit for bit. Counts rows_carried (on `to`) and the floats sent.
+// same order (they come from the step). The rows go in exchanges of at most FetchPieceFloats()
+// floats a peer (model/mla.h), as many as the largest stream needs (every rank computes it), each
+// (from, to) stream packed in carry order, each carry layer by layer in token order, and packed
+// and unpacked a piece at a time (never the whole stream in memory). The values arrive bit for
+// bit. Counts rows_carried (on `to`) and the floats sent.
 // Errors: INVALID_ARGUMENT for a carry whose ranks are out of range or equal, or whose src (on
-// `from`) or dst (on `to`) cannot address `tokens` rows (nothing is sent; the peers then fail
-// in the exchange); the collective's.
+// `from`) or dst (on `to`) cannot address `tokens` rows (nothing is sent: a broken invariant of
+// the step on one rank, whose peers then fail in the exchange within the collective's timeout);
+// the collective's.
 absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorParallel& tp, OwnerSplitStats* stats);
 
 }  // namespace ferry::model
