@@ -1,4 +1,6 @@
-// Lightning-indexer scores over a paged bf16 key cache (IndexerScores in ops.h).
+// Lightning-indexer scores over a paged bf16 key cache (IndexerScores in ops.h): the CUDA-core
+// kernel, for the shapes the tensor-core path (indexer_tc.cu: dim 128, heads 16/32/48/64 on
+// sm_90) does not take.
 //
 // Grid (key blocks, query rows); a block of 8 warps scores kKeysPerBlock consecutive keys of one
 // row. The row's queries sit in shared memory as float32, each head's row padded by one float so
@@ -8,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/indexer_tc.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/paged.cuh"
 
@@ -96,6 +99,9 @@ absl::Status IndexerScores(const uint16_t* qi, const float* w, int64_t rows, int
   if (absl::Status s = MakePagedView(keys, "IndexerScores", &view); !s.ok()) return s;
   if (qi == nullptr || w == nullptr || n_keys == nullptr || scores == nullptr) {
     return absl::InvalidArgumentError("IndexerScores: null qi, w, n_keys or scores");
+  }
+  if (IndexerTcApplies(qi, heads, dim, view)) {
+    return IndexerScoresTc(qi, w, rows, heads, view, n_keys, scale, scores, score_stride, stream);
   }
   const int64_t key_blocks = (score_stride + kKeysPerBlock - 1) / kKeysPerBlock;
   if (key_blocks > 0x7fffffff) {

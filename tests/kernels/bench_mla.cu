@@ -197,6 +197,11 @@ int TimeMla(uint16_t* arena, int64_t n_conv, int batch, int heads, int rope, boo
 
 }  // namespace
 
+// For the other benches (bench_indexer.cu): the same reference read, fill and spin.
+double BenchReadBandwidth(size_t bytes) { return ReadBandwidth(bytes); }
+void BenchFillBf16(uint16_t* p, size_t n, uint32_t seed) { FillKernel<<<4096, 256>>>(p, n, seed); }
+void BenchSpin(long long ns) { SpinKernel<<<1, 1>>>(ns); }
+
 int RunMlaBench() {
   cudaDeviceProp prop{};
   BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));

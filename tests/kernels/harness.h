@@ -141,5 +141,13 @@ void AddNextCases(std::vector<Case>* cases);       // harness_next.cc
 // ferry-kernel-check --bench-mla (bench_mla.cu): MlaDecodeAttention's GB/s at the model shapes
 // against the measured read bandwidth; prints a table, returns 0 when every point ran.
 int RunMlaBench();
+// ferry-kernel-check --bench-indexer: IndexerScores GB/s at the model shapes (bench_indexer.cu).
+int RunIndexerBench();
+// bench_mla.cu's helpers, shared with bench_indexer.cu: the best-of-10 streaming read bandwidth
+// over `bytes` (GB/s, -1 on error), a hash fill of n bf16 values in [-1, 1), and a kernel that
+// holds the default stream for `ns` nanoseconds.
+double BenchReadBandwidth(size_t bytes);
+void BenchFillBf16(uint16_t* p, size_t n, uint32_t seed);
+void BenchSpin(long long ns);
 
 }  // namespace ferry::harness

@@ -301,6 +301,68 @@ Result IndexerCase(std::mt19937& rng, const IndexerShape& s, bool f32 = false) {
   return r;
 }
 
+// Batch invariance of IndexerScores at the model shape (32 heads x 128, 64-row pages): each of
+// 8 ragged rows (one empty) scored alone, and rows 2..4 as their own launch, must equal the batch
+// bitwise; the batch is also checked against the CPU twin.
+Result IndexerInvarianceCase(std::mt19937& rng, int64_t heads) {
+  Result r;
+  r.tolerance = 1e-4;
+  const std::vector<int64_t> lengths = {4096, 3001, 0, 64, 65, 2500, 1, 4000};
+  const int64_t R = lengths.size(), H = heads, D = 128, stride = 4096;
+  PagedConversations pc(rng, lengths, 64, D, 0);
+  std::vector<uint16_t> qb;
+  std::vector<float> qf;
+  RandomBf16(R * H * D, 1.0f, 0.0f, rng, &qb, &qf);
+  const std::vector<float> w = RandomF32(R * H, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f, rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<int32_t> table, n_keys;
+  std::vector<float> want, got_valid;
+  for (int64_t t = 0; t < R; ++t) {
+    table.insert(table.end(), pc.tables[t].begin(), pc.tables[t].end());
+    n_keys.push_back(static_cast<int32_t>(lengths[t]));
+    std::vector<float> row(lengths[t]);
+    const std::vector<float> keys = pc.Gather(t, lengths[t]);
+    cpu::IndexerScoresRow(qf.data() + t * H * D, w.data() + t * H, H, D, keys.data(), D, lengths[t], scale,
+                          row.data());
+    want.insert(want.end(), row.begin(), row.end());
+  }
+  Device dev(&r.error);
+  uint16_t* arena = dev.Upload(pc.arena_bits);
+  int32_t* dtable = dev.Upload(table);
+  uint16_t* q = dev.Upload(qb);
+  float* dw = dev.Upload(w);
+  int32_t* dn = dev.Upload(n_keys);
+  float* batch = dev.Poisoned<float>(R * stride);
+  float* part = dev.Poisoned<float>(R * stride);
+  if (!r.error.empty()) return r;
+  auto run = [&](int64_t first, int64_t n, float* out) {
+    return cu::IndexerScores(q + first * H * D, dw + first * H, n, H, D,
+                             pc.View(arena, dtable + first * pc.table_stride), dn + first, scale,
+                             out + first * stride, stride);
+  };
+  HARNESS_CHECK_OK(run(0, R, batch));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<float> got = dev.Download(batch, R * stride);
+  for (int64_t t = 0; t < R; ++t) HARNESS_CHECK_OK(run(t, 1, part));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  std::vector<float> alone = dev.Download(part, R * stride);
+  long differ = 0;
+  // Bitwise over whole rows: entries past n_keys are the poison on both sides.
+  for (int64_t i = 0; i < R * stride; ++i) differ += std::memcmp(&alone[i], &got[i], 4) != 0;
+  HARNESS_CHECK_OK(run(2, 3, part));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  alone = dev.Download(part, R * stride);
+  for (int64_t i = 2 * stride; i < 5 * stride; ++i) differ += std::memcmp(&alone[i], &got[i], 4) != 0;
+  if (!r.error.empty()) return r;
+  for (int64_t t = 0; t < R; ++t) {
+    got_valid.insert(got_valid.end(), got.begin() + t * stride, got.begin() + t * stride + lengths[t]);
+  }
+  r.mismatched = differ;
+  r.rel_err = RelErr(got_valid, want, &r.unwritten);
+  r.note = absl::StrCat(differ, " scores differ between a row alone and in the batch");
+  return r;
+}
+
 }  // namespace
 
 void AddAttentionCases(std::vector<Case>* cases) {
@@ -360,6 +422,15 @@ void AddAttentionCases(std::vector<Case>* cases) {
       {32, 128, 16, 1000, 2048, {0, 1, 300, 2048, 2049}, 2},
       {64, 64, 128, 0, 1024, {1000, 999, 3}, -1},
       {5, 17, 2, 3, 40, {9, 31}, 1},
+      // The tensor-core path at the model shape (32 heads x 128, 64-row pages shuffled over the
+      // arena): 4K and 32K contexts, ragged rows (tile and block edges: 64, 65, 255, 257), an empty
+      // row, an unmapped page (row 3 / row 0), an invalid n_keys.
+      {32, 128, 64, 0, 32768, {32768, 4096, 0, 30001, 4097, 255, 32769}, 3},
+      {32, 128, 64, 0, 4096, {4096, 4000, 0, 1, 64, 65, 257, 256}, 0},
+      // The other head counts it takes (16, 48, 64), pages with a gap between them.
+      {16, 128, 64, 1000, 4096, {4096, 1000, 0}, 1},
+      {48, 128, 64, 0, 4096, {3000, 4096, 17}, 0},
+      {64, 128, 32, 1000, 4096, {4096, 129, 0, 2000}, 3},
   };
   for (const IndexerShape& s : idx) {
     cases->push_back({absl::StrCat("indexer_scores heads=", s.heads, " dim=", s.dim, " page=", s.page_rows,
@@ -368,6 +439,10 @@ void AddAttentionCases(std::vector<Case>* cases) {
     cases->push_back({absl::StrCat("indexer_scores_f32 heads=", s.heads, " dim=", s.dim, " page=", s.page_rows,
                                    " n_keys=", absl::StrJoin(s.n_keys, ",")),
                       [=](std::mt19937& rng) { return IndexerCase(rng, s, true); }});
+  }
+  for (int64_t heads : {32, 64}) {
+    cases->push_back({absl::StrCat("indexer_scores batch invariance heads=", heads, " dim=128"),
+                      [=](std::mt19937& rng) { return IndexerInvarianceCase(rng, heads); }});
   }
 }
 
