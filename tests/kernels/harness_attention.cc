@@ -427,6 +427,8 @@ void AddAttentionCases(std::vector<Case>* cases) {
       // row, an unmapped page (row 3 / row 0), an invalid n_keys.
       {32, 128, 64, 0, 32768, {32768, 4096, 0, 30001, 4097, 255, 32769}, 3},
       {32, 128, 64, 0, 4096, {4096, 4000, 0, 1, 64, 65, 257, 256}, 0},
+      // Longer rows ending inside a 256-key CTA chunk and inside a 64-key tile.
+      {32, 128, 64, 0, 70000, {70000, 65537, 8193}, 0},
       // The other head counts it takes (16, 48, 64), pages with a gap between them.
       {16, 128, 64, 1000, 4096, {4096, 1000, 0}, 1},
       {48, 128, 64, 0, 4096, {3000, 4096, 17}, 0},
