@@ -1,9 +1,11 @@
 // Absorbed MLA decode attention over a paged bf16 latent cache (MlaDecodeAttention in ops.h).
 //
 // Two paths with one contract. The model shapes (latent 512, rope 0 or 64) run on the tensor
-// cores (mla_decode_tc.cu): each selected row is read once for all heads of its query row, and a
-// row's selection is split over the CTAs of a cluster by its own length only. Other shapes (the
-// toy and test shapes) run the per-head kernel below.
+// cores (mla_decode_tc.cu) when MlaTcApplies says the device and the pointers' alignment allow:
+// each selected row is read once for all heads of its query row, and a row's selection is split
+// over the CTAs of a cluster by its own length only. Everything else (the toy and test shapes,
+// q or out not 16-byte aligned, devices below sm_90 or without its shared memory) runs the
+// per-head kernel below, which needs only the cache rows 16-byte aligned.
 //
 // Per-head kernel: one block of 128 threads per (query row, head). The row's selection is walked
 // in tiles of kTile tokens: the tile's cached rows are staged in shared memory (each warp copies
@@ -150,7 +152,7 @@ absl::Status MlaDecodeAttention(const uint16_t* q_abs, const uint16_t* q_pe, int
       out == nullptr) {
     return absl::InvalidArgumentError("MlaDecodeAttention: null q_abs, q_pe, sel, sel_offsets or out");
   }
-  if (MlaTcApplies(q_abs, q_pe, rows, heads, latent, rope)) {
+  if (MlaTcApplies(q_abs, q_pe, rows, heads, latent, rope, cache, out)) {
     return MlaDecodeTc(q_abs, q_pe, rows, heads, rope, view, sel, sel_offsets, scale, out, stream);
   }
   MlaDecodeKernel<<<static_cast<unsigned>(rows * heads), kThreads, SharedBytes(width),

@@ -44,7 +44,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kDimsPerWarp = kLatent / kWarps;  // PV: latent columns a warp owns
 constexpr int kOStride = kLatent + 8;           // bf16 a head row of the merge buffer (16-byte pad)
-constexpr int kSmemLimit = 232448;              // 227 KiB, the sm_90 opt-in limit of a CTA
+constexpr int kSmemLimit = static_cast<int>(kMlaTcSmemBytes);  // 227 KiB, the sm_90 opt-in limit of a CTA
 static_assert(kDimsPerWarp == 64, "PV loops assume 8 n-tiles of 8 columns a warp");
 static_assert(kTile == 32, "S, the softmax and P assume 32-token tiles (4 n-tiles, 4 chunks a P row)");
 
@@ -184,11 +184,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   // ahead of the math; a loaded id is first used an iteration after its load, so no warp waits
   // on a lookup while the tiles stream. `it` counts this CTA's tiles: its tile it is the row's
   // tile rank + it * K.
-  constexpr int kPastEnd = INT_MIN;  // a token past the row's end: zero-filled, not an error
+  // A token past the row's end is kPastEnd: zero-filled, not an error. A selected id below 0 is
+  // read as -1 (as unaddressable, the row becomes NaN), so no selection value reads as kPastEnd.
+  constexpr int kPastEnd = INT_MIN;
   const int row = tid >> 3;
   auto fetch_id = [&](int it) {
     const int64_t j = (rank + static_cast<int64_t>(it) * K) * kTile + row;
-    return j < n ? sel[begin + j] : kPastEnd;
+    return j < n ? max(sel[begin + j], -1) : kPastEnd;
   };
   // PagedRow in two steps: the page id (load_page, a tile ahead), then the row address and its
   // checks (copy_tile).
@@ -591,9 +593,22 @@ absl::Status Launch(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, i
 
 }  // namespace
 
+bool MlaTcApplies(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t latent,
+                  int64_t rope, const PagedCacheBf16& cache, const uint16_t* out) {
+  // Every 16-byte access of the kernel: cp.async of q rows and cached rows, uint4 stores of out.
+  if (cache.width != latent + rope || reinterpret_cast<uintptr_t>(out) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(cache.arena) % 16 != 0 || cache.page_stride % 8 != 0) {
+    return false;
+  }
+  return MlaTcApplies(static_cast<const void*>(q_abs), static_cast<const void*>(q_pe), rows, heads, latent, rope);
+}
+
 bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t heads, int64_t latent,
                   int64_t rope) {
-  if (latent != kLatent || (rope != 0 && rope != 64) || rows > INT_MAX / kCluster) return false;
+  if (latent != kLatent || (rope != 0 && rope != 64) || rows > INT_MAX / kCluster ||
+      heads > int64_t{65535} * 64) {  // grid x: rows * kCluster CTAs; grid y: head groups of up to 64
+    return false;
+  }
   if (reinterpret_cast<uintptr_t>(q_abs) % 16 != 0 || (rope > 0 && reinterpret_cast<uintptr_t>(q_pe) % 16 != 0)) {
     return false;
   }

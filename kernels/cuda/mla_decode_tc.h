@@ -22,14 +22,34 @@ namespace ferry::kernels::cuda {
 inline constexpr int kMlaTcTile = 32;
 inline constexpr int kMlaTcCluster = 8;
 
-// True when the tensor-core path takes these arguments on the current device: latent 512,
-// rope 0 or 64, q_abs and q_pe 16-byte aligned, rows * kMlaTcCluster <= INT32_MAX, compute
-// capability >= 9.0 with the shared memory (up to 226 KiB a CTA) and clusters of kMlaTcCluster.
+// Shared memory a CTA of the path may need (every (head tile, width) variant stays within it,
+// static_assert in mla_decode_tc.cu): on a device of compute capability >= 9.0 whose opt-in
+// shared memory a block is at least this, the device conditions of MlaTcApplies hold
+// (ferry-kernel-check asserts that the model-shape cases take the path there).
+inline constexpr int64_t kMlaTcSmemBytes = 232448;  // 227 KiB, the sm_90 opt-in limit
+
+// True when the tensor-core path takes these arguments on the current device; MlaDecodeAttention
+// runs the per-head kernel otherwise (same contract, ops.h). All of:
+//   shape: latent 512, rope 0 or 64, cache.width == latent + rope, and the grid's limits:
+//     rows * kMlaTcCluster <= INT32_MAX, heads <= 65535 * 64;
+//   alignment, for its 16-byte cp.async loads and 16-byte stores: q_abs, q_pe (when rope > 0),
+//     out and cache.arena 16-byte aligned, cache.page_stride a multiple of 8 values (with rows of
+//     512 or 576 values every cached row then starts 16-byte aligned). sel, sel_offsets and the
+//     page table are read an int32 at a time, as by the per-head kernel: no extra alignment;
+//   device: compute capability >= 9.0, the shared memory (up to kMlaTcSmemBytes a CTA) and
+//     co-resident clusters of kMlaTcCluster CTAs.
 // Thread safety: safe from several host threads (the per-device set-up is done once, locked).
+bool MlaTcApplies(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t latent,
+                  int64_t rope, const PagedCacheBf16& cache, const uint16_t* out);
+
+// The shape, device and q conditions of MlaTcApplies alone, without the cache and out: what
+// bench_mla.cu reports per shape. Not a launch decision (a misaligned out or arena would fault
+// in the path); kept until bench_mla.cu moves to the overload above.
 bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t heads, int64_t latent,
                   int64_t rope);
 
-// Launches the path. REQUIRES: MlaTcApplies(...) returned true, the arguments passed
+// Launches the path. REQUIRES: MlaTcApplies(q_abs, q_pe, rows, heads, 512, rope, cache, out)
+// returned true for the PagedCacheBf16 `cache` was made from, the arguments passed
 // MlaDecodeAttention's checks, rows >= 1.
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,

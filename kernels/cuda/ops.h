@@ -110,11 +110,18 @@ struct PagedCacheBf16 {
 // tensor-core path rounds the probabilities to bf16 before the sum over the selection, and each
 // CTA's partial sum to bf16 before the cluster merge).
 // Batch invariance: a row's output bits depend only on its own inputs (q, selection, pages), never
-// on `rows` or the other rows of the launch. Latent 512 with rope 0 or 64 (the model shapes, q
-// pointers 16-byte aligned) runs on the tensor cores: each selected row is read once for all
-// heads, the selection is cut into 32-token tiles spread over a cluster of CTAs by the row's own
-// length, partial results merged in a fixed order (mla_decode_tc.h). Other shapes: one block per
-// (row, head). No workspace; nothing is allocated.
+// on `rows` or the other rows of the launch. Two paths (their rounding differs):
+//   tensor cores, chosen when all of (MlaTcApplies, mla_decode_tc.h): latent 512 with rope 0 or
+//   64 (the model shapes); q_abs, q_pe (rope > 0), out and cache.arena 16-byte aligned; rows
+//   and heads within its grid's limits; a device of compute capability >= 9.0 with the shared
+//   memory a block (up to 227 KiB, as on sm_90) and co-resident clusters of 8 CTAs.
+//   Each selected row is read once for all heads, the selection is cut into 32-token tiles
+//   spread over a cluster of CTAs by the row's own length, partial results merged in a fixed
+//   order (mla_decode_tc.h).
+//   Otherwise one block per (row, head), which needs no alignment beyond the REQUIRES below
+//   (q and out may be misaligned slices, e.g. at an odd element).
+// Slices at whole rows of 16-byte aligned buffers keep the path (and the bits) of the whole.
+// No workspace; nothing is allocated.
 // Empty selection: that row's output is 0. A selection with sel_offsets[r + 1] <
 // sel_offsets[r], or naming a token or page the cache cannot address (see PagedCacheBf16):
 // that row's output is NaN for every head. NaN inputs propagate (as in the CPU twin).

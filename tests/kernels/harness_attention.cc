@@ -3,17 +3,23 @@
 // whose rows are scattered over a shuffled page arena (unused table entries are -1, so a read past
 // a conversation's pages would show), gathers each conversation's rows back into a contiguous
 // cache on the host, and runs the CPU twin on that.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/mla_decode_tc.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -92,13 +98,52 @@ std::vector<int32_t> Select(std::mt19937& rng, int64_t len, int64_t n) {
   return all;
 }
 
+// Whether the current device can run MlaDecodeAttention's tensor-core path: compute capability
+// >= 9.0 with kMlaTcSmemBytes of opt-in shared memory a block (mla_decode_tc.h; an sm_120/121
+// part has 99 KiB and runs the per-head kernel).
+bool TcDevice() {
+  int device = 0, major = 0, optin = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return major >= 9 && optin >= cu::kMlaTcSmemBytes;
+}
+
+// On a TcDevice(), an error unless MlaDecodeAttention takes the tensor-core path exactly when
+// `want_tc`: were MlaTcApplies to regress to false, the model-shape cases would all run the
+// per-head kernel and pass as well; were it to take a misaligned out, the path would fault.
+absl::Status ExpectMlaPath(bool want_tc, const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads,
+                           int64_t latent, int64_t rope, const cu::PagedCacheBf16& cache, const uint16_t* out) {
+  if (!TcDevice()) return absl::OkStatus();
+  const bool tc = cu::MlaTcApplies(q_abs, q_pe, rows, heads, latent, rope, cache, out);
+  if (tc == want_tc) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("MlaTcApplies is ", tc, ", want ", want_tc, " (latent ", latent, ", rope ",
+                                          rope, ", out at byte ", reinterpret_cast<uintptr_t>(out) % 16,
+                                          " of 16, q_abs at byte ", reinterpret_cast<uintptr_t>(q_abs) % 16, ")"));
+}
+
 struct MlaShape {
   int64_t heads, latent, rope, page_rows, gap;  // gap: other data per page (multiple of 8)
   std::vector<int64_t> lengths;  // per conversation
   std::vector<int64_t> row_conv;  // per query row: its conversation
   int64_t n_sel;                  // per row, min(n_sel, length) selected tokens
   bool specials;                  // the last two rows: an empty selection, then an unaddressable id
+  // specials: the unaddressable id, put in the middle of the last row's selection; by default
+  // one past the row's table, as its last token.
+  std::optional<int32_t> bad_id = std::nullopt;
+  // out starts this many elements into its buffer: 1 leaves it 2 bytes past 16-byte alignment,
+  // which the tensor-core path cannot store to (the per-head kernel must run).
+  int64_t out_offset = 0;
 };
+
+// The path MlaDecodeAttention must take for s on a TcDevice(): the tensor cores at the model
+// shapes with every pointer aligned (the cases' q, arena and page strides are).
+bool WantTc(const MlaShape& s) {
+  return s.latent == 512 && (s.rope == 0 || s.rope == 64) && s.out_offset % 8 == 0;
+}
 
 // f32: MlaDecodeAttentionF32 on the same (bf16-exact) values, held to float32 rounding.
 Result MlaCase(std::mt19937& rng, const MlaShape& s, bool f32 = false) {
@@ -122,7 +167,11 @@ Result MlaCase(std::mt19937& rng, const MlaShape& s, bool f32 = false) {
       row_sel.clear();
       std::fill(o, o + H * L, 0.0f);
     } else if (s.specials && t == R - 1) {
-      row_sel.back() = static_cast<int32_t>(pc.table_stride * pc.page_rows);  // beyond the table
+      if (s.bad_id.has_value()) {
+        row_sel[row_sel.size() / 2] = *s.bad_id;
+      } else {
+        row_sel.back() = static_cast<int32_t>(pc.table_stride * pc.page_rows);  // beyond the table
+      }
       std::fill(o, o + H * L, NAN);
     } else {
       const std::vector<float> cache = pc.Gather(c, len);
@@ -151,8 +200,10 @@ Result MlaCase(std::mt19937& rng, const MlaShape& s, bool f32 = false) {
     const cu::PagedCacheBf16 cache = pc.View(dev.Upload(pc.arena_bits), dtable);
     uint16_t* qa = dev.Upload(qab);
     uint16_t* qp = s.rope > 0 ? dev.Upload(qpb) : nullptr;
-    uint16_t* out = dev.Poisoned<uint16_t>(R * H * L);
+    uint16_t* out = dev.Poisoned<uint16_t>(R * H * L + s.out_offset);
     if (!r.error.empty()) return r;
+    out += s.out_offset;
+    HARNESS_CHECK_OK(ExpectMlaPath(WantTc(s), qa, qp, R, H, L, s.rope, cache, out));
     HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out));
     HARNESS_CHECK_OK(cu::Synchronize());
     got = ToF32(dev.Download(out, R * H * L));
@@ -208,6 +259,13 @@ Result MlaInvarianceCase(std::mt19937& rng, int64_t heads, int64_t rope) {
                                   pc.View(arena, dtable + first * pc.table_stride), dsel, doff + first, scale,
                                   part + first * H * L);
   };
+  // Every launch here must run on the tensor cores where the device has them: the invariance
+  // of the per-head kernel is not what this case is for.
+  HARNESS_CHECK_OK(ExpectMlaPath(true, qa, qp, R, H, L, rope, pc.View(arena, dtable), batch));
+  for (int64_t first = 0; first < R; ++first) {
+    HARNESS_CHECK_OK(ExpectMlaPath(true, qa + first * H * L, qp != nullptr ? qp + first * H * rope : nullptr, 1, H, L,
+                                   rope, pc.View(arena, dtable + first * pc.table_stride), part + first * H * L));
+  }
   HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa, qp, R, H, L, rope, pc.View(arena, dtable), dsel, doff, scale, batch));
   HARNESS_CHECK_OK(cu::Synchronize());
   const std::vector<uint16_t> got = dev.Download(batch, R * H * L);
@@ -363,6 +421,18 @@ Result IndexerInvarianceCase(std::mt19937& rng, int64_t heads) {
   return r;
 }
 
+// The case name's description of s, after "mla_decode" or "mla_decode_f32".
+std::string MlaName(const MlaShape& s, bool f32) {
+  std::string specials;
+  if (s.specials) {
+    specials = s.bad_id.has_value() ? (*s.bad_id == INT32_MIN ? " +empty+INT_MIN" : absl::StrCat(" +empty+", *s.bad_id))
+                                    : " +empty+bad";
+  }
+  return absl::StrCat(" heads=", s.heads, " latent=", s.latent, " rope=", s.rope, " page=", s.page_rows,
+                      !f32 && s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(), " sel<=", s.n_sel, specials,
+                      s.out_offset != 0 ? absl::StrCat(" out+", s.out_offset) : "");
+}
+
 }  // namespace
 
 void AddAttentionCases(std::vector<Case>* cases) {
@@ -373,26 +443,26 @@ void AddAttentionCases(std::vector<Case>* cases) {
       // GLM-5.3-Flash: NoPE (latent 512 only), dense below 2048 tokens, pages shared with
       // another layer's rows.
       {64, 512, 0, 128, 4096, {40, 1000, 2600}, {0, 1, 2}, 2048, false},
-      // Toy with an empty selection and an unaddressable id; a one-row conversation.
+      // Toy with an empty selection and an unaddressable id; a one-row conversation. Then
+      // INT32_MIN as the id (an unaddressable token like any negative one: NaN, not skipped).
       {3, 16, 8, 4, 24, {1, 7, 30, 13}, {0, 1, 2, 3, 3, 2}, 5, true},
+      {3, 16, 8, 4, 24, {1, 7, 30, 13}, {0, 1, 2, 3, 3, 2}, 5, true, INT32_MIN},
       // One-row pages, and the widest latent.
       {2, 64, 0, 1, 8, {17, 50}, {0, 1}, 100, false},
       {4, 1024, 64, 16, 0, {300, 5}, {0, 1}, 257, false},
   };
   for (const MlaShape& s : mla) {
-    cases->push_back({absl::StrCat("mla_decode heads=", s.heads, " latent=", s.latent, " rope=", s.rope,
-                                   " page=", s.page_rows, s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(),
-                                   " sel<=", s.n_sel, s.specials ? " +empty+bad" : ""),
-                      [=](std::mt19937& rng) { return MlaCase(rng, s); }});
-    cases->push_back({absl::StrCat("mla_decode_f32 heads=", s.heads, " latent=", s.latent, " rope=", s.rope,
-                                   " page=", s.page_rows, " rows=", s.row_conv.size(), " sel<=", s.n_sel,
-                                   s.specials ? " +empty+bad" : ""),
-                      [=](std::mt19937& rng) { return MlaCase(rng, s, true); }});
+    cases->push_back({"mla_decode" + MlaName(s, false), [=](std::mt19937& rng) { return MlaCase(rng, s); }});
+    cases->push_back({"mla_decode_f32" + MlaName(s, true), [=](std::mt19937& rng) { return MlaCase(rng, s, true); }});
   }
   // The tensor-core path at the model shapes (GLM-5.2: rope 64; GLM-5.3-Flash: rope 0; 64 heads
   // on one GPU, 32 a rank at TP=2): top-2048 of up to 8K-token contexts in 64-row pages, ragged
   // rows, rows shorter than a 64-token tile, then an empty and a bad selection. Then padded head
   // groups (16 heads on a 32-head tile, 48 on a 64-head one, 128 as two groups) at tile edges.
+  // On a device with the path (TcDevice) each must take it. Then INT32_MIN in a selection on
+  // the path (its tile loader marks past-the-end tokens with INT_MIN: a selected INT32_MIN must
+  // still make the row NaN), and an out one element past 16-byte alignment, which must fall back
+  // to the per-head kernel and pass there.
   const std::vector<MlaShape> model = {
       {64, 512, 64, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
       {32, 512, 64, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
@@ -401,12 +471,11 @@ void AddAttentionCases(std::vector<Case>* cases) {
       {16, 512, 0, 64, 0, {129, 64, 63}, {0, 1, 2}, 2048, false},
       {48, 512, 64, 64, 1152, {3000, 70, 1000}, {0, 1, 2, 0}, 2048, false},
       {128, 512, 64, 64, 0, {2500, 65, 300}, {0, 1, 2, 2}, 2048, true},
+      {64, 512, 64, 64, 0, {3000, 70, 1000, 2100}, {0, 1, 2, 3}, 2048, true, INT32_MIN},
+      {64, 512, 64, 64, 0, {3000, 70, 1000}, {0, 1, 2, 0, 1}, 2048, true, std::nullopt, 1},
   };
   for (const MlaShape& s : model) {
-    cases->push_back({absl::StrCat("mla_decode heads=", s.heads, " latent=", s.latent, " rope=", s.rope,
-                                   " page=", s.page_rows, s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(),
-                                   " sel<=", s.n_sel, s.specials ? " +empty+bad" : ""),
-                      [=](std::mt19937& rng) { return MlaCase(rng, s); }});
+    cases->push_back({"mla_decode" + MlaName(s, false), [=](std::mt19937& rng) { return MlaCase(rng, s); }});
   }
   for (int64_t heads : {64, 32}) {
     for (int64_t rope : {64, 0}) {
