@@ -5,10 +5,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <system_error>
 
@@ -18,17 +19,15 @@
 namespace ferry {
 namespace {
 
-constexpr size_t kMaxHead = 8192;
-constexpr int kIoTimeoutSeconds = 2;
+using Clock = std::chrono::steady_clock;
 
-void WriteAll(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    const ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the client went away or stalled: nothing more to do for it
-    off += static_cast<size_t>(n);
-  }
+constexpr size_t kMaxHead = 8192;
+
+// Where the request head ends (just past its blank line), or npos while it has not.
+size_t HeadEnd(const std::string& head) {
+  const size_t crlf = head.find("\r\n\r\n"), lf = head.find("\n\n");
+  if (crlf != std::string::npos && (lf == std::string::npos || crlf < lf)) return crlf + 4;
+  return lf == std::string::npos ? lf : lf + 2;
 }
 
 std::string Response(int code, const char* reason, const std::string& content_type, const std::string& body,
@@ -37,6 +36,26 @@ std::string Response(int code, const char* reason, const std::string& content_ty
                                "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n");
   if (!head_only) r += body;
   return r;
+}
+
+// The response to `head` (what came of the request, complete or not; see the header).
+std::string Answer(const std::string& head, prometheus::Collectable& metrics) {
+  const std::string text = "text/plain; charset=utf-8";
+  const size_t end = HeadEnd(head);
+  const bool oversized = end == std::string::npos ? head.size() > kMaxHead : end > kMaxHead;
+  // Request line: METHOD SP TARGET SP VERSION.
+  const std::string line = head.substr(0, head.find_first_of("\r\n"));
+  const size_t sp1 = line.find(' '), sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (oversized || sp2 == std::string::npos || line.compare(sp2 + 1, 5, "HTTP/") != 0) {
+    return Response(400, "Bad Request", text, "bad request\n", false);
+  }
+  const std::string method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string path = target.substr(0, target.find('?'));
+  const bool head_only = method == "HEAD";
+  if (method != "GET" && !head_only) return Response(405, "Method Not Allowed", text, "GET /metrics only\n", false);
+  if (path != "/metrics") return Response(404, "Not Found", text, "see /metrics\n", head_only);
+  const std::string body = prometheus::TextSerializer().Serialize(metrics.Collect());
+  return Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", body, head_only);
 }
 
 }  // namespace
@@ -57,7 +76,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::s
   int fd = -1;
   std::string why = "no address";
   for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) {
       why = absl::StrCat("socket: ", std::strerror(errno));
       continue;
@@ -97,6 +116,7 @@ MetricsServer::MetricsServer(int listen_fd, int wake_read, int wake_write, int p
 
 MetricsServer::~MetricsServer() {
   if (thread_.joinable()) {
+    stopping_.store(true);
     const char b = 0;
     while (write(wake_write_, &b, 1) < 0 && errno == EINTR) {
     }
@@ -108,57 +128,93 @@ MetricsServer::~MetricsServer() {
 }
 
 void MetricsServer::Loop() {
-  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
   for (;;) {
+    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       return;
     }
     if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;  // the client gave up already, or fds ran out: the next poll retries
-    Serve(fd);
+    if (fds[0].revents == 0) continue;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      // The client gave up already, or a signal came: try again now. Anything else (EMFILE,
+      // ENFILE, ENOBUFS, ENOMEM, ...) leaves the connection queued and the socket readable, so
+      // retrying at once would spin: wait (for the stop pipe only) and retry.
+      if (errno == ECONNABORTED || errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
+      if (WaitFor(-1, 0, Clock::now() + kAcceptBackoff) == Wait::kStopping) return;
+      continue;
+    }
+    Serve(fd, Clock::now() + kConnectionDeadline);
     close(fd);
   }
 }
 
-void MetricsServer::Serve(int fd) {
-  timeval tv{kIoTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+MetricsServer::Wait MetricsServer::WaitFor(int fd, short events, Clock::time_point deadline) const {
+  for (;;) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return Wait::kExpired;
+    // poll ignores an entry whose fd is negative (the back-off's wait on the stop pipe alone).
+    pollfd fds[2] = {{wake_read_, POLLIN, 0}, {fd, events, 0}};
+    const int n = poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 60'000)));
+    if (n < 0 && errno != EINTR) return Wait::kExpired;  // cannot wait: give the client up
+    if (n <= 0) continue;
+    if (fds[0].revents != 0) return Wait::kStopping;
+    if (fds[1].revents != 0) return Wait::kReady;  // POLLERR/POLLHUP too: the next recv/send says
+  }
+}
+
+void MetricsServer::Serve(int fd, Clock::time_point deadline) {
+  char buf[4096];
+  // Reads what is there; false when the client is to be dropped (reset, deadline, stop).
+  // `*eof` when the client has closed its side.
+  const auto read_some = [&](std::string* into, bool* eof) {
+    for (;;) {
+      // Checked before each read too, not only when one would block: a client that keeps the
+      // socket readable (a flood after the response) must not outlast the deadline or a stop.
+      if (stopping_.load() || Clock::now() >= deadline) return false;
+      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+      if (n > 0) {
+        if (into != nullptr) into->append(buf, static_cast<size_t>(n));
+        return true;
+      }
+      if (n == 0) {
+        *eof = true;
+        return true;
+      }
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+      if (WaitFor(fd, POLLIN, deadline) != Wait::kReady) return false;
+    }
+  };
+
   std::string head;
-  char buf[1024];
-  while (head.find("\r\n\r\n") == std::string::npos && head.find("\n\n") == std::string::npos) {
-    if (head.size() > kMaxHead) break;
-    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // closed, or timed out: answer what came (a bad request, likely)
-    head.append(buf, static_cast<size_t>(n));
+  bool eof = false;
+  while (!eof && HeadEnd(head) == std::string::npos && head.size() <= kMaxHead) {
+    if (!read_some(&head, &eof)) return;  // dropped unanswered
   }
+  // A head cut short by end-of-stream is answered as it stands (the client may still read).
   ++requests_;
-  const std::string text = "text/plain; charset=utf-8";
-  // Request line: METHOD SP TARGET SP VERSION.
-  const size_t eol = head.find_first_of("\r\n");
-  const std::string line = head.substr(0, eol);
-  const size_t sp1 = line.find(' '), sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (head.size() > kMaxHead || sp2 == std::string::npos || line.compare(sp2 + 1, 5, "HTTP/") != 0) {
-    WriteAll(fd, Response(400, "Bad Request", text, "bad request\n", false));
-    return;
+  const std::string response = Answer(head, *metrics_);
+  for (size_t off = 0; off < response.size();) {
+    const ssize_t n = send(fd, response.data() + off, response.size() - off, MSG_NOSIGNAL);
+    if (n > 0) {
+      off += static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return;  // the client went away
+    if (WaitFor(fd, POLLOUT, deadline) != Wait::kReady) return;       // not reading: cut short
   }
-  const std::string method = line.substr(0, sp1), target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  const std::string path = target.substr(0, target.find('?'));
-  const bool head_only = method == "HEAD";
-  if (method != "GET" && !head_only) {
-    WriteAll(fd, Response(405, "Method Not Allowed", text, "GET /metrics only\n", false));
-    return;
+  // Closing with unread bytes (the rest of an oversized head, a POST body), or before the client
+  // has sent all of them, sends a reset: the client's writes of the rest fail (so a client that
+  // writes its whole request before reading gives up without the answer), and a stack that drops
+  // received data on a reset loses the answer too. Half-close, and read to the client's
+  // end-of-stream (bounded by the deadline) first.
+  shutdown(fd, SHUT_WR);
+  while (!eof) {
+    if (!read_some(nullptr, &eof)) return;
   }
-  if (path != "/metrics") {
-    WriteAll(fd, Response(404, "Not Found", text, "see /metrics\n", head_only));
-    return;
-  }
-  const std::string body = prometheus::TextSerializer().Serialize(metrics_->Collect());
-  WriteAll(fd, Response(200, "OK", "text/plain; version=0.0.4; charset=utf-8", body, head_only));
 }
 
 }  // namespace ferry

@@ -10,14 +10,32 @@
 //
 // What it serves: GET (or HEAD) /metrics -> 200, text/plain; version=0.0.4, the collectable's
 // families (prometheus::TextSerializer); another path -> 404; another method -> 405; a request
-// that does not parse, or whose head is over 8 KiB -> 400. Connections are served one at a time;
-// each read or write gives up after 2 s, so a stalled client holds up scrapes for that long at
-// most.
+// that does not parse, or whose head is over 8 KiB -> 400 (a head cut short by the client's
+// end-of-stream is answered as it stands, likely 400).
+//
+// Invariants (one connection at a time, so these bound what one client costs every other one):
+//   - Each connection gets one deadline, kConnectionDeadline (2 s) from accept, for everything:
+//     reading the head, Collect(), writing the response and the drain below. The client socket is
+//     non-blocking and the thread only ever waits in poll() on it and the stop pipe, for the time
+//     left, so a client that drips bytes, stalls, or does not read is dropped (closed unanswered,
+//     or with the response cut short) when the deadline passes: a scrape queued behind it waits
+//     at most 2 s plus Collect() for it.
+//   - After the response, the server half-closes (shutdown(SHUT_WR)) and reads and discards what
+//     the client still sends until it closes or the deadline passes, then closes: a request with
+//     bytes the server does not need (an oversized head, a POST body) is not reset, so the client
+//     can send them all and then read its 4xx. A client that keeps the connection open after the
+//     response holds the server until the deadline.
+//   - accept4 failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) backs
+//     off kAcceptBackoff (100 ms) before the next try instead of spinning on the still-readable
+//     listening socket; ECONNABORTED, EINTR and EAGAIN are retried at once.
 // Thread safety: Start() and the destructor from one thread; the collectable must be safe to
-// Collect() from the server's thread (prometheus::Registry is).
+// Collect() from the server's thread (prometheus::Registry is). The destructor wakes the thread
+// through a pipe that every wait of it watches, so it returns within a few milliseconds whatever
+// a client does (a Collect() in progress finishes first).
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -29,13 +47,19 @@ namespace ferry {
 
 class MetricsServer {
  public:
+  // The whole life of one connection, accept to close (see Invariants above).
+  static constexpr std::chrono::milliseconds kConnectionDeadline{2000};
+  // The pause after accept4 fails for want of descriptors or memory.
+  static constexpr std::chrono::milliseconds kAcceptBackoff{100};
+
   // Binds host:port (host a numeric IPv4/IPv6 address or a name; port 0: one the kernel picks)
   // and starts serving `metrics`. Errors: INVALID_ARGUMENT for a null collectable, a port outside
   // [0, 65535] or a host that does not resolve; UNAVAILABLE when no address can be bound or
   // listened on (nothing is left open); INTERNAL when the thread cannot start.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(const std::string& host, int port,
                                                               std::shared_ptr<prometheus::Collectable> metrics);
-  // Stops the thread (a request in progress finishes first) and closes the socket.
+  // Stops the thread and closes the sockets: a connection in progress is dropped (closed, without
+  // its response or with it cut short) unless its Collect() is running, which finishes first.
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -48,12 +72,22 @@ class MetricsServer {
  private:
   MetricsServer(int listen_fd, int wake_read, int wake_write, int port,
                 std::shared_ptr<prometheus::Collectable> metrics);
+  // What a wait in Serve() ended with.
+  enum class Wait { kReady, kExpired, kStopping };
+
   void Loop();
-  void Serve(int fd);
+  // Serves the connected, non-blocking `fd` until `deadline`; the caller closes it.
+  void Serve(int fd, std::chrono::steady_clock::time_point deadline);
+  // Waits until `fd` has one of `events`, `deadline` passes or the destructor asks the thread to
+  // stop (wake_read_ readable), whichever comes first.
+  Wait WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) const;
 
   const int listen_fd_, wake_read_, wake_write_, port_;
   std::shared_ptr<prometheus::Collectable> metrics_;
   std::atomic<int64_t> requests_{0};
+  // Set by the destructor before it writes to the wake pipe (which a wait sees); read between
+  // reads that did not wait.
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 

@@ -1,13 +1,23 @@
 // common/metrics_server.h: what a scraper sees (the registry's text, 404, 405, 400), the port
-// it reports, a port already taken refused and left closed, and a stop that returns.
+// it reports, a port already taken refused and left closed, and a stop that returns; what a
+// client cannot do to it: hold up a scrape past the connection deadline by dripping its request,
+// hold up the destructor, lose a 4xx to a reset by sending more than is read, or make it spin
+// when accept4 runs out of descriptors.
 #include "common/metrics_server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
@@ -16,9 +26,11 @@
 namespace ferry {
 namespace {
 
-// Sends `request` to 127.0.0.1:port and returns everything the server wrote back ("" when the
-// connection is refused).
-std::string Ask(int port, const std::string& request) {
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// A socket connected to 127.0.0.1:port, reads giving up after `timeout`; -1 when refused.
+int Connect(int port, milliseconds timeout = milliseconds(5000)) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -26,15 +38,30 @@ std::string Ask(int port, const std::string& request) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
-  timeval tv{5, 0};
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+// Everything readable from `fd` until end-of-stream, a reset or the read timeout.
+std::string ReadAll(int fd) {
   std::string out;
   char buf[4096];
   ssize_t n;
   while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// Sends `request` to 127.0.0.1:port and returns everything the server wrote back ("" when the
+// connection is refused).
+std::string Ask(int port, const std::string& request, milliseconds timeout = milliseconds(5000)) {
+  const int fd = Connect(port, timeout);
+  if (fd < 0) return "";
+  REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  std::string out = ReadAll(fd);
   close(fd);
   return out;
 }
@@ -90,6 +117,149 @@ TEST_CASE("the metrics server refuses a port that is taken, and bad arguments", 
   CHECK(MetricsServer::Start("127.0.0.1", 0, nullptr).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(MetricsServer::Start("no-such-host.invalid", 0, registry).status().code() ==
         absl::StatusCode::kInvalidArgument);
+}
+
+TEST_CASE("a client dripping its request holds up a scrape for the connection deadline at most", "[metrics_server]") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto s = MetricsServer::Start("127.0.0.1", 0, registry);
+  REQUIRE(s.ok());
+  const int port = (*s)->port();
+  // One byte every 300 ms: each read waits well under 2 s, the head would take 40 min to finish.
+  const int drip = Connect(port, milliseconds(1000));
+  REQUIRE(drip >= 0);
+  std::atomic<bool> stop{false};
+  std::thread dripper([&] {
+    const std::string request = "GET /metrics HTTP/1.1\r\nX-Slow: " + std::string(8000, 'a');
+    for (const char c : request) {
+      if (send(drip, &c, 1, MSG_NOSIGNAL) != 1) return;  // dropped
+      for (int i = 0; i < 30; ++i) {
+        if (stop.load()) return;
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+    }
+  });
+  std::this_thread::sleep_for(milliseconds(100));  // the server is reading the dripper's request
+
+  const auto t0 = Clock::now();
+  const std::string ok = Ask(port, "GET /metrics HTTP/1.0\r\n\r\n", milliseconds(4000));
+  const auto waited = Clock::now() - t0;
+  CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  // The dripper's deadline (2 s from its accept) passed, then the scrape was served at once.
+  CHECK(waited < milliseconds(3000));
+  // The dripper was dropped unanswered: end-of-stream (or a reset, if a byte was in flight),
+  // not a read timeout, and only the scrape counts as answered.
+  char b;
+  errno = 0;
+  const ssize_t n = recv(drip, &b, 1, 0);
+  CHECK((n == 0 || (n < 0 && errno == ECONNRESET)));
+  CHECK((*s)->requests() == 1);
+  stop.store(true);
+  dripper.join();
+  close(drip);
+}
+
+TEST_CASE("destroying the metrics server returns at once whatever a client does", "[metrics_server]") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  const auto timed_reset = [](std::unique_ptr<MetricsServer>& s) {
+    const auto t0 = Clock::now();
+    s.reset();
+    return Clock::now() - t0;
+  };
+  {  // Connected and silent: the server waits for its request.
+    auto s = MetricsServer::Start("127.0.0.1", 0, registry);
+    REQUIRE(s.ok());
+    const int fd = Connect((*s)->port());
+    REQUIRE(fd >= 0);
+    std::this_thread::sleep_for(milliseconds(100));
+    CHECK(timed_reset(*s) < milliseconds(1000));
+    close(fd);
+  }
+  {  // Asked, read the answer, and keeps the connection open: the server waits for its close.
+    auto s = MetricsServer::Start("127.0.0.1", 0, registry);
+    REQUIRE(s.ok());
+    const int fd = Connect((*s)->port());
+    REQUIRE(fd >= 0);
+    const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+    REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+    CHECK(ReadAll(fd).rfind("HTTP/1.1 200 OK\r\n", 0) == 0);  // ends at the server's half-close
+    CHECK(timed_reset(*s) < milliseconds(1000));
+    close(fd);
+  }
+}
+
+TEST_CASE("a request larger than the server reads still gets its 4xx", "[metrics_server]") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto s = MetricsServer::Start("127.0.0.1", 0, registry);
+  REQUIRE(s.ok());
+  const int port = (*s)->port();
+  const auto send_then_read = [&](const std::string& request) {
+    const int fd = Connect(port, milliseconds(2000));
+    REQUIRE(fd >= 0);
+    // The server stops reading after 8 KiB of head (or at the body): the rest must not make it
+    // reset the connection. More comes after the answer, as from a client that writes its request
+    // in pieces: sent to a closed socket, it would draw the reset that discards the answer.
+    size_t off = 0;
+    while (off < request.size()) {
+      const ssize_t n = send(fd, request.data() + off, std::min<size_t>(16384, request.size() - off), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      off += static_cast<size_t>(n);
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    CHECK(off == request.size());
+    std::string out = ReadAll(fd);
+    close(fd);
+    return out;
+  };
+  CHECK(send_then_read("GET /metrics HTTP/1.1\r\nX: " + std::string(100000, 'a') + "\r\n\r\n")
+            .rfind("HTTP/1.1 400 Bad Request\r\n", 0) == 0);
+  CHECK(send_then_read("POST /metrics HTTP/1.1\r\nContent-Length: 100000\r\n\r\n" + std::string(100000, 'b'))
+            .rfind("HTTP/1.1 405 Method Not Allowed\r\n", 0) == 0);
+  CHECK((*s)->requests() == 2);
+}
+
+TEST_CASE("the metrics server backs off while accept4 has no descriptor to give", "[metrics_server]") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto s = MetricsServer::Start("127.0.0.1", 0, registry);
+  REQUIRE(s.ok());
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>((*s)->port()));
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(client >= 0);
+
+  // Every descriptor below a lowered limit taken, then a connection queued: accept4 gets EMFILE
+  // and the listening socket stays readable. Nothing REQUIREs until the limit is back.
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+  rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(old.rlim_cur, 256);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> taken;
+  for (int d; (d = dup(client)) >= 0;) taken.push_back(d);
+  const bool connected = connect(client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  const auto cpu = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return std::chrono::seconds(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+           std::chrono::microseconds(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+  };
+  const auto cpu0 = cpu();
+  std::this_thread::sleep_for(milliseconds(500));
+  const auto spent = cpu() - cpu0;
+  for (const int d : taken) close(d);
+  setrlimit(RLIMIT_NOFILE, &old);
+
+  CHECK(connected);
+  // Spinning on poll + accept4 burns the 500 ms; backing off 100 ms at a time, a few syscalls.
+  CHECK(spent < milliseconds(100));
+  // With descriptors back, the queued connection is served after the back-off.
+  timeval tv{3, 0};
+  setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  CHECK(write(client, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
+  CHECK(ReadAll(client).rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  close(client);
 }
 
 }  // namespace
