@@ -280,7 +280,9 @@ int main(int argc, char** argv) {
       continue;
     }
     absl::StatusOr<worker::Step> decoded = worker::StepFromProto(msg.step(), rank, world);
-    worker::Step step = decoded.ok() ? std::move(*decoded) : worker::Step{msg.step().step_id()};
+    worker::Step step;  // what the step ran (none of it when it could not be decoded)
+    step.step_id = msg.step().step_id();
+    if (decoded.ok()) step = std::move(*decoded);
     const auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<std::vector<int32_t>> tokens =
         decoded.ok() ? exec.Execute(step) : absl::StatusOr<std::vector<int32_t>>(decoded.status());
