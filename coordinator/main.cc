@@ -131,6 +131,11 @@ int main(int argc, char** argv) {
             static_cast<long long>(opts.max_queue), static_cast<long long>(opts.max_context));
     return 2;
   }
+  if (opts.carry_min_tokens < 0) {
+    fprintf(stderr, "ferry-coordinator: need --carry-min-tokens >= 0 (got %lld)\n",
+            static_cast<long long>(opts.carry_min_tokens));
+    return 2;
+  }
 
   coordinator::Metrics metrics(world);
   const std::string host = absl::GetFlag(FLAGS_host);
