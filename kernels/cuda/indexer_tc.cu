@@ -21,10 +21,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/indexer_tc.h"
 
 namespace ferry::kernels::cuda {
 namespace {
+
+using ptx::CpAsync16;
+using ptx::CpAsyncCommit;
+using ptx::CpAsyncWait;
+using ptx::Ldsm4;
+using ptx::Mma;
 
 constexpr int kDim = 128;
 constexpr int kRowBytes = kDim * 2;
@@ -38,28 +45,6 @@ constexpr int kSmemBytes = kKeyBytes + kIndexerTcKeys * 8;  // keys, then one ro
 static_assert(kWarps * 16 == kTileKeys, "a warp computes 16 keys of a tile");
 static_assert(kTiles == 4, "the wait ladder below assumes four groups");
 
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-// c += a b, m16n8k16, bf16 in, float32 accumulate.
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 __device__ __forceinline__ uint32_t Swz(int row, int chunk) {
   return static_cast<uint32_t>(row * kRowBytes + ((chunk ^ (row & 7)) << 4));
 }

@@ -29,10 +29,17 @@
 #include <tuple>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mla_decode_tc.h"
 
 namespace ferry::kernels::cuda {
 namespace {
+
+using ptx::CpAsync16;
+using ptx::CpAsyncCommit;
+using ptx::CpAsyncWait;
+using ptx::Ldsm4;
+using ptx::Mma;
 
 namespace cg = cooperative_groups;
 
@@ -100,35 +107,12 @@ __device__ __forceinline__ uint32_t PAddr(int h, int chunk) {
   return static_cast<uint32_t>((h / MH) * (MH * kTile * 4) + (h % MH) * 64 + ((chunk ^ ((h >> 1) & 3)) << 4));
 }
 
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
-__device__ __forceinline__ void Ldsm4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
 __device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr)
                : "memory");
-}
-// c += a b, m16n8k16, bf16 in, float32 accumulate.
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
