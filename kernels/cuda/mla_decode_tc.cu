@@ -19,7 +19,8 @@
 // Bytes: every selected row once (W * 2 bytes), q once per CTA (from L2 after the first), the
 // bf16 output once. Flops: HT * (W + 512) * 2 a selected row, on the tensor cores (mma.sync, so
 // at HT = 64 the math of a CTA's 256 rows takes about as long as their loads; see
-// bench/results/h200-mla-decode.md).
+// bench/results/h200-mla-decode.md). The shared-memory layout and its address helpers are in
+// mla_decode_tc_smem.cuh.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -31,6 +32,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mla_decode_tc.h"
+#include "kernels/cuda/mla_decode_tc_smem.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -39,86 +41,10 @@ using ptx::CpAsync16;
 using ptx::CpAsyncCommit;
 using ptx::CpAsyncWait;
 using ptx::Ldsm4;
+using ptx::Ldsm4T;
 using ptx::Mma;
 
 namespace cg = cooperative_groups;
-
-constexpr int kLatent = 512;
-constexpr int kTile = kMlaTcTile;
-constexpr int kCluster = kMlaTcCluster;
-constexpr int kMaxStages = 4;  // K/V ring: up to kStages - 1 tiles in flight beside the one computed
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kDimsPerWarp = kLatent / kWarps;  // PV: latent columns a warp owns
-constexpr int kOStride = kLatent + 8;           // bf16 a head row of the merge buffer (16-byte pad)
-constexpr int kSmemLimit = static_cast<int>(kMlaTcSmemBytes);  // 227 KiB, the sm_90 opt-in limit of a CTA
-static_assert(kDimsPerWarp == 64, "PV loops assume 8 n-tiles of 8 columns a warp");
-static_assert(kTile == 32, "S, the softmax and P assume 32-token tiles (4 n-tiles, 4 chunks a P row)");
-
-// Shared memory of one CTA, byte offsets. Rows of Q and K/V are stored with their 16-byte chunks
-// XOR-swizzled by (row & 7), so ldmatrix's eight row addresses hit distinct banks; P rows (64 B)
-// by ((row >> 1) & 3) (PAddr).
-//   S = Q K^T is computed by warp (head tile hs of MH heads, k-slice ks): the kKSplit k-slices
-//   of a head tile are summed by its ks == 0 warp through kSred, which then holds P: head tile
-//   hs's P rows (MH x 64 B) lie inside its own slice-0 partials, which that warp has read.
-//   MH = 32 reads q and K from shared memory at 256 bytes an mma instead of 384 (MH = 16), but
-//   needs twice the partials space, so at HT = 64, W = 576 only 3 stages fit (measured slower;
-//   kMhFor picks MH).
-template <int HT, int W, int MH>
-struct Smem {
-  static constexpr int kRowBytes = W * 2;
-  static constexpr int kChunks = W / 8;
-  static constexpr int kSTiles = HT / MH;
-  static constexpr int kKSplit = kWarps / kSTiles;
-  static constexpr int kSteps = W / 16;
-  static constexpr int kStepsPerWarp = kSteps / kKSplit;
-  static constexpr int kStage = kTile * kRowBytes;
-  static constexpr int kSlice = MH * kTile * 4;  // one warp's S partial
-  static constexpr int kSredBytes = (kKSplit - 1) * kSTiles * kSlice;
-  static constexpr int kFixed = HT * kRowBytes + kSredBytes + 4 * HT * 4 + 80;
-  static constexpr int kStages = (kSmemLimit - kFixed) / kStage < kMaxStages ? (kSmemLimit - kFixed) / kStage
-                                                                             : kMaxStages;
-  static constexpr int kQ = 0;
-  static constexpr int kKv = kQ + HT * kRowBytes;  // kStages stages
-  static constexpr int kSred = kKv + kStages * kStage;  // [kKSplit - 1][kSTiles][MH / 16][4][4][32 lanes] float
-  static constexpr int kCorr = kSred + kSredBytes;  // [HT]
-  static constexpr int kRecvM = kCorr + HT * 4;  // merge: [K][HT / K] maxima
-  static constexpr int kRecvL = kRecvM + HT * 4;  // merge: [K][HT / K] sums
-  static constexpr int kWgt = kRecvL + HT * 4;    // merge: [HT / K][K] weights
-  static constexpr int kInv = kWgt + HT * 4;      // merge: [HT / K]
-  static constexpr int kFlags = kInv + 64;        // [0] bad selection, [1] bad anywhere in the cluster
-  static constexpr int kBytes = kFlags + 16;
-  // After the tiles the merge receives K bf16 partials of HT / K heads each, [HT][kOStride] in
-  // all, into q and the K/V stages.
-  static_assert(HT * kOStride * 2 <= kSred - kQ, "merge buffer fits in q and the stages");
-  static_assert(kKSplit >= 2 && kSteps % kKSplit == 0, "S k-slices");
-  static_assert(kStages >= 3, "at least two tiles in flight");
-  static_assert(MH * 64 <= kSlice, "P fits in a head tile's slice-0 partials");
-  static_assert(kChunks % 8 == 0, "the swizzle stays inside a row");
-  static_assert(kBytes <= kSmemLimit, "shared memory of a CTA");
-};
-
-__device__ __forceinline__ uint32_t Swz(int row, int chunk, int row_bytes) {
-  return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
-}
-// P row h (32 bf16 = 4 chunks), inside head tile h / MH's slice-0 partials of kSred.
-template <int MH>
-__device__ __forceinline__ uint32_t PAddr(int h, int chunk) {
-  return static_cast<uint32_t>((h / MH) * (MH * kTile * 4) + (h % MH) * 64 + ((chunk ^ ((h >> 1) & 3)) << 4));
-}
-
-
-__device__ __forceinline__ void Ldsm4T(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // grid (rows * K, head groups), cluster (K, 1, 1), kThreads threads. See the file comment.
 template <int HT, int W, int K, int MH>
