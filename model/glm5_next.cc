@@ -15,8 +15,8 @@ namespace cpu = ferry::kernels::cpu;
 
 NextSequence::NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> keys,
                            std::shared_ptr<PageArena> latent, int rank)
-    : config_(&c),
-      rows_(std::move(keys), std::move(latent), rank),
+    : SplitRowsSequence(SplitRows(std::move(keys), std::move(latent), rank), 0),
+      config_(&c),
       indexer_(static_cast<size_t>(c.num_layers)),
       kda_(static_cast<size_t>(c.num_layers)) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -69,25 +69,8 @@ absl::Status NextSequence::RewindTo(int64_t position) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkAt(int64_t length, int32_t copy_page) const {
-  return ForkSplitAt(length, copy_page, copy_page);
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkSplitAt(int64_t length, int32_t copy_page,
-                                                                         int32_t latent_copy_page) const {
-  return Fork(length, copy_page, latent_copy_page, -1);
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkCarriedAt(int64_t length, int32_t copy_page,
-                                                                           int new_owner) const {
-  return Fork(length, copy_page, -1, new_owner);
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::Fork(int64_t length, int32_t copy_page,
-                                                                  int32_t latent_copy_page, int carry_to) const {
-  if (length < 0 || length > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
-  }
+absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkWith(
+    int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const {
   const std::vector<KdaState>* kda = &kda_;
   if (length != length_) {
     auto it = snapshots_.find(length);
@@ -98,10 +81,8 @@ absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::Fork(int64_t length
     }
     kda = &it->second;
   }
-  FERRY_ASSIGN_OR_RETURN(SplitRows rows, carry_to >= 0 ? rows_.ForkCarried(length, copy_page, carry_to)
-                                                       : rows_.Fork(length, copy_page, latent_copy_page));
-  auto copy = std::unique_ptr<NextSequence>(new NextSequence(*config_, std::move(rows)));
-  copy->length_ = length;
+  FERRY_ASSIGN_OR_RETURN(SplitRows rows, fork_rows());
+  auto copy = std::unique_ptr<NextSequence>(new NextSequence(*config_, std::move(rows), length));
   copy->indexer_ = indexer_;
   for (PooledIndexerCache& ix : copy->indexer_) ix.Truncate(length, *config_);
   copy->kda_ = *kda;

@@ -26,42 +26,28 @@ namespace ferry::model {
 // pool gates in the key table, pool keys here); on KDA layers the recurrent state (conv tails +
 // S), which cannot be rewound by position: RewindTo() works only to the current length or to a
 // position kept with KeepSnapshot().
-class NextSequence final : public SequenceState {
+class NextSequence final : public SplitRowsSequence {
  public:
   // `kda_heads`: the KDA heads this rank holds (all of them without tensor parallelism).
   NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> keys,
                std::shared_ptr<PageArena> latent, int rank);
-  int64_t length() const override { return length_; }
   int64_t bytes() const override;
   int64_t fixed_bytes() const override;
   void KeepSnapshot() override;
   absl::Status RewindTo(int64_t position) override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
-                                                             int32_t latent_copy_page) const override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkCarriedAt(int64_t length, int32_t copy_page,
-                                                               int new_owner) const override;
-  const SplitRows* split_rows() const override { return &rows_; }
-  SplitRows* split_rows() override { return &rows_; }
-  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_.Adopt(pages); }
-  std::vector<int32_t> Pages() const override { return rows_.keys().pages(); }
-  absl::Status SetLatentOwner(int owner, bool borrowed) override { return rows_.SetOwner(owner, borrowed, length_); }
-  int latent_owner() const override { return rows_.owner(); }
-  bool latent_borrowed() const override { return rows_.borrowed(); }
-  absl::Status AdoptLatentPages(std::span<const int32_t> pages) override { return rows_.AdoptLatent(pages); }
-  std::vector<int32_t> LatentPages() const override { return rows_.latent().pages(); }
   // Positions that hold a kept snapshot, ascending.
   std::vector<int64_t> SnapshotPositions() const;
 
  private:
   friend class Glm5Next;
+  NextSequence(const ModelConfig& c, SplitRows rows, int64_t length)
+      : SplitRowsSequence(std::move(rows), length), config_(&c) {}
+  // The KDA state at `length` (the current one or a snapshot) and the pool keys come along.
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkWith(
+      int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const override;
   const ModelConfig* config_;
-  int64_t length_ = 0;
-  NextSequence(const ModelConfig& c, SplitRows rows) : config_(&c), rows_(std::move(rows)) {}
-  // ForkSplitAt, or ForkCarriedAt to rank carry_to when carry_to >= 0.
-  absl::StatusOr<std::unique_ptr<SequenceState>> Fork(int64_t length, int32_t copy_page, int32_t latent_copy_page,
-                                                      int carry_to) const;
-  SplitRows rows_;  // MLA layers: latent rows [L]; key rows [indexer key | pool gate] on full indexer layers
+  // rows_ (SplitRowsSequence): MLA layers' latent rows [L]; key rows [indexer key | pool gate] on
+  // full indexer layers.
   std::vector<PooledIndexerCache> indexer_;      // per layer (MLA layers only): the pool keys
   std::vector<KdaState> kda_;                    // per layer (KDA layers only)
   std::map<int64_t, std::vector<KdaState>> snapshots_;

@@ -22,27 +22,9 @@ absl::Status DsaSequence::RewindTo(int64_t position) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkAt(int64_t length, int32_t copy_page) const {
-  return ForkSplitAt(length, copy_page, copy_page);
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkSplitAt(int64_t length, int32_t copy_page,
-                                                                        int32_t latent_copy_page) const {
-  return Fork(length, copy_page, latent_copy_page, -1);
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkCarriedAt(int64_t length, int32_t copy_page,
-                                                                          int new_owner) const {
-  return Fork(length, copy_page, -1, new_owner);
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::Fork(int64_t length, int32_t copy_page,
-                                                                 int32_t latent_copy_page, int carry_to) const {
-  if (length < 0 || length > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
-  }
-  FERRY_ASSIGN_OR_RETURN(SplitRows rows, carry_to >= 0 ? rows_.ForkCarried(length, copy_page, carry_to)
-                                                       : rows_.Fork(length, copy_page, latent_copy_page));
+absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkWith(
+    int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const {
+  FERRY_ASSIGN_OR_RETURN(SplitRows rows, fork_rows());
   return std::unique_ptr<SequenceState>(new DsaSequence(std::move(rows), length));
 }
 

@@ -23,36 +23,18 @@ namespace ferry::model {
 // indexer key [Di]. The replicated layout (owner -1) fills both on every rank with the same page
 // ids; under the latent split (SetLatentOwner) the key table stays on every rank and the latent
 // table only on the ranks that hold the rows (the owner; every rank while borrowed).
-class DsaSequence final : public SequenceState {
+class DsaSequence final : public SplitRowsSequence {
  public:
   DsaSequence(std::shared_ptr<PageArena> keys, std::shared_ptr<PageArena> latent, int rank)
-      : rows_(std::move(keys), std::move(latent), rank) {}
-  int64_t length() const override { return length_; }
+      : SplitRowsSequence(SplitRows(std::move(keys), std::move(latent), rank), 0) {}
   int64_t bytes() const override { return rows_.bytes(); }
   absl::Status RewindTo(int64_t position) override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
-                                                             int32_t latent_copy_page) const override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkCarriedAt(int64_t length, int32_t copy_page,
-                                                               int new_owner) const override;
-  const SplitRows* split_rows() const override { return &rows_; }
-  SplitRows* split_rows() override { return &rows_; }
-  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_.Adopt(pages); }
-  std::vector<int32_t> Pages() const override { return rows_.keys().pages(); }
-  absl::Status SetLatentOwner(int owner, bool borrowed) override { return rows_.SetOwner(owner, borrowed, length_); }
-  int latent_owner() const override { return rows_.owner(); }
-  bool latent_borrowed() const override { return rows_.borrowed(); }
-  absl::Status AdoptLatentPages(std::span<const int32_t> pages) override { return rows_.AdoptLatent(pages); }
-  std::vector<int32_t> LatentPages() const override { return rows_.latent().pages(); }
 
  private:
   friend class GlmMoeDsa;
-  DsaSequence(SplitRows rows, int64_t length) : length_(length), rows_(std::move(rows)) {}
-  // ForkSplitAt, or ForkCarriedAt to rank carry_to when carry_to >= 0.
-  absl::StatusOr<std::unique_ptr<SequenceState>> Fork(int64_t length, int32_t copy_page, int32_t latent_copy_page,
-                                                      int carry_to) const;
-  int64_t length_ = 0;
-  SplitRows rows_;
+  DsaSequence(SplitRows rows, int64_t length) : SplitRowsSequence(std::move(rows), length) {}
+  absl::StatusOr<std::unique_ptr<SequenceState>> ForkWith(
+      int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const override;
 };
 
 class GlmMoeDsa final : public CausalLM {

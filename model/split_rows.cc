@@ -84,6 +84,26 @@ absl::StatusOr<SplitRows> SplitRows::ForkCarried(int64_t n, int32_t copy_page, i
   return copy;
 }
 
+absl::StatusOr<std::unique_ptr<SequenceState>> SplitRowsSequence::ForkAt(int64_t length, int32_t copy_page) const {
+  return ForkSplitAt(length, copy_page, copy_page);
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> SplitRowsSequence::ForkSplitAt(int64_t length, int32_t copy_page,
+                                                                              int32_t latent_copy_page) const {
+  if (length < 0 || length > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
+  }
+  return ForkWith(length, [&] { return rows_.Fork(length, copy_page, latent_copy_page); });
+}
+
+absl::StatusOr<std::unique_ptr<SequenceState>> SplitRowsSequence::ForkCarriedAt(int64_t length, int32_t copy_page,
+                                                                                int new_owner) const {
+  if (length < 0 || length > length_) {
+    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
+  }
+  return ForkWith(length, [&] { return rows_.ForkCarried(length, copy_page, new_owner); });
+}
+
 void SplitRows::AppendTables(std::vector<PagedRows*>* tables) {
   tables->push_back(keys_.get());
   if (holds_latent()) tables->push_back(latent_.get());
