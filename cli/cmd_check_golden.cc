@@ -24,22 +24,6 @@ using model::DecisionStats;
 using model::GoldenPrompt;
 using model::GoldenResult;
 
-int64_t PicksEqual(const GoldenResult& r, const GoldenPrompt& g) {
-  int64_t n = 0;
-  for (size_t i = 0; i < r.generated.size() && i < g.greedy.size(); ++i) n += r.generated[i] == g.greedy[i] ? 1 : 0;
-  return n;
-}
-
-// "median M, 90th percentile P" of the per-position errors.
-std::string ErrorSpread(const GoldenResult& r) {
-  std::vector<float> e = r.position_errors;
-  if (e.empty()) return "no positions";
-  std::sort(e.begin(), e.end());
-  char buf[96];
-  snprintf(buf, sizeof(buf), "by position median %.3g, 90th percentile %.3g", e[e.size() / 2], e[e.size() * 9 / 10]);
-  return buf;
-}
-
 void PrintResult(const GoldenPrompt& g, const GoldenResult& r, bool forced) {
   printf("%s: prompt %lld tokens, %zu generated, tokens %s, max |logit error| prefill %.3g decode %.3g", g.name.c_str(),
          static_cast<long long>(r.prompt_len), r.generated.size(), r.tokens_equal ? "equal" : "DIFFER",
@@ -58,6 +42,24 @@ void PrintResult(const GoldenPrompt& g, const GoldenResult& r, bool forced) {
   }
 }
 
+#ifdef FERRY_WITH_CUDA
+// The pinned bf16 check's reports (RunPinnedBf16, CUDA builds only).
+int64_t PicksEqual(const GoldenResult& r, const GoldenPrompt& g) {
+  int64_t n = 0;
+  for (size_t i = 0; i < r.generated.size() && i < g.greedy.size(); ++i) n += r.generated[i] == g.greedy[i] ? 1 : 0;
+  return n;
+}
+
+// "median M, 90th percentile P" of the per-position errors.
+std::string ErrorSpread(const GoldenResult& r) {
+  std::vector<float> e = r.position_errors;
+  if (e.empty()) return "no positions";
+  std::sort(e.begin(), e.end());
+  char buf[96];
+  snprintf(buf, sizeof(buf), "by position median %.3g, 90th percentile %.3g", e[e.size() / 2], e[e.size() * 9 / 10]);
+  return buf;
+}
+
 // "N of M decisions differ (indexer a of b, experts c of d), positions p of q".
 void PrintDecisionStats(const DecisionStats& s) {
   const int ix = static_cast<int>(DecisionSite::kIndexerTopK), ex = static_cast<int>(DecisionSite::kMoeExperts);
@@ -69,7 +71,6 @@ void PrintDecisionStats(const DecisionStats& s) {
          static_cast<long long>(s.positions_differing), static_cast<long long>(s.positions));
 }
 
-#ifdef FERRY_WITH_CUDA
 // Runs `check` with `log` attached to `m` in `mode`; detaches it after.
 absl::StatusOr<GoldenResult> WithLog(model::CausalLM& m, DecisionLog& log, DecisionLog::Mode mode,
                                      const GoldenPrompt& g, float tol, int64_t chunk) {
@@ -177,7 +178,6 @@ int RunCheckGolden() {
   const std::string precision = device == "cpu" ? "f32" : absl::GetFlag(FLAGS_precision);
   std::string golden_path = absl::GetFlag(FLAGS_golden);
   if (golden_path.empty()) golden_path = dir + "/golden.safetensors";
-  const bool pinned = device == "cuda" && precision == "bf16" && absl::GetFlag(FLAGS_pin_decisions);
   const bool forced = device != "cpu";
   const int64_t chunk = absl::GetFlag(FLAGS_prefill_chunk);
 
@@ -187,6 +187,7 @@ int RunCheckGolden() {
     return 2;
   }
 #ifdef FERRY_WITH_CUDA
+  const bool pinned = device == "cuda" && precision == "bf16" && absl::GetFlag(FLAGS_pin_decisions);
   if (pinned) return RunPinnedBf16(dir, *prompts, absl::GetFlag(FLAGS_tolerance), chunk);
 #endif
   auto model = LoadModelOn(device, dir, precision);
