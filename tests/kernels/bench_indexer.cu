@@ -28,15 +28,6 @@ namespace {
 
 namespace cu = kernels::cuda;
 
-#define BENCH_CHECK(expr)                                                                                    \
-  do {                                                                                                       \
-    cudaError_t bench_err_ = (expr);                                                                         \
-    if (bench_err_ != cudaSuccess) {                                                                         \
-      fprintf(stderr, "%s failed at %s:%d: %s\n", #expr, __FILE__, __LINE__, cudaGetErrorString(bench_err_)); \
-      return -1;                                                                                             \
-    }                                                                                                        \
-  } while (0)
-
 constexpr int64_t kHeads = 32, kDim = 128, kPageRows = 64;
 constexpr int64_t kArenaPages = (int64_t{4} << 30) / (kPageRows * kDim * 2);  // 4 GiB of keys
 

@@ -21,20 +21,12 @@
 #include "common/dtype.h"
 #include "kernels/cuda/mla_decode_tc.h"
 #include "kernels/cuda/ops.h"
+#include "tests/kernels/harness.h"
 
 namespace ferry::harness {
 namespace {
 
 namespace cu = kernels::cuda;
-
-#define BENCH_CHECK(expr)                                                                       \
-  do {                                                                                          \
-    cudaError_t bench_err_ = (expr);                                                            \
-    if (bench_err_ != cudaSuccess) {                                                            \
-      fprintf(stderr, "%s failed at %s:%d: %s\n", #expr, __FILE__, __LINE__, cudaGetErrorString(bench_err_)); \
-      return -1;                                                                                \
-    }                                                                                           \
-  } while (0)
 
 __global__ void ReadKernel(const uint4* __restrict__ p, size_t n, uint32_t* __restrict__ sink) {
   uint32_t acc = 0;

@@ -147,6 +147,15 @@ int RunIndexerBench();
 // over `bytes` (GB/s, -1 on error), a hash fill of n bf16 values in [-1, 1), and a kernel that
 // holds the default stream for `ns` nanoseconds.
 double BenchReadBandwidth(size_t bytes);
+// In the benches' int-returning functions: a failed CUDA call prints where and returns -1.
+#define BENCH_CHECK(expr)                                                                                    \
+  do {                                                                                                       \
+    cudaError_t bench_err_ = (expr);                                                                         \
+    if (bench_err_ != cudaSuccess) {                                                                         \
+      fprintf(stderr, "%s failed at %s:%d: %s\n", #expr, __FILE__, __LINE__, cudaGetErrorString(bench_err_)); \
+      return -1;                                                                                             \
+    }                                                                                                        \
+  } while (0)
 void BenchFillBf16(uint16_t* p, size_t n, uint32_t seed);
 void BenchSpin(long long ns);
 
