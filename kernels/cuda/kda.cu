@@ -37,11 +37,36 @@ __global__ void __launch_bounds__(kMaxD)
   // Pass 1: u = beta (v - (diag(exp g) S)^T k). Pass 2 recomputes each decayed entry (the same
   // rounded product, so the same value), adds k u^T, stores it and accumulates S^T q. Products
   // are __fmul_rn (never fused into an FMA) so that every operation rounds where the CPU's does.
+  // The column is read kBatch entries at a time into registers before they are used, so that
+  // kBatch loads are in flight (a thread touches only its own column: loading ahead of the
+  // stores of pass 2 is safe); the sums still run over i ascending.
+  constexpr int kBatch = 8;
   float acc = 0.0f;
-  for (int i = 0; i < d; ++i) acc += __fmul_rn(__fmul_rn(S[static_cast<int64_t>(i) * d + j], decay[i]), ks[i]);
+  int i0 = 0;
+  for (; i0 + kBatch <= d; i0 += kBatch) {
+    float sv[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) sv[b] = S[static_cast<int64_t>(i0 + b) * d + j];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) acc += __fmul_rn(__fmul_rn(sv[b], decay[i0 + b]), ks[i0 + b]);
+  }
+  for (int i = i0; i < d; ++i) acc += __fmul_rn(__fmul_rn(S[static_cast<int64_t>(i) * d + j], decay[i]), ks[i]);
   const float u = beta[r * heads + h] * (v[base + j] - acc);
   acc = 0.0f;
-  for (int i = 0; i < d; ++i) {
+  i0 = 0;
+  for (; i0 + kBatch <= d; i0 += kBatch) {
+    float sv[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) sv[b] = S[static_cast<int64_t>(i0 + b) * d + j];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b;
+      const float c = __fmul_rn(sv[b], decay[i]) + __fmul_rn(ks[i], u);
+      S[static_cast<int64_t>(i) * d + j] = c;
+      acc += __fmul_rn(c, qs[i]);
+    }
+  }
+  for (int i = i0; i < d; ++i) {
     float* e = S + static_cast<int64_t>(i) * d + j;
     const float c = __fmul_rn(*e, decay[i]) + __fmul_rn(ks[i], u);
     *e = c;

@@ -1,5 +1,5 @@
-// bf16 Linear through cuBLAS: y = x · w^T with float32 compute, one handle per host thread and
-// device (see LinearBf16 in ops.h).
+// bf16 Linear: y = x · w^T with float32 compute, through GemvBf16 for decode-sized batches and
+// cuBLAS otherwise, one handle per host thread and device (see LinearBf16 in ops.h).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -62,6 +62,14 @@ absl::Status GemmBf16(cublasHandle_t handle, const uint16_t* x, int64_t rows, in
   return absl::OkStatus();
 }
 
+// LinearBf16's choice for one problem on `stream` (`handle` bound to it): GemvBf16 for a
+// decode-sized batch, else the cuBLAS call. GroupedLinearBf16 makes the same choice per problem.
+absl::Status LinearOn(cublasHandle_t handle, cudaStream_t stream, const uint16_t* x, int64_t rows, int64_t in,
+                      const uint16_t* w, int64_t out, uint16_t* y) {
+  if (GemvApplies(x, rows, in, w)) return GemvBf16(x, rows, in, w, out, y, stream);
+  return GemmBf16(handle, x, rows, in, w, out, y);
+}
+
 // GroupedLinearBf16's side streams of one thread on one device: each stream with its own handle
 // (a handle's workspace must not be shared by kernels running at once), a fork event and one
 // join event a stream. Created on first use, destroyed at thread exit like ThreadHandles.
@@ -121,7 +129,7 @@ absl::Status LinearBf16(const uint16_t* x, int64_t rows, int64_t in, const uint1
   absl::StatusOr<cublasHandle_t> handle = ThreadHandle();
   if (!handle.ok()) return handle.status();
   FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetStream(*handle, static_cast<cudaStream_t>(stream)));
-  return GemmBf16(*handle, x, rows, in, w, out, y);
+  return LinearOn(*handle, static_cast<cudaStream_t>(stream), x, rows, in, w, out, y);
 }
 
 absl::Status GroupedLinearBf16(const LinearGroupBf16* groups, int64_t n, int64_t in, int64_t out, void* stream) {
@@ -152,7 +160,7 @@ absl::Status GroupedLinearBf16(const LinearGroupBf16* groups, int64_t n, int64_t
   for (int64_t g = 0; g < n && st.ok(); ++g) {
     const LinearGroupBf16& p = groups[g];
     if (p.rows == 0) continue;
-    st = GemmBf16(G.handles[next], p.x, p.rows, in, p.w, out, p.y);
+    st = LinearOn(G.handles[next], G.streams[next], p.x, p.rows, in, p.w, out, p.y);
     next = (next + 1) % used;
   }
   // Join even after an error, so `stream` never runs ahead of work already queued.
@@ -174,6 +182,7 @@ absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const ui
   if (x == nullptr || w == nullptr || y == nullptr) {
     return absl::InvalidArgumentError("LinearBf16F32: null x, w or y");
   }
+  if (GemvApplies(x, rows, in, w)) return GemvBf16F32(x, rows, in, w, out, alpha, y, stream);
   absl::StatusOr<cublasHandle_t> handle = ThreadHandle();
   if (!handle.ok()) return handle.status();
   FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetStream(*handle, static_cast<cudaStream_t>(stream)));

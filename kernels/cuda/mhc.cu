@@ -1,5 +1,6 @@
-// mHC mixing weights from the site logits (MhcSinkhorn in ops.h): one thread per row, the
-// operations of model/mhc.cc's MhcPre in the same order. Products that the CPU rounds before an
+// mHC mixing weights from the site logits (MhcSinkhorn in ops.h): the operations of
+// model/mhc.cc's MhcPre in the same order, one lane a matrix cell (S <= 5: a group of lanes a
+// row, each sum gathered by shuffles and added in the CPU's order) or one thread a row (S > 5). Products that the CPU rounds before an
 // add are written __fmul_rn so that nvcc does not fuse them into an FMA; what remains different
 // from the host is expf.
 #include <cuda_runtime.h>
@@ -71,12 +72,63 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The lane-per-cell form (S * S <= 32): the same values as MhcSinkhornKernel, bit for bit (every
+// sum is gathered from the cells by shuffles and added in that kernel's order), with the
+// iterations' dependent chain S times shorter.
+template <int S>
+__global__ void __launch_bounds__(kThreads)
+    MhcSinkhornLanesKernel(const float* __restrict__ m, int64_t rows, const float* __restrict__ scale,
+                           const float* __restrict__ base, float eps, int64_t iters, float* __restrict__ pre,
+                           float* __restrict__ post, float* __restrict__ comb) {
+  constexpr int M = (2 + S) * S;
+  constexpr int G = S * S <= 4 ? 4 : S * S <= 8 ? 8 : S * S <= 16 ? 16 : 32;  // lanes a row
+  const int64_t t = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / G;
+  const int l = threadIdx.x % G, first = (threadIdx.x & 31) - l;
+  const bool live = t < rows, cell = l < S * S;
+  const int i = cell ? l / S : S - 1, k = cell ? l % S : S - 1;  // spare lanes mirror the last cell
+  const float* mt = m + (live ? t : 0) * M;
+  const float s0 = scale[0], s1 = scale[1], s2 = scale[2];
+  if (live && l < S) {
+    pre[t * S + l] = Sigmoid(__fmul_rn(mt[l], s0) + base[l]) + eps;
+    post[t * S + l] = 2.0f * Sigmoid(__fmul_rn(mt[S + l], s1) + base[S + l]);
+  }
+  float c = __fmul_rn(mt[2 * S + i * S + k], s2) + base[2 * S + i * S + k];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int kk = 0; kk < S; ++kk) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, first + i * S + kk));
+  c = expf(c - mx);
+  float sum = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < S; ++kk) sum += __shfl_sync(0xffffffffu, c, first + i * S + kk);
+  c = c / sum + eps;
+  for (int64_t it = 0; it < (iters > 1 ? iters : 1); ++it) {
+    if (it > 0) {
+      float r = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < S; ++kk) r += __shfl_sync(0xffffffffu, c, first + i * S + kk);
+      c /= r + eps;
+    }
+    float col = 0.0f;
+#pragma unroll
+    for (int ii = 0; ii < S; ++ii) col += __shfl_sync(0xffffffffu, c, first + ii * S + k);
+    c /= col + eps;
+  }
+  if (live && cell) comb[t * S * S + l] = c;
+}
+
 template <int S>
 absl::Status Launch(const float* m, int64_t rows, const float* scale, const float* base, float eps, int64_t iters,
                     float* pre, float* post, float* comb, void* stream) {
-  const int64_t blocks = (rows + kThreads - 1) / kThreads;
-  MhcSinkhornKernel<S><<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      m, rows, scale, base, eps, iters, pre, post, comb);
+  if constexpr (S * S <= 32) {
+    constexpr int64_t kLanes = S * S <= 4 ? 4 : S * S <= 8 ? 8 : S * S <= 16 ? 16 : 32;
+    const int64_t blocks = (rows * kLanes + kThreads - 1) / kThreads;
+    MhcSinkhornLanesKernel<S><<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        m, rows, scale, base, eps, iters, pre, post, comb);
+  } else {
+    const int64_t blocks = (rows + kThreads - 1) / kThreads;
+    MhcSinkhornKernel<S><<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+        m, rows, scale, base, eps, iters, pre, post, comb);
+  }
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

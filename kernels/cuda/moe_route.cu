@@ -21,6 +21,7 @@ __global__ void __launch_bounds__(32)
                    int32_t* __restrict__ experts, float* __restrict__ weights) {
   __shared__ float s[kMaxExperts], choice[kMaxExperts];
   __shared__ unsigned char picked[kMaxExperts];
+  __shared__ int chosen[kMaxExperts];
   __shared__ float group_score[kMaxGroups];
   __shared__ unsigned char kept[kMaxGroups];
   const int64_t r = blockIdx.x;
@@ -72,22 +73,30 @@ __global__ void __launch_bounds__(32)
     __syncwarp();
   }
 
+  // The chosen ids in ascending order, gathered 32 experts a ballot (a serial walk over all the
+  // experts was most of a row's time), then the weight sum over them in that order, as the CPU.
+  int n = 0;
+  for (int e0 = 0; e0 < n_experts; e0 += 32) {
+    const int e = e0 + lane;
+    const bool mine = e < n_experts && picked[e];
+    const unsigned mask = __ballot_sync(0xffffffffu, mine);
+    if (mine) chosen[n + __popc(mask & ((1u << lane) - 1u))] = e;
+    n += __popc(mask);
+  }
+  __syncwarp();
+  float sum = 0.0f;
   if (lane == 0) {
-    float sum = 0.0f;
-    for (int e = 0; e < n_experts; ++e) {
-      if (picked[e]) sum += s[e];
-    }
-    int32_t* ex = experts + r * top_k;
-    float* wt = weights + r * top_k;
-    int i = 0;
-    for (int e = 0; e < n_experts; ++e) {
-      if (!picked[e]) continue;
-      float w = s[e];
-      if (norm_topk_prob) w /= (sum + 1e-20f);
-      ex[i] = e;
-      wt[i] = w * scaling;
-      ++i;
-    }
+    for (int j = 0; j < n; ++j) sum += s[chosen[j]];
+  }
+  sum = __shfl_sync(0xffffffffu, sum, 0);
+  int32_t* ex = experts + r * top_k;
+  float* wt = weights + r * top_k;
+  for (int j = lane; j < n; j += 32) {
+    const int e = chosen[j];
+    float w = s[e];
+    if (norm_topk_prob) w /= (sum + 1e-20f);
+    ex[j] = e;
+    wt[j] = w * scaling;
   }
 }
 

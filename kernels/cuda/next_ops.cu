@@ -92,13 +92,25 @@ __global__ void ConvSiluKernel(const T* __restrict__ x, int64_t n, int64_t chann
   }
 }
 
+// One warp a (row, head): lane l sums the squares of elements l, l + 32, ... in order, then the
+// warp adds the lanes by a fixed xor tree (the same whatever the row count).
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+#define FERRY_WARP_LOOP(rh, n)                                                                         \
+  for (int64_t rh = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; rh < (n); \
+       rh += static_cast<int64_t>(gridDim.x) * blockDim.x / 32)
+
 __global__ void L2NormKernel(float* x, int64_t d, int64_t total, float scale) {
-  FERRY_GRID_LOOP(rh, total) {
+  const int lane = threadIdx.x & 31;
+  FERRY_WARP_LOOP(rh, total) {
     float* v = x + rh * d;
     float sum = 0.0f;
-    for (int64_t i = 0; i < d; ++i) sum += v[i] * v[i];
-    const float inv = 1.0f / sqrtf(sum + 1e-6f);
-    for (int64_t i = 0; i < d; ++i) v[i] = v[i] * inv * scale;
+    for (int64_t i = lane; i < d; i += 32) sum += v[i] * v[i];
+    const float inv = 1.0f / sqrtf(WarpSum(sum) + 1e-6f);
+    for (int64_t i = lane; i < d; i += 32) v[i] = v[i] * inv * scale;
   }
 }
 
@@ -118,12 +130,13 @@ __global__ void SigmoidKernel(float* x, int64_t n) {
 template <typename T>
 __global__ void KdaOutputKernel(const float* __restrict__ o, const T* __restrict__ gate, int64_t d,
                                 const float* __restrict__ o_norm, float eps, int64_t total, T* __restrict__ out) {
-  FERRY_GRID_LOOP(rh, total) {
+  const int lane = threadIdx.x & 31;
+  FERRY_WARP_LOOP(rh, total) {  // a warp a (row, head), as L2NormKernel
     const float* v = o + rh * d;
     float sum = 0.0f;
-    for (int64_t i = 0; i < d; ++i) sum += v[i] * v[i];
-    const float inv = rsqrtf(sum / static_cast<float>(d) + eps);
-    for (int64_t i = 0; i < d; ++i) {
+    for (int64_t i = lane; i < d; i += 32) sum += v[i] * v[i];
+    const float inv = rsqrtf(WarpSum(sum) / static_cast<float>(d) + eps);
+    for (int64_t i = lane; i < d; i += 32) {
       out[rh * d + i] = FromF<T>(o_norm[i] * (v[i] * inv) * Sigmoid(ToF(gate[rh * d + i])));
     }
   }
@@ -242,7 +255,7 @@ absl::Status KdaOut(const float* o, const T* gate, int64_t rows, int64_t heads, 
                     float eps, T* out, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaOutput", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  KdaOutputKernel<<<GridFor(rows * heads), kThreads, 0, S(stream)>>>(o, gate, d, o_norm, eps, rows * heads, out);
+  KdaOutputKernel<<<GridFor(rows * heads * 32), kThreads, 0, S(stream)>>>(o, gate, d, o_norm, eps, rows * heads, out);
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
@@ -312,7 +325,7 @@ absl::Status KdaConvSiluF32(const float* x, int64_t n, int64_t channels, int64_t
 absl::Status KdaL2Norm(float* x, int64_t rows, int64_t heads, int64_t d, float scale, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaL2Norm", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  L2NormKernel<<<GridFor(rows * heads), kThreads, 0, S(stream)>>>(x, d, rows * heads, scale);
+  L2NormKernel<<<GridFor(rows * heads * 32), kThreads, 0, S(stream)>>>(x, d, rows * heads, scale);
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

@@ -37,9 +37,10 @@ absl::StatusOr<DeviceMemory> MemoryInfo();
 absl::Status RmsNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const uint16_t* w, float eps,
                          uint16_t* y, void* stream = nullptr);
 
-// y[rows, out] = x[rows, in] · w[out, in]^T through cuBLAS (cublasGemmEx: bf16 operands, float32
-// compute, bf16 result, no bias). w is a PyTorch Linear weight, one row per output feature; x, w
-// and y are dense row-major. CPU twin: cpu::Linear.
+// y[rows, out] = x[rows, in] · w[out, in]^T (bf16 operands, float32 compute, bf16 result, no
+// bias): GemvBf16 where GemvApplies (a decode-sized batch), else cuBLAS (cublasGemmEx). w is a
+// PyTorch Linear weight, one row per output feature; x, w and y are dense row-major. CPU twin:
+// cpu::Linear.
 // REQUIRES: in >= 1, out >= 1, rows, in and out <= INT32_MAX; y aliases neither x nor w.
 // rows == 0 does nothing.
 // Thread safety: each host thread keeps one cuBLAS handle per device, created on its first call
@@ -237,9 +238,9 @@ absl::Status AddBf16ToF32(float* x, const uint16_t* y, int64_t n, void* stream =
 absl::Status CastBf16ToF32(const uint16_t* in, int64_t n, float* out, void* stream = nullptr);
 absl::Status CastF32ToBf16(const float* in, int64_t n, uint16_t* out, void* stream = nullptr);
 
-// y[rows, out] float32 = alpha * x[rows, in] · w[out, in]^T through cuBLAS (bf16 operands,
-// float32 compute and result): the outputs MODELS.md keeps in float32 (router logits, the
-// indexer's head weights with alpha = heads^-0.5, the lm_head logits). Same REQUIRES and thread
+// y[rows, out] float32 = alpha * x[rows, in] · w[out, in]^T (bf16 operands, float32 compute and
+// result; GemvBf16F32 where GemvApplies, else cuBLAS): the outputs MODELS.md keeps in float32
+// (router logits, the indexer's head weights with alpha = heads^-0.5, the lm_head logits). Same REQUIRES and thread
 // safety as LinearBf16. CPU twin: cpu::Linear, then * alpha.
 absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
                            float alpha, float* y, void* stream = nullptr);
@@ -269,8 +270,8 @@ struct LinearGroupBf16 {
 // LinearBf16 for each of `n` problems sharing `in` and `out` (a MoE layer's experts, each over
 // the rows routed to it), spread round-robin over kGroupedLinearStreams streams of the calling
 // thread's own, each with its own cuBLAS handle, so problems too small to fill the GPU alone (an
-// expert's few rows) run side by side. Each problem is LinearBf16's cuBLAS call, on a handle set
-// up the same way: its result does not depend on the other problems. The streams start after the
+// expert's few rows) run side by side. Each problem is LinearBf16's call (GemvBf16 or cuBLAS, on
+// a handle set up the same way): its result does not depend on the other problems. The streams start after the
 // work queued on `stream` so far, and `stream` waits for all of them before its next work; a
 // single non-empty problem runs on `stream` itself. groups: a host array; rows == 0 is skipped.
 // REQUIRES: LinearBf16's for each problem; the y's disjoint from each other and from every x, w.
@@ -321,6 +322,56 @@ absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t
 // REQUIRES: top_k >= 0, dim >= 1.
 absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const uint16_t* shared, int64_t rows,
                            int64_t top_k, int64_t dim, float* x, void* stream = nullptr);
+
+// ---- Decode-sized products (gemv.cu): memory-bound, no host round trip ----
+// LinearBf16's contract for 1 <= rows <= kGemvMaxRows, read at the memory rate: every matrix row
+// streamed once for all the rows. Each output is summed in a fixed order that depends on nothing
+// but its matrix row and input row (batch invariant up to kGemvMaxRows rows).
+// REQUIRES: GemvApplies(x, rows, in, w) (rows in range, in % 8 == 0, x and w 16-byte aligned),
+// 1 <= out <= INT32_MAX; y aliases neither x nor w.
+inline constexpr int64_t kGemvMaxRows = 8;
+bool GemvApplies(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w);
+absl::Status GemvBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, uint16_t* y,
+                      void* stream = nullptr);
+// LinearBf16F32's contract the same way (float32 result, times alpha).
+absl::Status GemvBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float alpha,
+                         float* y, void* stream = nullptr);
+
+// A routing's (row, slot) pairs grouped by expert, on the device. The pair list holds the pairs
+// with a valid expert id ordered by expert, then by pair index i = row * top_k + slot; with a
+// shared expert it ends with one pair per row 0..rows-1 (expert id n_experts, order -1). Group
+// g < *n_groups is the list's slice [group_start[g], +group_count[g]) of expert group_expert[g]
+// (ascending ids; the shared group last). order[j] = pair j's i (-1: shared), src_row[j] its row.
+struct MoePairs {
+  int32_t* group_expert = nullptr;  // [MoeMaxGroups]
+  int32_t* group_start = nullptr;   // [MoeMaxGroups]
+  int32_t* group_count = nullptr;   // [MoeMaxGroups]
+  int32_t* n_groups = nullptr;      // [1]
+  int32_t* order = nullptr;         // [rows * top_k + rows]
+  int32_t* src_row = nullptr;       // [rows * top_k + rows]
+};
+inline constexpr int64_t kMoeMaxExperts = 1024;
+inline constexpr int64_t kMoeMaxPairs = 4096;
+// The most groups a routing of `rows` rows can have (the grid of MoeGemvBf16).
+int64_t MoeMaxGroups(int64_t rows, int64_t top_k, int64_t n_experts, bool shared);
+// experts [rows, top_k] int32 (MoeRoute's) -> p. An id outside [0, n_experts) sets *error to 1
+// (device int32; the caller zeroes it and reads it after the step) and its pair joins no group.
+// CPU twin: the stable counting sort by expert of model::MoeForward's dispatch (exact).
+// REQUIRES: 1 <= n_experts <= kMoeMaxExperts, rows * top_k <= kMoeMaxPairs, rows <= kMoeMaxPairs.
+absl::Status MoeGroupPairs(const int32_t* experts, int64_t rows, int64_t top_k, int64_t n_experts, bool shared,
+                           const MoePairs& p, int32_t* error, void* stream = nullptr);
+// For each pair j of each group g < *p.n_groups: y_j = W · x_j with W = weights[group_expert[g]]
+// ([out, in] bf16 row-major; weights a device array of n_experts (+1 with the shared expert)
+// pointers), float32 accumulation, rounded to bf16. x_j = x + (gather_x ? src_row[j] : j) * in;
+// y_j = y + j * out, or with scatter_y y + order[j] * out (y_shared + src_row[j] * out for the
+// shared group's pairs). Each group's matrix is read once per 8 of its pairs; an output's sum runs
+// in a fixed order that depends on nothing but its row and vector (batch invariant).
+// CPU twin: cpu::Linear per pair (float32 sums in another order: bf16 tolerance).
+// REQUIRES: in a positive multiple of 8, out >= 1, 16-byte-aligned matrices and vectors,
+// max_groups >= *p.n_groups (MoeMaxGroups), max_groups <= 65535; the y rows disjoint from x.
+absl::Status MoeGemvBf16(const uint16_t* const* weights, const MoePairs& p, int64_t max_groups, const uint16_t* x,
+                         bool gather_x, int64_t in, int64_t out, uint16_t* y, bool scatter_y, uint16_t* y_shared,
+                         void* stream = nullptr);
 
 // ---- Float32 activations: the verification precision of the CUDA model (model/cuda, --precision
 // f32). The same math as the bf16 ops above with float32 activations and float32 weights (bf16
@@ -469,5 +520,15 @@ absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes);
 absl::Status DeviceFill(void* dst, uint8_t byte, size_t bytes);
 absl::Status Synchronize();
+// Page-locked host memory (cudaMallocHost), and a copy from it that returns at once: the host
+// must not touch src until the copy is done (an event recorded after it says when).
+absl::StatusOr<void*> PinnedAlloc(size_t bytes);
+absl::Status PinnedFree(void* p);
+absl::Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream = nullptr);
+// Events without timing, as opaque handles: record on a stream, then wait on the host.
+absl::StatusOr<void*> EventCreate();
+absl::Status EventDestroy(void* event);
+absl::Status EventRecord(void* event, void* stream = nullptr);
+absl::Status EventWait(void* event);
 
 }  // namespace ferry::kernels::cuda

@@ -61,6 +61,44 @@ absl::Status DeviceFill(void* dst, uint8_t byte, size_t bytes) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<void*> PinnedAlloc(size_t bytes) {
+  void* p = nullptr;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, bytes));
+  return p;
+}
+
+absl::Status PinnedFree(void* p) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaFreeHost(p));
+  return absl::OkStatus();
+}
+
+absl::Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  FERRY_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> EventCreate() {
+  cudaEvent_t e = nullptr;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  return static_cast<void*>(e);
+}
+
+absl::Status EventDestroy(void* event) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+  return absl::OkStatus();
+}
+
+absl::Status EventRecord(void* event, void* stream) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+  return absl::OkStatus();
+}
+
+absl::Status EventWait(void* event) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+  return absl::OkStatus();
+}
+
 absl::Status Synchronize() {
   FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();

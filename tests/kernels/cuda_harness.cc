@@ -8,9 +8,10 @@
 //   ferry-kernel-check --bench-indexer (IndexerScores GB/s vs read bandwidth; bench_indexer.cu)
 //
 // The cases live in harness_dense.cc (linear, rope, swiglu, kda, mhc), harness_attention.cc
-// (MLA decode, indexer scores), harness_select.cc (top-k, routing, greedy sampling) and
-// harness_model.cc (the model glue: embedding, casts, norms, row copies, paged writes, MoE combine)
-// and harness_next.cc (glm5_next: mHC mixing, KDA conv / norms / gates, pool keys and selection).
+// (MLA decode, indexer scores), harness_select.cc (top-k, routing, greedy sampling),
+// harness_model.cc (the model glue: embedding, casts, norms, row copies, paged writes, MoE combine),
+// harness_next.cc (glm5_next: mHC mixing, KDA conv / norms / gates, pool keys and selection) and
+// harness_moe.cc (the decode MoE dispatch: expert-ordered pairs, grouped matrix-vector products).
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -58,6 +59,7 @@ std::vector<Case> AllCases() {
   AddSelectCases(&cases);
   AddModelCases(&cases);
   AddNextCases(&cases);
+  AddMoeCases(&cases);
   return cases;
 }
 

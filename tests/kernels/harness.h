@@ -137,6 +137,7 @@ void AddAttentionCases(std::vector<Case>* cases);  // harness_attention.cc
 void AddSelectCases(std::vector<Case>* cases);     // harness_select.cc
 void AddModelCases(std::vector<Case>* cases);      // harness_model.cc
 void AddNextCases(std::vector<Case>* cases);       // harness_next.cc
+void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
 
 // ferry-kernel-check --bench-mla (bench_mla.cu): MlaDecodeAttention's GB/s at the model shapes
 // against the measured read bandwidth; prints a table, returns 0 when every point ran.

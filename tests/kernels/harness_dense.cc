@@ -42,6 +42,37 @@ Result LinearCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out) {
   return r;
 }
 
+// LinearBf16 at a decode-sized batch (GemvBf16): against the CPU, and each row of the batch bit for
+// bit equal to that row alone (batch invariance).
+Result GemvCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out) {
+  Result r;
+  r.tolerance = 1e-2;
+  std::vector<uint16_t> xb, wb;
+  std::vector<float> xf, wf;
+  RandomBf16(rows * in, 1.0f, 0.0f, rng, &xb, &xf);
+  RandomBf16(out * in, 0.05f, 0.0f, rng, &wb, &wf);
+  std::vector<float> want(rows * out);
+  cpu::Linear(xf.data(), rows, in, wf.data(), out, want.data());
+  Device dev(&r.error);
+  uint16_t* x = dev.Upload(xb);
+  uint16_t* w = dev.Upload(wb);
+  uint16_t* y = dev.Poisoned<uint16_t>(rows * out);
+  uint16_t* alone = dev.Poisoned<uint16_t>(rows * out);
+  if (!r.error.empty()) return r;
+  if (!cu::GemvApplies(x, rows, in, w)) {
+    r.error = "GemvApplies is false for this shape: the case would not test GemvBf16";
+    return r;
+  }
+  HARNESS_CHECK_OK(cu::LinearBf16(x, rows, in, w, out, y));
+  for (int64_t i = 0; i < rows; ++i) HARNESS_CHECK_OK(cu::LinearBf16(x + i * in, 1, in, w, out, alone + i * out));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<uint16_t> got = dev.Download(y, rows * out), one = dev.Download(alone, rows * out);
+  if (!r.error.empty()) return r;
+  for (size_t i = 0; i < got.size(); ++i) r.mismatched += got[i] != one[i];
+  r.rel_err = RelErr(ToF32(got), want, &r.unwritten);
+  return r;
+}
+
 // GroupedLinearBf16 over `rows_per_group` (zeros skipped): each group against the CPU, and bit for
 // bit against LinearBf16 of that group alone (mismatched counts differing elements).
 Result GroupedLinearCase(std::mt19937& rng, const std::vector<int64_t>& rows_per_group, int64_t in, int64_t out) {
@@ -327,6 +358,11 @@ void AddDenseCases(std::vector<Case>* cases) {
            {1, 64, 24}, {5, 4096, 1536}, {33, 6144, 576}, {16, 2048, 16384}, {7, 100, 33}, {130, 512, 4096}}) {
     cases->push_back({absl::StrCat("linear_bf16 rows=", rows, " in=", in, " out=", out),
                       [=](std::mt19937& rng) { return LinearCase(rng, rows, in, out); }});
+  }
+  // Decode-sized batches (GemvBf16): GLM-5.3-Flash KDA q_proj at batch 8, GLM-5.2 o_proj at 3.
+  for (auto [rows, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{8, 4096, 4096}, {3, 16384, 6144}}) {
+    cases->push_back({absl::StrCat("linear_bf16 gemv rows=", rows, " in=", in, " out=", out, " (rows alone too)"),
+                      [=](std::mt19937& rng) { return GemvCase(rng, rows, in, out); }});
   }
   // Grouped Linear (MoE experts side by side): more groups than streams, empty groups, one group.
   cases->push_back({"grouped_linear_bf16 groups=13 (3 empty) in=2048 out=1024", [](std::mt19937& rng) {

@@ -1,0 +1,285 @@
+// Memory-bound matrix-vector products for decode-sized batches (ops.h): GemvBf16, a Linear over
+// a few rows, and the sync-free MoE dispatch (MoeGroupPairs, MoeGemvBf16): the routing's (row,
+// slot) pairs are grouped by expert on the device, and each expert's matrix is streamed once per
+// pass of up to kPassVectors pairs, found through a device table of pointers. Nothing comes to the
+// host, so a decode step's launches can all be queued ahead of the GPU.
+#include <cuda_bf16.h>
+
+#include <cub/block/block_scan.cuh>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/ops.h"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+constexpr int kGroupThreads = 1024;
+constexpr int kGemvWarps = 8;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerBlock = kGemvWarps * kRowsPerWarp;
+constexpr int kPassVectors = 8;
+
+// One block. Counts the pairs of each expert, scans the counts into the list's offsets, then
+// places each pair at its expert's offset + the number of earlier pairs of that expert (so the
+// list is ordered by expert, then by pair index, whatever the thread timing).
+__global__ void __launch_bounds__(kGroupThreads)
+    MoeGroupPairsKernel(const int32_t* __restrict__ experts, int n_pairs, int top_k, int n_experts, int shared_rows,
+                        MoePairs p, int32_t* __restrict__ error) {
+  using Scan = cub::BlockScan<int, kGroupThreads>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int count[kMoeMaxExperts], offset[kMoeMaxExperts];
+  __shared__ int ids[kMoeMaxPairs];
+  __shared__ int valid_pairs, groups;
+  const int t = threadIdx.x;
+  for (int e = t; e < kMoeMaxExperts; e += kGroupThreads) count[e] = 0;
+  __syncthreads();
+  for (int i = t; i < n_pairs; i += kGroupThreads) {
+    int e = experts[i];
+    if (e < 0 || e >= n_experts) {
+      atomicExch(error, 1);
+      e = -1;
+    } else {
+      atomicAdd(&count[e], 1);
+    }
+    ids[i] = e;
+  }
+  __syncthreads();
+  // kMoeMaxExperts == kGroupThreads: one expert a thread.
+  const int c = count[t];
+  int off = 0, g = 0, total = 0, used = 0;
+  Scan(scan_tmp).ExclusiveSum(c, off, total);
+  __syncthreads();
+  Scan(scan_tmp).ExclusiveSum(c > 0 ? 1 : 0, g, used);
+  offset[t] = off;
+  if (t == 0) {
+    valid_pairs = total;
+    groups = used;
+  }
+  if (c > 0) {
+    p.group_expert[g] = t;
+    p.group_start[g] = off;
+    p.group_count[g] = c;
+  }
+  __syncthreads();
+  for (int i = t; i < n_pairs; i += kGroupThreads) {
+    const int e = ids[i];
+    if (e < 0) continue;
+    int rank = 0;
+    for (int k = 0; k < i; ++k) rank += ids[k] == e ? 1 : 0;
+    const int j = offset[e] + rank;
+    p.order[j] = i;
+    p.src_row[j] = i / top_k;
+  }
+  for (int r = t; r < shared_rows; r += kGroupThreads) {
+    p.order[valid_pairs + r] = -1;
+    p.src_row[valid_pairs + r] = r;
+  }
+  if (t == 0) {
+    if (shared_rows > 0) {
+      p.group_expert[groups] = n_experts;
+      p.group_start[groups] = valid_pairs;
+      p.group_count[groups] = shared_rows;
+    }
+    *p.n_groups = groups + (shared_rows > 0 ? 1 : 0);
+  }
+}
+
+__device__ inline void Dot8(const uint4& w, const uint4& x, float& acc) {
+  const __nv_bfloat162* a = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const __nv_bfloat162* b = reinterpret_cast<const __nv_bfloat162*>(&x);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 fa = __bfloat1622float2(a[i]), fb = __bfloat1622float2(b[i]);
+    acc = fmaf(fa.x, fb.x, acc);
+    acc = fmaf(fa.y, fb.y, acc);
+  }
+}
+
+// One warp's share of a product: rows [row0, row0 + kRowsPerWarp) of w [out, in] times the nv
+// vectors xv[0..nv) (nv <= kPassVectors). A lane walks the input in 16-byte pieces lane, lane + 32,
+// ..., accumulating each (row, vector) in float32 in that order, then the warp sums its lanes by a
+// fixed xor tree: an output's value depends only on its matrix row and input vector. store(r, v,
+// value) is called once for each row r < out and vector v < nv, by one lane.
+template <typename Store>
+__device__ __forceinline__ void WarpGemv(const __nv_bfloat16* __restrict__ w, int in, int out, int row0,
+                                         const uint4* const (&xv)[kPassVectors], int nv, Store store) {
+  const int lane = threadIdx.x & 31, pieces = in / 8;
+  float acc[kRowsPerWarp][kPassVectors];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int v = 0; v < kPassVectors; ++v) acc[r][v] = 0.0f;
+  }
+  const uint4* wr[kRowsPerWarp];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    wr[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(row0 + r, out - 1)) * in);
+  }
+#pragma unroll 2
+  for (int k = lane; k < pieces; k += 32) {
+    uint4 wv[kRowsPerWarp];
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) wv[r] = __ldcs(wr[r] + k);  // streamed once: evict first
+#pragma unroll
+    for (int v = 0; v < kPassVectors; ++v) {
+      if (v < nv) {
+        const uint4 xk = __ldg(xv[v] + k);
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; ++r) Dot8(wv[r], xk, acc[r][v]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int v = 0; v < kPassVectors; ++v) {
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) acc[r][v] += __shfl_xor_sync(0xffffffffu, acc[r][v], off);
+    }
+  }
+  // Lane r * kPassVectors + v stores (row0 + r, vector v).
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+#pragma unroll
+    for (int v = 0; v < kPassVectors; ++v) {
+      if (lane == r * kPassVectors + v && v < nv && row0 + r < out) store(row0 + r, v, acc[r][v]);
+    }
+  }
+}
+
+// Block (x = a tile of kRowsPerBlock output rows, y = a group): the group's pairs in passes of
+// kPassVectors through WarpGemv.
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    MoeGemvKernel(const uint16_t* const* __restrict__ weights, MoePairs p, const __nv_bfloat16* __restrict__ x,
+                  bool gather_x, int in, int out, __nv_bfloat16* __restrict__ y, bool scatter_y,
+                  __nv_bfloat16* __restrict__ y_shared) {
+  const int g = blockIdx.y;
+  if (g >= *p.n_groups) return;
+  const int start = p.group_start[g], count = p.group_count[g];
+  const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(weights[p.group_expert[g]]);
+  const int row0 = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5) * kRowsPerWarp;
+  if (row0 >= out) return;
+  for (int pass = 0; pass < count; pass += kPassVectors) {
+    const int nv = min(kPassVectors, count - pass);
+    const uint4* xv[kPassVectors];
+#pragma unroll
+    for (int v = 0; v < kPassVectors; ++v) {
+      const int j = start + pass + min(v, nv - 1);
+      const int xr = gather_x ? p.src_row[j] : j;
+      xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(xr) * in);
+    }
+    WarpGemv(w, in, out, row0, xv, nv, [&](int row, int v, float value) {
+      const int j = start + pass + v;
+      __nv_bfloat16* dst;
+      if (!scatter_y) {
+        dst = y + static_cast<int64_t>(j) * out;
+      } else if (p.order[j] >= 0) {
+        dst = y + static_cast<int64_t>(p.order[j]) * out;
+      } else {
+        dst = y_shared + static_cast<int64_t>(p.src_row[j]) * out;
+      }
+      dst[row] = __float2bfloat16(value);
+    });
+  }
+}
+
+// GemvBf16 (Y = __nv_bfloat16) and GemvBf16F32 (Y = float, times alpha): block x = a tile of
+// kRowsPerBlock output rows, all `rows` (<= kPassVectors) vectors.
+__device__ __forceinline__ void StoreY(__nv_bfloat16* y, float v, float) { *y = __float2bfloat16(v); }
+__device__ __forceinline__ void StoreY(float* y, float v, float alpha) { *y = v * alpha; }
+
+template <typename Y>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    GemvKernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const __nv_bfloat16* __restrict__ w, int out,
+               float alpha, Y* __restrict__ y) {
+  const int row0 = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5) * kRowsPerWarp;
+  if (row0 >= out) return;
+  const uint4* xv[kPassVectors];
+#pragma unroll
+  for (int v = 0; v < kPassVectors; ++v) {
+    xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(v, rows - 1)) * in);
+  }
+  WarpGemv(w, in, out, row0, xv, rows,
+           [&](int row, int v, float value) { StoreY(y + static_cast<int64_t>(v) * out + row, value, alpha); });
+}
+
+template <typename Y>
+absl::Status LaunchGemv(const char* what, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
+                        int64_t out, float alpha, Y* y, void* stream) {
+  if (!GemvApplies(x, rows, in, w) || out < 1 || out > INT32_MAX || y == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": rows ", rows, ", in ", in, ", out ", out,
+                                                   " (need 1 <= rows <= ", kGemvMaxRows,
+                                                   ", in a multiple of 8, 16-byte-aligned x and w, out >= 1)"));
+  }
+  static_assert(kGemvMaxRows <= kPassVectors, "GemvKernel takes all rows in one pass");
+  GemvKernel<Y><<<static_cast<unsigned>((out + kRowsPerBlock - 1) / kRowsPerBlock), kGemvWarps * 32, 0,
+                  static_cast<cudaStream_t>(stream)>>>(
+      reinterpret_cast<const __nv_bfloat16*>(x), static_cast<int>(rows), static_cast<int>(in),
+      reinterpret_cast<const __nv_bfloat16*>(w), static_cast<int>(out), alpha, y);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MoeGroupPairs(const int32_t* experts, int64_t rows, int64_t top_k, int64_t n_experts, bool shared,
+                           const MoePairs& p, int32_t* error, void* stream) {
+  static_assert(kMoeMaxExperts == kGroupThreads, "MoeGroupPairsKernel scans one expert a thread");
+  if (rows < 0 || top_k < 0 || n_experts < 1 || n_experts > kMoeMaxExperts || rows * top_k > kMoeMaxPairs ||
+      (shared && rows > kMoeMaxPairs)) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeGroupPairs: rows ", rows, ", top_k ", top_k, ", n_experts ",
+                                                   n_experts, " (need 1 <= n_experts <= ", kMoeMaxExperts,
+                                                   ", rows * top_k <= ", kMoeMaxPairs, ")"));
+  }
+  if (p.group_expert == nullptr || p.group_start == nullptr || p.group_count == nullptr || p.n_groups == nullptr ||
+      p.order == nullptr || p.src_row == nullptr || error == nullptr || (rows * top_k > 0 && experts == nullptr)) {
+    return absl::InvalidArgumentError("MoeGroupPairs: a null buffer");
+  }
+  MoeGroupPairsKernel<<<1, kGroupThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      experts, static_cast<int>(rows * top_k), static_cast<int>(std::max<int64_t>(top_k, 1)),
+      static_cast<int>(n_experts), shared ? static_cast<int>(rows) : 0, p, error);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+int64_t MoeMaxGroups(int64_t rows, int64_t top_k, int64_t n_experts, bool shared) {
+  return std::min(rows * top_k, n_experts) + (shared && rows > 0 ? 1 : 0);
+}
+
+absl::Status MoeGemvBf16(const uint16_t* const* weights, const MoePairs& p, int64_t max_groups, const uint16_t* x,
+                         bool gather_x, int64_t in, int64_t out, uint16_t* y, bool scatter_y, uint16_t* y_shared,
+                         void* stream) {
+  if (in < 8 || in % 8 != 0 || in > INT32_MAX || out < 1 || out > INT32_MAX || max_groups < 0 ||
+      max_groups > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeGemvBf16: in ", in, ", out ", out, ", max_groups ",
+                                                   max_groups, " (need in a positive multiple of 8, out >= 1, "
+                                                   "max_groups <= 65535)"));
+  }
+  if (max_groups == 0) return absl::OkStatus();
+  if (weights == nullptr || x == nullptr || y == nullptr || p.n_groups == nullptr) {
+    return absl::InvalidArgumentError("MoeGemvBf16: null weights, x, y or groups");
+  }
+  const dim3 grid(static_cast<unsigned>((out + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(max_groups));
+  MoeGemvKernel<<<grid, kGemvWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
+      weights, p, reinterpret_cast<const __nv_bfloat16*>(x), gather_x, static_cast<int>(in), static_cast<int>(out),
+      reinterpret_cast<__nv_bfloat16*>(y), scatter_y, reinterpret_cast<__nv_bfloat16*>(y_shared));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+bool GemvApplies(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w) {
+  return rows >= 1 && rows <= kGemvMaxRows && in % 8 == 0 && in <= INT32_MAX &&
+         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+}
+
+absl::Status GemvBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, uint16_t* y,
+                      void* stream) {
+  return LaunchGemv("GemvBf16", x, rows, in, w, out, 1.0f, reinterpret_cast<__nv_bfloat16*>(y), stream);
+}
+
+absl::Status GemvBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float alpha,
+                         float* y, void* stream) {
+  return LaunchGemv("GemvBf16F32", x, rows, in, w, out, alpha, y, stream);
+}
+
+}  // namespace ferry::kernels::cuda
