@@ -27,7 +27,8 @@ ABSL_FLAG(int32_t, reps, 10, "Timed calls per case (the tables give their median
 ABSL_FLAG(std::string, batches, "1,8,64", "Decode batch sizes (query rows), comma-separated");
 ABSL_FLAG(std::string, contexts, "4096,32768,131072",
           "Context lengths (tokens) for the attention and indexer components");
-ABSL_FLAG(std::string, prefill_tokens, "2048,8192", "Prompt lengths (tokens) for the prefill MoE and whole prefills");
+ABSL_FLAG(std::string, prefill_tokens, "2048,8192",
+          "Prompt lengths (tokens) for the prefill MoE and whole prefills (empty: none)");
 ABSL_FLAG(std::string, decode_contexts, "4096,32768",
           "Context lengths (tokens) of the whole decode steps, each filled by a chunked prefill");
 ABSL_FLAG(std::string, dsa_config, "tests/data/configs/glm-5.2.config.json", "GLM-5.2 (glm_moe_dsa) config.json");
@@ -46,15 +47,16 @@ namespace {
 
 using namespace ferry::bench;
 
+// A comma-separated list of non-negative integers; empty only where allow_empty (that part is skipped).
 template <typename T>
-bool ParseList(const std::string& s, std::vector<T>* out) {
+bool ParseList(const std::string& s, std::vector<T>* out, bool allow_empty = false) {
   out->clear();
   for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
     int64_t v = 0;
     if (!absl::SimpleAtoi(p, &v) || v < 0) return false;
     out->push_back(static_cast<T>(v));
   }
-  return !out->empty();
+  return allow_empty || !out->empty();
 }
 
 }  // namespace
@@ -77,7 +79,7 @@ int main(int argc, char** argv) {
   o.next_config = absl::GetFlag(FLAGS_next_config);
   bool ok = ParseList(absl::GetFlag(FLAGS_batches), &o.batches) &&
             ParseList(absl::GetFlag(FLAGS_contexts), &o.contexts) &&
-            ParseList(absl::GetFlag(FLAGS_prefill_tokens), &o.prefill_tokens) &&
+            ParseList(absl::GetFlag(FLAGS_prefill_tokens), &o.prefill_tokens, /*allow_empty=*/true) &&
             ParseList(absl::GetFlag(FLAGS_decode_contexts), &o.decode_contexts) &&
             ParseList(absl::GetFlag(FLAGS_dsa_layers), &o.dsa_layers) &&
             ParseList(absl::GetFlag(FLAGS_next_layers), &o.next_layers);

@@ -45,17 +45,26 @@ void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& em
   }
 }
 
+LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows& rows) {
+  LogitRows out;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
+    out.first_row.push_back(static_cast<int64_t>(out.rows.size()));
+    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) {
+      out.rows.push_back(static_cast<int32_t>(rows.seg_begin[s] + i));
+    }
+  }
+  return out;
+}
+
 ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const StepRows& rows, const float* normed,
                             const Weight& lm_head) {
   const int64_t D = lm_head.cols, V = lm_head.rows;
   ForwardOutput out;
   out.vocab = V;
-  std::vector<int64_t> picked;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
-    out.first_row.push_back(static_cast<int64_t>(picked.size()));
-    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) picked.push_back(rows.seg_begin[s] + i);
-  }
+  LogitRows pick = PickLogitRows(segments, rows);
+  out.first_row = std::move(pick.first_row);
+  const std::vector<int32_t>& picked = pick.rows;
   const int64_t n_out = static_cast<int64_t>(picked.size());
   std::vector<float> h(static_cast<size_t>(n_out * D));
   for (int64_t j = 0; j < n_out; ++j) std::copy_n(normed + picked[j] * D, D, h.data() + j * D);

@@ -38,6 +38,14 @@ absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int
 // x [R, hidden] <- the embedding row of every token of every segment, in order.
 void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x);
 
+// The rows whose logits were asked for, in order: each segment's last row, or all its rows with
+// all_logits; first_row[s] is where segment s's start in that list (ForwardOutput::first_row).
+struct LogitRows {
+  std::vector<int32_t> rows;
+  std::vector<int64_t> first_row;
+};
+LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows& rows);
+
 // Logits [rows asked for, vocab] = normed · lm_head^T over each segment's last row (or all its
 // rows with all_logits); normed [R, hidden] is the final-normed hidden state of every row.
 ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const StepRows& rows, const float* normed,

@@ -1,6 +1,7 @@
 #include "model/cuda/device_buffer.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -151,6 +152,48 @@ absl::StatusOr<void*> Workspace::TakeBytes(size_t bytes) {
   cursor_ += need;
   used_ += need;
   return p;
+}
+
+StepUpload::~StepUpload() {
+  if (done_ != nullptr) {
+    (void)cu::EventWait(done_);
+    (void)cu::EventDestroy(done_);
+  }
+  if (host_ != nullptr) (void)cu::PinnedFree(host_);
+}
+
+absl::StatusOr<std::vector<void*>> StepUpload::Send(Workspace& ws, std::initializer_list<Part> parts) {
+  constexpr size_t kAlign = 256;
+  size_t total = 0;
+  std::vector<size_t> at;
+  for (const Part& p : parts) {
+    at.push_back(total);
+    total += (std::max<size_t>(p.bytes, 1) + kAlign - 1) / kAlign * kAlign;
+  }
+  if (done_ == nullptr) {
+    FERRY_ASSIGN_OR_RETURN(done_, cu::EventCreate());
+  } else {
+    FERRY_RETURN_IF_ERROR(cu::EventWait(done_));
+  }
+  if (total > bytes_) {
+    const size_t want = std::max(total, 2 * bytes_);
+    if (host_ != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(host_));
+    host_ = nullptr;
+    bytes_ = 0;
+    FERRY_ASSIGN_OR_RETURN(host_, cu::PinnedAlloc(want));
+    bytes_ = want;
+  }
+  FERRY_ASSIGN_OR_RETURN(char* dev, ws.Take<char>(static_cast<int64_t>(total)));
+  std::vector<void*> out;
+  size_t i = 0;
+  for (const Part& p : parts) {
+    if (p.bytes > 0) std::memcpy(static_cast<char*>(host_) + at[i], p.data, p.bytes);
+    out.push_back(dev + at[i]);
+    ++i;
+  }
+  FERRY_RETURN_IF_ERROR(cu::CopyToDeviceAsync(dev, host_, total));
+  FERRY_RETURN_IF_ERROR(cu::EventRecord(done_));
+  return out;
 }
 
 }  // namespace ferry::model::cuda

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,31 @@ class Workspace {
   std::vector<DeviceBuffer> blocks_;
   size_t cursor_ = 0;  // in the last block
   size_t used_ = 0;    // over all blocks since Reset()
+};
+
+// A step's small host inputs (tokens, positions, page tables) sent to the device in one
+// asynchronous copy from page-locked memory: a pageable cudaMemcpy waits for the device and the
+// host each time, a stall the GPU sees at every step's start.
+class StepUpload {
+ public:
+  struct Part {
+    const void* data;
+    size_t bytes;
+  };
+  StepUpload() = default;
+  ~StepUpload();
+  StepUpload(const StepUpload&) = delete;
+  StepUpload& operator=(const StepUpload&) = delete;
+
+  // Lays the parts out 256-byte aligned in one block of `ws` (the host copy alike), queues the
+  // copy and returns each part's device address, valid until ws.Reset(). Waits first for the
+  // previous Send's copy (the staging memory is reused).
+  absl::StatusOr<std::vector<void*>> Send(Workspace& ws, std::initializer_list<Part> parts);
+
+ private:
+  void* host_ = nullptr;   // pinned
+  size_t bytes_ = 0;
+  void* done_ = nullptr;  // event after the last copy
 };
 
 }  // namespace ferry::model::cuda

@@ -1,6 +1,7 @@
 #include "model/cuda/ffn_cuda.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -58,6 +59,22 @@ absl::Status ExpertLinears(const std::vector<ExpertProblem<T>>& p, int64_t in, i
   }
 }
 
+// The decode dispatch (FfnAdd's first way, ffn_cuda.h): routing in s.experts / s.route_w already.
+absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
+                         const FfnScratch<uint16_t>& s, uint16_t* y, float* x) {
+  const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
+  const bool shared = f.has_shared;
+  const cu::MoePairs p{s.group_expert, s.group_start, s.group_count, s.n_groups, s.order, s.src_row};
+  FERRY_RETURN_IF_ERROR(cu::MoeGroupPairs(s.experts, R, K, E, shared, p, s.error));
+  const int64_t groups = cu::MoeMaxGroups(R, K, E, shared);
+  FERRY_RETURN_IF_ERROR(cu::MoeGemvBf16(f.gate_up_table.as<const uint16_t* const>(), p, groups, a,
+                                        /*gather_x=*/true, D, 2 * MI, s.gu, /*scatter_y=*/false, nullptr));
+  FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, R * K + (shared ? R : 0), MI, 2 * MI, c.swiglu_limit, s.h));
+  FERRY_RETURN_IF_ERROR(cu::MoeGemvBf16(f.down_table.as<const uint16_t* const>(), p, groups, s.h,
+                                        /*gather_x=*/false, MI, D, s.slots, /*scatter_y=*/true, y));
+  return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x);
+}
+
 }  // namespace
 
 absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
@@ -85,6 +102,20 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
     FERRY_RETURN_IF_ERROR(
         LoadMlpCuda(w.Sub("shared_experts."), D, c.moe_intermediate_size * c.n_shared_experts, p, &f.shared, bytes));
   }
+  if (p == Precision::kBf16) {
+    // The decode dispatch's tables of expert matrices (the shared expert last when one expert wide).
+    std::vector<const uint16_t*> gate_up(static_cast<size_t>(E) + 1, nullptr), down(gate_up.size(), nullptr);
+    for (int64_t e = 0; e < E; ++e) {
+      gate_up[static_cast<size_t>(e)] = f.experts[static_cast<size_t>(e)].gate_up.ptr();
+      down[static_cast<size_t>(e)] = f.experts[static_cast<size_t>(e)].down.ptr();
+    }
+    if (f.has_shared && f.shared.inter() == c.moe_intermediate_size) {
+      gate_up[static_cast<size_t>(E)] = f.shared.gate_up.ptr();
+      down[static_cast<size_t>(E)] = f.shared.down.ptr();
+    }
+    FERRY_ASSIGN_OR_RETURN(f.gate_up_table, Upload(gate_up.data(), gate_up.size() * sizeof(const uint16_t*)));
+    FERRY_ASSIGN_OR_RETURN(f.down_table, Upload(down.data(), down.size() * sizeof(const uint16_t*)));
+  }
   f.routing.n_experts = E;
   f.routing.top_k = c.num_experts_per_tok;
   f.routing.n_group = c.n_group;
@@ -100,6 +131,8 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
   // gu / h hold the routed slots and then the shared expert's rows (FfnAdd runs them together).
   const int64_t inter = std::max(c.intermediate_size, (KE + c.n_shared_experts) * MI);
   const int64_t moe_rows = E > 0 ? R * KE : 0;
+  // The expert-ordered pair list holds the routed pairs, then one shared pair a row.
+  const int64_t pairs = E > 0 ? R * KE + R : 0, groups = E > 0 ? std::min(R * KE, E) + 1 : 0;
   FfnScratch<T> s;
   FERRY_ASSIGN_OR_RETURN(s.gu, ws.Take<T>(R * 2 * inter));
   FERRY_ASSIGN_OR_RETURN(s.h, ws.Take<T>(R * inter));
@@ -109,8 +142,14 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
   FERRY_ASSIGN_OR_RETURN(s.logits, ws.Take<float>(R * E));
   FERRY_ASSIGN_OR_RETURN(s.route_w, ws.Take<float>(moe_rows));
   FERRY_ASSIGN_OR_RETURN(s.experts, ws.Take<int32_t>(moe_rows));
-  FERRY_ASSIGN_OR_RETURN(s.order, ws.Take<int32_t>(moe_rows));
-  FERRY_ASSIGN_OR_RETURN(s.src_row, ws.Take<int32_t>(moe_rows));
+  FERRY_ASSIGN_OR_RETURN(s.order, ws.Take<int32_t>(pairs));
+  FERRY_ASSIGN_OR_RETURN(s.src_row, ws.Take<int32_t>(pairs));
+  FERRY_ASSIGN_OR_RETURN(s.group_expert, ws.Take<int32_t>(groups));
+  FERRY_ASSIGN_OR_RETURN(s.group_start, ws.Take<int32_t>(groups));
+  FERRY_ASSIGN_OR_RETURN(s.group_count, ws.Take<int32_t>(groups));
+  FERRY_ASSIGN_OR_RETURN(s.n_groups, ws.Take<int32_t>(1));
+  FERRY_ASSIGN_OR_RETURN(s.error, ws.Take<int32_t>(1));
+  FERRY_RETURN_IF_ERROR(cu::DeviceFill(s.error, 0, sizeof(int32_t)));
   return s;
 }
 
@@ -126,6 +165,14 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   FERRY_RETURN_IF_ERROR(act::LinearToF32(a, R, D, f.router.as<T>(), E, 1.0f, s.logits));
   FERRY_RETURN_IF_ERROR(cu::MoeRoute(s.logits, f.bias.as<const float>(), R, f.routing, s.experts, s.route_w));
   FERRY_RETURN_IF_ERROR(TapMoeRoute(tap, s.logits, R, f.routing, s.experts, s.route_w));
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    const bool shared_fits = !f.has_shared || f.shared.inter() == MI;
+    const bool widths_fit = c.hidden_size % 8 == 0 && MI % 8 == 0;  // MoeGemvBf16's 16-byte pieces
+    if (f.gate_up_table.get() != nullptr && shared_fits && widths_fit && R <= kMoeGemvMaxRows &&
+        R * K <= cu::kMoeMaxPairs) {
+      return MoeOnDevice(f, c, a, R, s, y, x);
+    }
+  }
 
   std::vector<int32_t> chosen(static_cast<size_t>(R * K));
   FERRY_RETURN_IF_ERROR(cu::CopyToHost(chosen.data(), s.experts, chosen.size() * sizeof(int32_t)));
@@ -181,6 +228,20 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x);
 }
 
+template <typename T>
+absl::Status CheckFfnErrors(const FfnScratch<T>& s, int64_t n_experts) {
+  if (s.error == nullptr) return absl::OkStatus();
+  int32_t error = 0;
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(&error, s.error, sizeof(error)));
+  if (error != 0) {
+    return absl::InternalError(absl::StrCat("MoE routing chose an expert id outside [0, ", n_experts,
+                                            ") (NaN router logits?); the step's output is void"));
+  }
+  return absl::OkStatus();
+}
+
+template absl::Status CheckFfnErrors<uint16_t>(const FfnScratch<uint16_t>&, int64_t);
+template absl::Status CheckFfnErrors<float>(const FfnScratch<float>&, int64_t);
 template absl::StatusOr<FfnScratch<uint16_t>> TakeFfnScratch<uint16_t>(Workspace&, const ModelConfig&, int64_t);
 template absl::StatusOr<FfnScratch<float>> TakeFfnScratch<float>(Workspace&, const ModelConfig&, int64_t);
 template absl::Status FfnAdd<uint16_t>(const CudaFfn&, const ModelConfig&, const uint16_t*, int64_t,

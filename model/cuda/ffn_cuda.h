@@ -30,6 +30,10 @@ struct CudaFfn {
   bool has_shared = false;
   CudaMlp shared;
   kernels::cpu::RoutingParams routing;
+  // bf16 only: device arrays of n_experts + 1 pointers, expert e's gate_up / down matrix at [e]
+  // and the shared expert's at [n_experts] when it is one expert wide (else null): the tables
+  // through which the decode dispatch (kernels::cuda::MoeGemvBf16) finds the chosen experts.
+  DeviceBuffer gate_up_table, down_table;
 };
 
 // Loads layer `layer`'s FFN under `w` ("...mlp.") in precision p (one expert at a time: the
@@ -44,20 +48,34 @@ struct FfnScratch {
   T *gu, *h, *xin, *yout, *slots;
   float *logits, *route_w;
   int32_t *experts, *order, *src_row;
+  // The decode dispatch's expert groups (kernels::cuda::MoePairs) and its error word, zeroed
+  // when the scratch is taken and read by CheckFfnErrors after the step.
+  int32_t *group_expert, *group_start, *group_count, *n_groups, *error;
 };
 template <typename T>
 absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t rows);
 
 // x [R, hidden] float32 += FFN(a), a [R, hidden] of type T; y [R, hidden] T is scratch.
-// MoE dispatch is naive: the chosen expert ids come to the host (one sync), which orders the
-// (row, slot) pairs by expert and runs each expert with rows as one cuBLAS call, in bf16 the
-// experts (and a one-expert-wide shared expert) side by side on the side streams of
-// GroupedLinearBf16; MoeCombine sums each row's slots in model::MoeForward's order, with the
-// shared expert.
+// MoE dispatch, two ways:
+//  - decode-sized batches in bf16 (R <= kMoeGemvMaxRows, the shared expert absent or one expert
+//    wide): on the device alone. MoeGroupPairs orders the (row, slot) pairs by expert and
+//    MoeGemvBf16 streams each chosen expert's matrices once (gate_up, then down into the slots),
+//    so the host queues the whole layer without waiting for the routing;
+//  - otherwise the chosen expert ids come to the host (one sync), which orders the pairs by
+//    expert and runs each expert with rows as one cuBLAS call, in bf16 the experts (and a
+//    one-expert-wide shared expert) side by side on the side streams of GroupedLinearBf16.
+// MoeCombine then sums each row's slots in model::MoeForward's order, with the shared expert.
 // `tap` (off by default) sees the routing right after MoeRoute and may pin it (decision_tap.h).
 // Instantiated for uint16_t and float (ffn_cuda.cc).
+inline constexpr int64_t kMoeGemvMaxRows = 64;
 template <typename T>
 absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t rows, const FfnScratch<T>& s, T* y,
                     float* x, const DecisionTap& tap = {});
+
+// After a step that ran FfnAdd with `s` (and waited for the device): INTERNAL when the decode
+// dispatch met an expert id outside [0, n_experts) (NaN router logits); the step's output is
+// then not to be used.
+template <typename T>
+absl::Status CheckFfnErrors(const FfnScratch<T>& s, int64_t n_experts);
 
 }  // namespace ferry::model::cuda

@@ -136,6 +136,7 @@ class Glm5NextCuda final : public CausalLM {
   DeviceBuffer ones_;  // float32 [S * D]: mHC's weightless RMSNorm
   std::vector<Layer> layers_;
   Workspace ws_;
+  StepUpload upload_;  // the step's host inputs, one copy
   DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 

@@ -97,19 +97,28 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     const std::vector<int32_t>& ids = b.seqs[rows.seg_of[r]]->table_->ids();
     std::copy(ids.begin(), ids.end(), table.begin() + r * b.T_);
   }
+  LogitRows picked = PickLogitRows(segments, rows);
+  const int64_t n_out = static_cast<int64_t>(picked.rows.size());
+  // The head's unweighted mean of the streams: mixing weights 1 / S.
+  const std::vector<float> mean_w(static_cast<size_t>(R * S), 1.0f / static_cast<float>(S));
   FERRY_RETURN_IF_ERROR(ws_.Reset());
   auto take = [&](int64_t n) { return ws_.Take<T>(n); };
   auto take32 = [&](int64_t n) { return ws_.Take<float>(n); };
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_tokens, ws_.Take<int32_t>(R));
-  FERRY_ASSIGN_OR_RETURN(int64_t* d_pos, ws_.Take<int64_t>(R));
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_table, ws_.Take<int32_t>(R * b.T_));
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_npools, ws_.Take<int32_t>(R));
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_offsets, ws_.Take<int32_t>(R + 1));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_tokens, tokens.data(), tokens.size() * sizeof(int32_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_pos, rows.pos.data(), rows.pos.size() * sizeof(int64_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_table, table.data(), table.size() * sizeof(int32_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_npools, n_pools.data(), n_pools.size() * sizeof(int32_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_offsets, offsets.data(), offsets.size() * sizeof(int32_t)));
+  FERRY_ASSIGN_OR_RETURN(std::vector<void*> sent,
+                         upload_.Send(ws_, {{rows.pos.data(), rows.pos.size() * sizeof(int64_t)},
+                                            {tokens.data(), tokens.size() * sizeof(int32_t)},
+                                            {table.data(), table.size() * sizeof(int32_t)},
+                                            {n_pools.data(), n_pools.size() * sizeof(int32_t)},
+                                            {offsets.data(), offsets.size() * sizeof(int32_t)},
+                                            {picked.rows.data(), picked.rows.size() * sizeof(int32_t)},
+                                            {mean_w.data(), mean_w.size() * sizeof(float)}}));
+  const int64_t* d_pos = static_cast<const int64_t*>(sent[0]);
+  const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
+  const int32_t* d_table = static_cast<const int32_t*>(sent[2]);
+  const int32_t* d_npools = static_cast<const int32_t*>(sent[3]);
+  const int32_t* d_offsets = static_cast<const int32_t*>(sent[4]);
+  const int32_t* d_picked = static_cast<const int32_t*>(sent[5]);
+  const float* d_mean_w = static_cast<const float*>(sent[6]);
   b.pos = d_pos;
   b.table = d_table;
   b.n_pools = d_npools;
@@ -184,12 +193,8 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
   }
 
-  // Head: the unweighted mean of the streams (weights 1 / S), the final norm, lm_head.
-  {
-    std::vector<float> mean_w(static_cast<size_t>(R * S), 1.0f / static_cast<float>(S));
-    FERRY_RETURN_IF_ERROR(cu::CopyToDevice(b.pre, mean_w.data(), mean_w.size() * sizeof(float)));
-    FERRY_RETURN_IF_ERROR(cu::MhcMixIn(b.h, b.pre, R, S, D, b.u));
-  }
+  // Head: the unweighted mean of the streams (d_mean_w), the final norm, lm_head.
+  FERRY_RETURN_IF_ERROR(cu::MhcMixIn(b.h, d_mean_w, R, S, D, b.u));
   FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, norm_.as<T>(), c.rms_norm_eps, b.a));
   if (hidden) {
     FERRY_RETURN_IF_ERROR(act::ToF32(b.a, R * D, b.u));
@@ -197,23 +202,14 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   }
   ForwardOutput out;
   out.vocab = c.vocab_size;
-  std::vector<int32_t> picked;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
-    out.first_row.push_back(static_cast<int64_t>(picked.size()));
-    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) {
-      picked.push_back(static_cast<int32_t>(rows.seg_begin[s] + i));
-    }
-  }
-  const int64_t n_out = static_cast<int64_t>(picked.size());
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_picked, ws_.Take<int32_t>(n_out));
+  out.first_row = std::move(picked.first_row);
   FERRY_ASSIGN_OR_RETURN(T* hsel, take(n_out * D));
   FERRY_ASSIGN_OR_RETURN(float* logits, take32(n_out * c.vocab_size));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_picked, picked.data(), picked.size() * sizeof(int32_t)));
   FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, hsel, D, nullptr, n_out, D));
   FERRY_RETURN_IF_ERROR(act::LinearToF32(hsel, n_out, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
   out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
   FERRY_RETURN_IF_ERROR(cu::CopyToHost(out.logits.data(), logits, out.logits.size() * sizeof(float)));
+  FERRY_RETURN_IF_ERROR(CheckFfnErrors(b.ffn, c.n_routed_experts));
   FERRY_RETURN_IF_ERROR(cu::Synchronize());
   for (size_t s = 0; s < segments.size(); ++s) b.seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
   return out;

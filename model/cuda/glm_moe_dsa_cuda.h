@@ -113,6 +113,7 @@ class GlmMoeDsaCuda final : public CausalLM {
   DeviceBuffer inv_freq_;  // float32 [rope / 2]
   std::vector<Layer> layers_;
   Workspace ws_;
+  StepUpload upload_;  // the step's host inputs, one copy
   DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 

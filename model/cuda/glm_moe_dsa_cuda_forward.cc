@@ -90,16 +90,22 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
     std::copy(ids.begin(), ids.end(), table.begin() + r * b.T_);
   }
 
+  LogitRows picked = PickLogitRows(segments, rows);
+  const int64_t n_out = static_cast<int64_t>(picked.rows.size());
+
   FERRY_RETURN_IF_ERROR(ws_.Reset());
   auto take = [&](int64_t n) { return ws_.Take<T>(n); };
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_tokens, ws_.Take<int32_t>(R));
-  FERRY_ASSIGN_OR_RETURN(int64_t* d_pos, ws_.Take<int64_t>(R));
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_nkeys, ws_.Take<int32_t>(R));
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_table, ws_.Take<int32_t>(R * b.T_));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_tokens, tokens.data(), tokens.size() * sizeof(int32_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_pos, rows.pos.data(), rows.pos.size() * sizeof(int64_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_nkeys, n_keys.data(), n_keys.size() * sizeof(int32_t)));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_table, table.data(), table.size() * sizeof(int32_t)));
+  FERRY_ASSIGN_OR_RETURN(std::vector<void*> sent,
+                         upload_.Send(ws_, {{rows.pos.data(), rows.pos.size() * sizeof(int64_t)},
+                                            {tokens.data(), tokens.size() * sizeof(int32_t)},
+                                            {n_keys.data(), n_keys.size() * sizeof(int32_t)},
+                                            {table.data(), table.size() * sizeof(int32_t)},
+                                            {picked.rows.data(), picked.rows.size() * sizeof(int32_t)}}));
+  const int64_t* d_pos = static_cast<const int64_t*>(sent[0]);
+  const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
+  const int32_t* d_nkeys = static_cast<const int32_t*>(sent[2]);
+  const int32_t* d_table = static_cast<const int32_t*>(sent[3]);
+  const int32_t* d_picked = static_cast<const int32_t*>(sent[4]);
   b.pos = d_pos;
   b.n_keys = d_nkeys;
   b.table = d_table;
@@ -159,23 +165,14 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
   }
   ForwardOutput out;
   out.vocab = c.vocab_size;
-  std::vector<int32_t> picked;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
-    out.first_row.push_back(static_cast<int64_t>(picked.size()));
-    for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) {
-      picked.push_back(static_cast<int32_t>(rows.seg_begin[s] + i));
-    }
-  }
-  const int64_t n_out = static_cast<int64_t>(picked.size());
-  FERRY_ASSIGN_OR_RETURN(int32_t* d_picked, ws_.Take<int32_t>(n_out));
+  out.first_row = std::move(picked.first_row);
   FERRY_ASSIGN_OR_RETURN(T* h, take(n_out * D));
   FERRY_ASSIGN_OR_RETURN(float* logits, ws_.Take<float>(n_out * c.vocab_size));
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d_picked, picked.data(), picked.size() * sizeof(int32_t)));
   FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, h, D, nullptr, n_out, D));
   FERRY_RETURN_IF_ERROR(act::LinearToF32(h, n_out, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
   out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
   FERRY_RETURN_IF_ERROR(cu::CopyToHost(out.logits.data(), logits, out.logits.size() * sizeof(float)));
+  FERRY_RETURN_IF_ERROR(CheckFfnErrors(b.ffn, c.n_routed_experts));
   FERRY_RETURN_IF_ERROR(cu::Synchronize());  // surfaces any asynchronous kernel fault of the step
   for (size_t s = 0; s < segments.size(); ++s) {
     seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
