@@ -3,13 +3,16 @@
 //
 // One CTA of 8 warps holds every head of its head group (HT = 32 or 64 rows of q, W = latent +
 // rope columns) in shared memory and streams its tiles of 32 selected cached rows through a
-// kStages-deep cp.async ring (4 at the model shapes: three tiles in flight while one is
-// computed), so each cached row is read from memory once for all heads. A tile:
-//   S = Q K^T   [HT x 32]: warp (head tile of 16, k-slice) with mma.sync m16n8k16 bf16, float32
-//                accumulate, Q and K from swizzled shared memory by ldmatrix; the k-slices of a
-//                head tile are summed in a fixed order through shared memory;
-//   softmax     by the head tile's first warp: running max / sum per head (float32, exp2 with
-//               log2(e) folded into the scale); P rounded to bf16 into shared memory;
+// kStages-deep cp.async ring (3 or 4: two or three tiles in flight while one is computed), so
+// each cached row is read from memory once for all heads. The row addresses of a CTA's tiles are
+// looked up once, up front (kTab), and each tile's arrival is an mbarrier, so no warp waits on a
+// lookup or on another warp's copies. A tile, with two CTA barriers:
+//   S = Q K^T   [HT x 32]: warp (head tile of MH, k-slice) with mma.sync m16n8k16 bf16, float32
+//                accumulate, Q and K from swizzled shared memory by ldmatrix; every warp stores
+//                its partial to shared memory;
+//   softmax     warp w: heads [HT / 8 w, +HT / 8), the k-slices summed in order; running max /
+//               sum per head (float32, exp2 with log2(e) folded into the scale); P rounded to
+//               bf16 into shared memory;
 //   O += P V    [HT x 512]: warp w owns latent columns [64 w, 64 w + 64) of every head (V is the
 //               first 512 columns of the same tile, read by ldmatrix.trans).
 // At the end CTA k of the cluster merges heads k, k + K, ...: every CTA pushes its O (rounded to
@@ -17,9 +20,9 @@
 // rank order (log-sum-exp, float32) and writes the bf16 output.
 //
 // Bytes: every selected row once (W * 2 bytes), q once per CTA (from L2 after the first), the
-// bf16 output once. Flops: HT * (W + 512) * 2 a selected row, on the tensor cores (mma.sync, so
-// at HT = 64 the math of a CTA's 256 rows takes about as long as their loads; see
-// bench/results/h200-mla-decode.md). The shared-memory layout and its address helpers are in
+// bf16 output once. Flops: HT * (W + 512) * 2 a selected row, on the tensor cores (mma.sync: at
+// HT = 64 the math of a CTA's 256 rows, about 12 us on an H200, still does not overlap the rest;
+// see bench/results/h200-mla-decode.md). The shared-memory layout and its address helpers are in
 // mla_decode_tc_smem.cuh.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
@@ -38,10 +41,12 @@ namespace ferry::kernels::cuda {
 namespace {
 
 using ptx::CpAsync16;
-using ptx::CpAsyncCommit;
-using ptx::CpAsyncWait;
+using ptx::CpAsyncMbarArrive;
 using ptx::Ldsm4;
 using ptx::Ldsm4T;
+using ptx::MbarInit;
+using ptx::MbarInitFence;
+using ptx::MbarWait;
 using ptx::Mma;
 
 namespace cg = cooperative_groups;
@@ -60,13 +65,18 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kStages = L::kStages;
   constexpr int kHk = HT / K;  // heads this CTA merges
   static_assert(kHk >= 1 && kHk * 64 <= 2 * kThreads, "merge work per CTA");
-  constexpr int kCopies = L::kChunks / 8;  // 16-byte copies a thread makes of a tile (8 threads a row)
+  // Softmax: warp w owns heads [kHpw w, +kHpw), kLph lanes a head, kTpl tokens a lane.
+  constexpr int kHpw = HT / kWarps;
+  constexpr int kLph = 32 / kHpw;
+  constexpr int kTpl = kTile / kLph;
+  static_assert(kHpw * kLph == 32 && kTpl % 4 == 0, "softmax lane map");
 
   extern __shared__ __align__(128) unsigned char smem[];
-  float* sred = reinterpret_cast<float*>(smem + L::kSred);
+  float* part = reinterpret_cast<float*>(smem + L::kPart);
   float* corr = reinterpret_cast<float*>(smem + L::kCorr);
   int* flags = reinterpret_cast<int*>(smem + L::kFlags);
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full0 = sbase + L::kFull;
 
   cg::cluster_group cluster = cg::this_cluster();
   const int rank = static_cast<int>(cluster.block_rank());
@@ -85,54 +95,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid == 0) {
     flags[0] = end < begin ? 1 : 0;
     flags[1] = 0;
-  }
-  __syncthreads();  // the flags are set before any tile load may raise them
-
-  // Thread tid copies 16-byte chunks tid % 8, +8, ... of token row tid / 8 of each tile (eight
-  // threads cover 128 contiguous bytes). The two dependent lookups of a row (its token id, then
-  // its page id) run two and one tiles ahead of the copy, which itself runs kStages - 1 tiles
-  // ahead of the math; a loaded id is first used an iteration after its load, so no warp waits
-  // on a lookup while the tiles stream. `it` counts this CTA's tiles: its tile it is the row's
-  // tile rank + it * K.
-  // A token past the row's end is kPastEnd: zero-filled, not an error. A selected id below 0 is
-  // read as -1 (as unaddressable, the row becomes NaN), so no selection value reads as kPastEnd.
-  constexpr int kPastEnd = INT_MIN;
-  const int row = tid >> 3;
-  auto fetch_id = [&](int it) {
-    const int64_t j = (rank + static_cast<int64_t>(it) * K) * kTile + row;
-    return j < n ? max(sel[begin + j], -1) : kPastEnd;
-  };
-  // PagedRow in two steps: the page id (load_page, a tile ahead), then the row address and its
-  // checks (copy_tile).
-  auto load_page = [&](int id) {
-    const int64_t index = id >> cache.page_shift;
-    return id < 0 || index >= cache.table_stride ? -1 : cache.page_table[r * cache.table_stride + index];
-  };
-  auto copy_tile = [&](int id, int page, int s) {
-    const __nv_bfloat16* src =
-        id < 0 || page < 0 || page >= cache.n_pages
-            ? nullptr
-            : cache.arena + page * cache.page_stride + (id & ((1 << cache.page_shift) - 1)) * cache.width;
-    if (id != kPastEnd && src == nullptr) flags[0] = 1;  // unaddressable: the row becomes NaN
-    const uint32_t dst = sbase + L::kKv + s * L::kStage;
 #pragma unroll
-    for (int i = 0; i < kCopies; ++i) {
-      const int c = (tid & 7) + 8 * i;
-      CpAsync16(dst + Swz(row, c, L::kRowBytes), src != nullptr ? src + c * 8 : q_abs, src != nullptr ? 16 : 0);
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(full0 + 8 * s, kThreads);
     }
-  };
+    MbarInitFence();
+  }
 
-  float o[kA][8][4];
-#pragma unroll
-  for (int i = 0; i < kA; ++i)
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[i][j][e] = 0.0f;
-
-  // Prologue: q and tiles 0 .. kStages - 2, one commit group a tile (q joins tile 0's).
+  // q rows [q_abs | q_pe] of this head group (cp.async from every thread; tile 0's mbarrier
+  // covers them, as it covers each thread's earlier copies); heads past `heads` are zero.
   if (my_tiles > 0) {
-    // q rows [q_abs | q_pe] of this head group; heads past `heads` are zero.
     for (int i = tid; i < HT * L::kChunks; i += kThreads) {
       const int h = i / L::kChunks, c = i % L::kChunks;
       const __nv_bfloat16* src = q_abs;
@@ -145,45 +117,89 @@ __global__ void __launch_bounds__(kThreads, 1)
       CpAsync16(sbase + L::kQ + Swz(h, c, L::kRowBytes), src, bytes);
     }
   }
-  {
-    int ids[kStages - 1];
-    int pages[kStages - 1];
+  __syncthreads();  // the flags and mbarriers are initialised before any tile load
+
+  // Loads. The row addresses of kTabTiles tiles at a time are looked up together into kTab
+  // (thread tid: rows tid, tid + 256, ... of those tiles; its token id, then its page id), so a
+  // tile's copy never waits on a lookup: the lookups of the first kTabTiles tiles (all of them at
+  // the model shapes) cost two memory latencies once, in the prologue. An entry is the row's
+  // offset in the arena, kPastEnd for a token past the row's end (zero-filled, not an error) or
+  // kBad for an unaddressable one (zero-filled, and the row becomes NaN). A selected id below 0
+  // is read as -1 (unaddressable).
+  // Thread tid copies 16-byte chunks tid % 8, +8, ... of token row tid / 8 of each tile (eight
+  // threads cover 128 contiguous bytes) with cp.async, then arrives on the stage's "full"
+  // mbarrier once its copies have landed (cp.async.mbarrier.arrive), so no warp waits for another
+  // warp's copies. The copy of tile it + kStages - 1 goes out once every warp is done with tile
+  // it - 1 (after the first barrier of tile it), into that tile's stage. `it` counts this CTA's
+  // tiles: its tile it is the row's tile rank + it * K.
+  constexpr int64_t kPastEnd = -1, kBad = -2;
+  const int row = tid >> 3;
+  int64_t* tab = reinterpret_cast<int64_t*>(smem + L::kTab);
+  auto load_table = [&](int it0) {  // tiles it0 .. it0 + kTabTiles - 1; REQUIRES a barrier after
+    constexpr int kPer = kTabTiles * kTile / kThreads;
+    int ids[kPer];
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) ids[s] = fetch_id(s);
+    for (int x = 0; x < kPer; ++x) {
+      const int e = tid + kThreads * x;
+      const int it = it0 + e / kTile;
+      const int64_t j = (rank + static_cast<int64_t>(it) * K) * kTile + e % kTile;
+      ids[x] = it < my_tiles && j < n ? max(sel[begin + j], -1) : INT_MIN;
+    }
+    int pages[kPer];
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) pages[s] = load_page(ids[s]);
+    for (int x = 0; x < kPer; ++x) {
+      const int64_t index = ids[x] >> cache.page_shift;
+      pages[x] = ids[x] < 0 || index >= cache.table_stride ? -1 : cache.page_table[r * cache.table_stride + index];
+    }
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < my_tiles) copy_tile(ids[s], pages[s], s);
-      CpAsyncCommit();
+    for (int x = 0; x < kPer; ++x) {
+      int64_t off = kPastEnd;
+      if (ids[x] != INT_MIN) {
+        off = ids[x] < 0 || pages[x] < 0 || pages[x] >= cache.n_pages
+                  ? kBad
+                  : pages[x] * cache.page_stride + (ids[x] & ((1 << cache.page_shift) - 1)) * cache.width;
+        if (off == kBad) flags[0] = 1;  // unaddressable: the row becomes NaN
+      }
+      tab[tid + kThreads * x] = off;
+    }
+  };
+  auto copy_tile = [&](int it) {
+    const int s = it % kStages;
+    const int64_t off = tab[(it % kTabTiles) * kTile + row];
+    const __nv_bfloat16* src = off >= 0 ? cache.arena + off : nullptr;
+    const uint32_t dst = sbase + L::kKv + s * L::kStage;
+#pragma unroll
+    for (int i = 0; i < L::kChunks / 8; ++i) {
+      const int c = (tid & 7) + 8 * i;
+      CpAsync16(dst + Swz(row, c, L::kRowBytes), src != nullptr ? src + c * 8 : q_abs, src != nullptr ? 16 : 0);
+    }
+    CpAsyncMbarArrive(full0 + 8 * s);
+  };
+  if (my_tiles > 0) {
+    load_table(0);
+    __syncthreads();  // kTab holds tiles 0 .. kTabTiles - 1
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) {
+      if (s < my_tiles) copy_tile(s);
     }
   }
-  int id_next = fetch_id(kStages - 1);  // tile it + kStages - 1 (copied at iteration it): its token,
-  int page_next = load_page(id_next);    // its page,
-  int id_ahead = fetch_id(kStages);     // and tile it + kStages's token
 
-  // Running max and sum (exp2 domain) of heads MH hs + 16 mb + g and + 8: kept by the ks == 0
-  // warps.
-  float m_run[kMb][2], l_run[kMb][2];
+  float o[kA][8][4];
 #pragma unroll
-  for (int mb = 0; mb < kMb; ++mb) {
-    m_run[mb][0] = m_run[mb][1] = -INFINITY;
-    l_run[mb][0] = l_run[mb][1] = 0.0f;
-  }
+  for (int i = 0; i < kA; ++i)
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[i][j][e] = 0.0f;
+
+  // Running max and sum (exp2 domain) of head kHpw warp + lane / kLph (every lane of the head
+  // holds them).
+  float m_run = -INFINITY, l_run = 0.0f;
   const int hs = warp % kHs, ks = warp / kHs;
   for (int it = 0; it < my_tiles; ++it) {
     const int t = rank + it * K;
     const uint32_t kv = sbase + L::kKv + (it % kStages) * L::kStage;
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();  // tile it landed; every warp is done with tile it - 1 (its stage, P, kSred)
-    {
-      const int nt = it + kStages - 1;
-      if (nt < my_tiles) copy_tile(id_next, page_next, nt % kStages);
-      CpAsyncCommit();
-      id_next = id_ahead;
-      page_next = load_page(id_ahead);
-      id_ahead = fetch_id(nt + 2);
-    }
+    MbarWait(full0 + 8 * (it % kStages), (it / kStages) & 1);  // tile it landed
 
     // S = Q K^T for heads [MH hs, +MH) x the tile's 32 tokens over k-slice ks.
     float s[kMb][4][4];
@@ -216,79 +232,85 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if (ks > 0) {
-      float* dst = sred + ((ks - 1) * kHs + hs) * (L::kSlice / 4) + lane;
-#pragma unroll
-      for (int mb = 0; mb < kMb; ++mb)
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) dst[((mb * 4 + j) * 4 + e) * 32] = s[mb][j][e];
-    }
-    __syncthreads();  // the k-slice partials are in kSred
-
-    if (ks == 0) {
-      // Sum the k-slices in order, scale into the exp2 domain, mask tokens past the row's end;
-      // the online softmax of the warp's heads (a head's 32 tokens lie in one lane quad).
-#pragma unroll
-      for (int x = 1; x < L::kKSplit; ++x) {
-        const float* src = sred + ((x - 1) * kHs + hs) * (L::kSlice / 4) + lane;
-#pragma unroll
-        for (int mb = 0; mb < kMb; ++mb)
-#pragma unroll
-          for (int j = 0; j < 4; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) s[mb][j][e] += src[((mb * 4 + j) * 4 + e) * 32];
-      }
-      __syncwarp();  // P overwrites this head tile's slice-0 partials, read just above
-      const int valid = min(kTile, n - t * kTile);
+    {
 #pragma unroll
       for (int mb = 0; mb < kMb; ++mb) {
-        const int h_lo = MH * hs + 16 * mb + g, h_hi = h_lo + 8;
-        float mx0 = -INFINITY, mx1 = -INFINITY;
+        float* lo = part + (ks * HT + MH * hs + 16 * mb + g) * kSStride + 2 * q4;
+        float* hi = lo + 8 * kSStride;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int tok = 8 * j + 2 * q4 + (e & 1);
-            s[mb][j][e] = tok < valid ? s[mb][j][e] * scale_log2 : -INFINITY;
-          }
-          mx0 = fmaxf(mx0, fmaxf(s[mb][j][0], s[mb][j][1]));
-          mx1 = fmaxf(mx1, fmaxf(s[mb][j][2], s[mb][j][3]));
-        }
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
-        }
-        const float mn0 = fmaxf(m_run[mb][0], mx0), mn1 = fmaxf(m_run[mb][1], mx1);
-        float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const float p0 = exp2f(s[mb][j][0] - mn0), p1 = exp2f(s[mb][j][1] - mn0);
-          const float p2 = exp2f(s[mb][j][2] - mn1), p3 = exp2f(s[mb][j][3] - mn1);
-          sum0 += p0 + p1;
-          sum1 += p2 + p3;
-          *reinterpret_cast<__nv_bfloat162*>(smem + L::kSred + PAddr<MH>(h_lo, j) + 4 * q4) =
-              __floats2bfloat162_rn(p0, p1);
-          *reinterpret_cast<__nv_bfloat162*>(smem + L::kSred + PAddr<MH>(h_hi, j) + 4 * q4) =
-              __floats2bfloat162_rn(p2, p3);
-        }
-#pragma unroll
-        for (int off = 1; off < 4; off <<= 1) {
-          sum0 += __shfl_xor_sync(0xffffffffu, sum0, off);
-          sum1 += __shfl_xor_sync(0xffffffffu, sum1, off);
-        }
-        const float c0 = exp2f(m_run[mb][0] - mn0), c1 = exp2f(m_run[mb][1] - mn1);
-        l_run[mb][0] = l_run[mb][0] * c0 + sum0;
-        l_run[mb][1] = l_run[mb][1] * c1 + sum1;
-        m_run[mb][0] = mn0;
-        m_run[mb][1] = mn1;
-        if (q4 == 0) {
-          corr[h_lo] = c0;
-          corr[h_hi] = c1;
+          *reinterpret_cast<float2*>(lo + 8 * j) = make_float2(s[mb][j][0], s[mb][j][1]);
+          *reinterpret_cast<float2*>(hi + 8 * j) = make_float2(s[mb][j][2], s[mb][j][3]);
         }
       }
+    }
+    __syncthreads();  // the S partials are in kPart; every warp is done with tile it - 1
+
+    if (it >= 1 && it + kStages - 1 < my_tiles) {  // refill the stage of tile it - 1
+      const int nt = it + kStages - 1;
+      if (nt % kTabTiles == 0) {  // every copy of the tiles before nt went out: kTab is free
+        load_table(nt);
+        __syncthreads();
+      }
+      copy_tile(nt);
+    }
+
+    {
+      // Softmax of head hl: sum the k-slices in order, scale into the exp2 domain, mask tokens
+      // past the row's end; online update of the running max / sum; P rounded to bf16.
+      const int hl = kHpw * warp + lane / kLph, qq = lane % kLph;
+      float v[kTpl];
+#pragma unroll
+      for (int x = 0; x < L::kKSplit; ++x) {
+        const float* src = part + (x * HT + hl) * kSStride + qq * kTpl;
+#pragma unroll
+        for (int e4 = 0; e4 < kTpl / 4; ++e4) {
+          const float4 f = *reinterpret_cast<const float4*>(src + 4 * e4);
+          if (x == 0) {
+            v[4 * e4] = f.x;
+            v[4 * e4 + 1] = f.y;
+            v[4 * e4 + 2] = f.z;
+            v[4 * e4 + 3] = f.w;
+          } else {
+            v[4 * e4] += f.x;
+            v[4 * e4 + 1] += f.y;
+            v[4 * e4 + 2] += f.z;
+            v[4 * e4 + 3] += f.w;
+          }
+        }
+      }
+      const int valid = min(kTile, n - t * kTile);
+      float mx = -INFINITY;
+#pragma unroll
+      for (int e = 0; e < kTpl; ++e) {
+        v[e] = qq * kTpl + e < valid ? v[e] * scale_log2 : -INFINITY;
+        mx = fmaxf(mx, v[e]);
+      }
+#pragma unroll
+      for (int off = 1; off < kLph; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float mn = fmaxf(m_run, mx);
+      float sum = 0.0f;
+      uint32_t pk[kTpl / 2];
+#pragma unroll
+      for (int e = 0; e < kTpl; e += 2) {
+        const float p0 = exp2f(v[e] - mn), p1 = exp2f(v[e + 1] - mn);
+        sum += p0 + p1;
+        pk[e / 2] = PackBf16(p0, p1);
+      }
+      // kTpl bf16 = kTpl * 2 bytes at byte qq * kTpl * 2 of the P row.
+      const int byte = qq * kTpl * 2;
+      unsigned char* prow = smem + L::kP + PAddr(hl, byte >> 4) + (byte & 15);
+      if constexpr (kTpl == 8) {
+        *reinterpret_cast<uint4*>(prow) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+      } else {
+        *reinterpret_cast<uint2*>(prow) = make_uint2(pk[0], pk[1]);
+      }
+#pragma unroll
+      for (int off = 1; off < kLph; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      const float c = exp2f(m_run - mn);
+      l_run = l_run * c + sum;
+      m_run = mn;
+      if (qq == 0) corr[hl] = c;
     }
     __syncthreads();  // P and the rescale factors are in shared memory
 
@@ -310,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kk = 0; kk < kTile / 16; ++kk) {
       uint32_t a[kA][4];
 #pragma unroll
-      for (int i = 0; i < kA; ++i) Ldsm4(a[i], sbase + L::kSred + PAddr<MH>(16 * i + (lane & 15), 2 * kk + (lane >> 4)));
+      for (int i = 0; i < kA; ++i) Ldsm4(a[i], sbase + L::kP + PAddr(16 * i + (lane & 15), 2 * kk + (lane >> 4)));
 #pragma unroll
       for (int jp = 0; jp < 4; ++jp) {
         uint32_t b[4];
@@ -323,7 +345,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  CpAsyncWait<0>();  // nothing may still land in q or the stages, which the merge reuses
 
   // Merge: CTA k of the cluster owns heads k, k + K, k + 2K, ... (kHk of them; striding the
   // heads spreads every warp's pushes over all K peers). Every CTA pushes its partial of those
@@ -331,7 +352,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the owner's shared memory with remote stores that need no round trip, laid out
   // [source rank][slot][column]; after the cluster barrier each owner folds the K partials in
   // rank order from its own shared memory. The receive buffer reuses q and the K/V stages, so
-  // nobody pushes before every CTA of the cluster is done with its tiles.
+  // nobody pushes before every CTA of the cluster is done with its tiles (every copy issued was
+  // waited for by its tile).
   __nv_bfloat16* recv = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);  // [K][kHk][kOStride]
   float* recv_m = reinterpret_cast<float*>(smem + L::kRecvM);             // [K][kHk]
   float* recv_l = reinterpret_cast<float*>(smem + L::kRecvL);             // [K][kHk]
@@ -358,17 +380,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       *reinterpret_cast<uint2*>(dst + d) = v;
     }
   }
-  if (ks == 0 && q4 == 0) {
-#pragma unroll
-    for (int mb = 0; mb < kMb; ++mb) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int h = MH * hs + 16 * mb + g + 8 * half;
-        const int slot = rank * kHk + h / K;
-        cluster.map_shared_rank(recv_m, h % K)[slot] = m_run[mb][half];
-        cluster.map_shared_rank(recv_l, h % K)[slot] = l_run[mb][half];
-      }
-    }
+  if (lane % kLph == 0) {
+    const int h = kHpw * warp + lane / kLph;
+    const int slot = rank * kHk + h / K;
+    cluster.map_shared_rank(recv_m, h % K)[slot] = m_run;
+    cluster.map_shared_rank(recv_l, h % K)[slot] = l_run;
   }
   if (tid < K && flags[0] != 0) *cluster.map_shared_rank(flags + 1, tid) = 1;
   cluster.sync();
@@ -419,10 +435,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// Heads of a warp's S tile: 16 (HT = 64: 4 head tiles x 2 k-slices, 4 stages; HT = 32: 2 x 4).
-// MH = 32 at HT = 64 (2 x 4, 3 stages) measured 1-6% slower.
+// Heads of a warp's S tile: HT = 64: 32 (2 head tiles x 4 k-slices; 256 bytes of ldmatrix an mma
+// instead of 384, measured 2-3% faster than 16 x 2); HT = 32: 16 (2 x 4).
 template <int HT>
-constexpr int kMhFor = 16;
+constexpr int kMhFor = HT == 64 ? 32 : 16;
 
 // Whether the path can run (HT, W) on `device`: compute capability >= 9.0, the opt-in shared
 // memory, and at least one co-resident cluster of kCluster CTAs.

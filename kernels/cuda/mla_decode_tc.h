@@ -18,7 +18,8 @@ namespace ferry::kernels::cuda {
 // So one row's output is bitwise the same whichever other rows share the launch.
 // K = 8: at batch 8 a 16-CTA cluster would not fit in one wave (an H200 co-schedules 7 of them,
 // 112 CTAs), and measured slower at batch 8 and 64 (bench/results/h200-mla-decode.md).
-// Tiles of 32 (not 64) so that a CTA keeps three in flight beside the one it computes.
+// Tiles of 32 (not 64) so that a CTA keeps two (64 heads, rope 64) or three in flight beside the
+// one it computes.
 inline constexpr int kMlaTcTile = 32;
 inline constexpr int kMlaTcCluster = 8;
 

@@ -15,24 +15,25 @@ namespace {
 constexpr int kLatent = 512;
 constexpr int kTile = kMlaTcTile;
 constexpr int kCluster = kMlaTcCluster;
-constexpr int kMaxStages = 4;  // K/V ring: up to kStages - 1 tiles in flight beside the one computed
+constexpr int kMaxStages = 4;  // K/V ring: up to kStages tiles in flight (kStages - 1 beside the one computed)
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kDimsPerWarp = kLatent / kWarps;  // PV: latent columns a warp owns
 constexpr int kOStride = kLatent + 8;           // bf16 a head row of the merge buffer (16-byte pad)
+constexpr int kSStride = kTile + 4;             // float a head row of the S partials (16-byte pad)
+constexpr int kTabTiles = 16;                   // tiles whose row addresses are looked up at once
 constexpr int kSmemLimit = static_cast<int>(kMlaTcSmemBytes);  // 227 KiB, the sm_90 opt-in limit of a CTA
 static_assert(kDimsPerWarp == 64, "PV loops assume 8 n-tiles of 8 columns a warp");
 static_assert(kTile == 32, "S, the softmax and P assume 32-token tiles (4 n-tiles, 4 chunks a P row)");
 
 // Shared memory of one CTA, byte offsets. Rows of Q and K/V are stored with their 16-byte chunks
-// XOR-swizzled by (row & 7), so ldmatrix's eight row addresses hit distinct banks; P rows (64 B)
-// by ((row >> 1) & 3) (PAddr).
-//   S = Q K^T is computed by warp (head tile hs of MH heads, k-slice ks): the kKSplit k-slices
-//   of a head tile are summed by its ks == 0 warp through kSred, which then holds P: head tile
-//   hs's P rows (MH x 64 B) lie inside its own slice-0 partials, which that warp has read.
-//   MH = 32 reads q and K from shared memory at 256 bytes an mma instead of 384 (MH = 16), but
-//   needs twice the partials space, so at HT = 64, W = 576 only 3 stages fit (measured slower;
-//   kMhFor picks MH).
+// XOR-swizzled by (row & 7), so ldmatrix's eight row addresses hit distinct banks (Swz); P rows
+// (64 B) by ((row >> 1) & 3) (PAddr).
+//   S = Q K^T is computed by warp (head tile hs of MH heads, k-slice ks): every warp stores its
+//   float32 partial [MH heads][32 tokens] into kPart[ks]; the softmax of heads [HT / 8 w, +HT / 8)
+//   is done by warp w, which sums the kKSplit partials in ks order. P has its own region, so one
+//   tile's S partials may be written while another warp still reads the previous tile's P:
+//   two CTA barriers a tile.
 template <int HT, int W, int MH>
 struct Smem {
   static constexpr int kRowBytes = W * 2;
@@ -42,38 +43,40 @@ struct Smem {
   static constexpr int kSteps = W / 16;
   static constexpr int kStepsPerWarp = kSteps / kKSplit;
   static constexpr int kStage = kTile * kRowBytes;
-  static constexpr int kSlice = MH * kTile * 4;  // one warp's S partial
-  static constexpr int kSredBytes = (kKSplit - 1) * kSTiles * kSlice;
-  static constexpr int kFixed = HT * kRowBytes + kSredBytes + 4 * HT * 4 + 80;
+  static constexpr int kPartBytes = kKSplit * HT * kSStride * 4;
+  static constexpr int kFixed = HT * kRowBytes + kPartBytes + HT * 64 + 5 * HT * 4 + 64 + 16 + 8 * kMaxStages +
+                                kTabTiles * kTile * 8;
   static constexpr int kStages = (kSmemLimit - kFixed) / kStage < kMaxStages ? (kSmemLimit - kFixed) / kStage
                                                                              : kMaxStages;
   static constexpr int kQ = 0;
-  static constexpr int kKv = kQ + HT * kRowBytes;  // kStages stages
-  static constexpr int kSred = kKv + kStages * kStage;  // [kKSplit - 1][kSTiles][MH / 16][4][4][32 lanes] float
-  static constexpr int kCorr = kSred + kSredBytes;  // [HT]
-  static constexpr int kRecvM = kCorr + HT * 4;  // merge: [K][HT / K] maxima
-  static constexpr int kRecvL = kRecvM + HT * 4;  // merge: [K][HT / K] sums
-  static constexpr int kWgt = kRecvL + HT * 4;    // merge: [HT / K][K] weights
-  static constexpr int kInv = kWgt + HT * 4;      // merge: [HT / K]
-  static constexpr int kFlags = kInv + 64;        // [0] bad selection, [1] bad anywhere in the cluster
-  static constexpr int kBytes = kFlags + 16;
+  static constexpr int kKv = kQ + HT * kRowBytes;         // kStages stages of kTile rows
+  static constexpr int kPart = kKv + kStages * kStage;     // [kKSplit][HT][kSStride] float
+  static constexpr int kP = kPart + kPartBytes;            // [HT][32] bf16, swizzled (PAddr)
+  static constexpr int kTab = kP + HT * 64;                // [kTabTiles * kTile] int64 row offsets
+  static constexpr int kCorr = kTab + kTabTiles * kTile * 8;  // [HT]
+  static constexpr int kRecvM = kCorr + HT * 4;            // merge: [K][HT / K] maxima
+  static constexpr int kRecvL = kRecvM + HT * 4;           // merge: [K][HT / K] sums
+  static constexpr int kWgt = kRecvL + HT * 4;             // merge: [HT / K][K] weights
+  static constexpr int kInv = kWgt + HT * 4;               // merge: [HT / K]
+  static constexpr int kFlags = kInv + 64;                 // [0] bad selection, [1] bad anywhere in the cluster
+  static constexpr int kFull = kFlags + 16;                // [kStages] mbarriers: stage s landed
+  static constexpr int kBytes = kFull + 8 * kMaxStages;
   // After the tiles the merge receives K bf16 partials of HT / K heads each, [HT][kOStride] in
   // all, into q and the K/V stages.
-  static_assert(HT * kOStride * 2 <= kSred - kQ, "merge buffer fits in q and the stages");
+  static_assert(HT * kOStride * 2 <= kPart - kQ, "merge buffer fits in q and the stages");
   static_assert(kKSplit >= 2 && kSteps % kKSplit == 0, "S k-slices");
-  static_assert(kStages >= 3, "at least two tiles in flight");
-  static_assert(MH * 64 <= kSlice, "P fits in a head tile's slice-0 partials");
+  static_assert(kStages >= 3, "at least two tiles in flight beside the one computed");
   static_assert(kChunks % 8 == 0, "the swizzle stays inside a row");
+  static_assert(kFull % 8 == 0, "mbarrier alignment");
   static_assert(kBytes <= kSmemLimit, "shared memory of a CTA");
 };
 
 __device__ __forceinline__ uint32_t Swz(int row, int chunk, int row_bytes) {
   return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
 }
-// P row h (32 bf16 = 4 chunks), inside head tile h / MH's slice-0 partials of kSred.
-template <int MH>
+// P row h (32 bf16 = 4 chunks of 16 bytes), byte offset inside kP.
 __device__ __forceinline__ uint32_t PAddr(int h, int chunk) {
-  return static_cast<uint32_t>((h / MH) * (MH * kTile * 4) + (h % MH) * 64 + ((chunk ^ ((h >> 1) & 3)) << 4));
+  return static_cast<uint32_t>(h * 64 + ((chunk ^ ((h >> 1) & 3)) << 4));
 }
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {

@@ -1,6 +1,6 @@
 // The PTX the tensor-core kernels share (mla_decode_tc.cu, indexer_tc.cu): asynchronous 16-byte
-// copies global -> shared, ldmatrix, and the bf16 m16n8k16 mma with float32 accumulation.
-// Device code only; sm_80 and up.
+// copies global -> shared, ldmatrix, and the bf16 m16n8k16 mma with float32 accumulation
+// (device code only; sm_80 and up); mbarriers that cp.async copies arrive on (sm_90 and up).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +43,33 @@ __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint3
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// One arrival on mbarrier `bar` once every cp.async this thread issued before has landed (the
+// arrival is counted in the barrier's expected count: .noinc).
+__device__ __forceinline__ void CpAsyncMbarArrive(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+// mbarrier (a 64-bit word in shared memory) with `count` expected arrivals a phase.
+__device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised mbarriers visible to the other threads and to asynchronous copies.
+__device__ __forceinline__ void MbarInitFence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// Waits until the phase of parity `parity` has completed (acquire).
+__device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "MBAR_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra MBAR_WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
 }
 
 }  // namespace ferry::kernels::cuda::ptx
