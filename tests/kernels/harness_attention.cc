@@ -462,7 +462,7 @@ void AddAttentionCases(std::vector<Case>* cases) {
   // On a device with the path (TcDevice) each must take it. Then INT32_MIN in a selection on
   // the path (its tile loader marks past-the-end tokens with INT_MIN: a selected INT32_MIN must
   // still make the row NaN), and an out one element past 16-byte alignment, which must fall back
-  // to the per-head kernel and pass there.
+  // to the per-head kernel and pass there. Then selections longer than 4096 tokens.
   const std::vector<MlaShape> model = {
       {64, 512, 64, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
       {32, 512, 64, 64, 0, {8192, 6000, 2048, 1500, 40, 1, 4000, 3000}, {0, 1, 2, 3, 4, 5, 6, 7}, 2048, true},
@@ -473,6 +473,9 @@ void AddAttentionCases(std::vector<Case>* cases) {
       {128, 512, 64, 64, 0, {2500, 65, 300}, {0, 1, 2, 2}, 2048, true},
       {64, 512, 64, 64, 0, {3000, 70, 1000, 2100}, {0, 1, 2, 3}, 2048, true, INT32_MIN},
       {64, 512, 64, 64, 0, {3000, 70, 1000}, {0, 1, 2, 0, 1}, 2048, true, std::nullopt, 1},
+      // Selections past 4096 tokens: a CTA of the path owns more than 16 tiles, so it looks up
+      // its row addresses in several rounds (mla_decode_tc.cu, kTabTiles).
+      {64, 512, 64, 64, 0, {9000, 5000}, {0, 1, 0, 1}, 9000, true},
   };
   for (const MlaShape& s : model) {
     cases->push_back({"mla_decode" + MlaName(s, false), [=](std::mt19937& rng) { return MlaCase(rng, s); }});
