@@ -15,8 +15,7 @@ namespace {
 
 constexpr int kGroupThreads = 1024;
 constexpr int kGemvWarps = 8;
-constexpr int kRowsPerWarp = 4;
-constexpr int kRowsPerBlock = kGemvWarps * kRowsPerWarp;
+constexpr int kRowsPerBlock = 4;
 constexpr int kPassVectors = 8;
 
 // One block. Counts the pairs of each expert, scans the counts into the list's offsets, then
@@ -95,60 +94,76 @@ __device__ inline void Dot8(const uint4& w, const uint4& x, float& acc) {
   }
 }
 
-// One warp's share of a product: rows [row0, row0 + kRowsPerWarp) of w [out, in] times the nv
-// vectors xv[0..nv) (nv <= kPassVectors). A lane walks the input in 16-byte pieces lane, lane + 32,
-// ..., accumulating each (row, vector) in float32 in that order, then the warp sums its lanes by a
-// fixed xor tree: an output's value depends only on its matrix row and input vector. store(r, v,
-// value) is called once for each row r < out and vector v < nv, by one lane.
+// One block's product: rows [row0, row0 + kRowsPerBlock) of w [out, in] times the nv vectors
+// xv[0..nv) (nv <= kPassVectors). The input's 16-byte pieces are cut into kGemvWarps contiguous
+// slices, one a warp, so that every warp streams a different part of the rows (a block a few
+// rows deep and the warps side by side keep enough loads in flight even for a matrix of a few
+// rows). A lane sums its pieces lane, lane + 32, ... of its warp's slice in order, the warp adds
+// its lanes by a fixed xor tree, and the block adds the warps in order: an output's value depends
+// only on its matrix row and input vector. store(r, v, value) is called once for each row r < out
+// and vector v < nv. `partial` is shared memory of kGemvWarps * kRowsPerBlock * kPassVectors
+// floats; the block must call this uniformly (it synchronizes).
 template <typename Store>
-__device__ __forceinline__ void WarpGemv(const __nv_bfloat16* __restrict__ w, int in, int out, int row0,
-                                         const uint4* const (&xv)[kPassVectors], int nv, Store store) {
-  const int lane = threadIdx.x & 31, pieces = in / 8;
-  float acc[kRowsPerWarp][kPassVectors];
+__device__ __forceinline__ void BlockGemv(const __nv_bfloat16* __restrict__ w, int in, int out, int row0,
+                                          const uint4* const (&xv)[kPassVectors], int nv, float* partial,
+                                          Store store) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pieces = in / 8;
+  const int per = (pieces + kGemvWarps - 1) / kGemvWarps;
+  const int begin = warp * per, end = min(pieces, begin + per);
+  float acc[kRowsPerBlock][kPassVectors];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  for (int r = 0; r < kRowsPerBlock; ++r) {
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) acc[r][v] = 0.0f;
   }
-  const uint4* wr[kRowsPerWarp];
+  const uint4* wr[kRowsPerBlock];
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  for (int r = 0; r < kRowsPerBlock; ++r) {
     wr[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(row0 + r, out - 1)) * in);
   }
-#pragma unroll 2
-  for (int k = lane; k < pieces; k += 32) {
-    uint4 wv[kRowsPerWarp];
+#pragma unroll 4
+  for (int k = begin + lane; k < end; k += 32) {
+    uint4 wv[kRowsPerBlock];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) wv[r] = __ldcs(wr[r] + k);  // streamed once: evict first
+    for (int r = 0; r < kRowsPerBlock; ++r) wv[r] = __ldcs(wr[r] + k);  // streamed once: evict first
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) {
       if (v < nv) {
         const uint4 xk = __ldg(xv[v] + k);
 #pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) Dot8(wv[r], xk, acc[r][v]);
+        for (int r = 0; r < kRowsPerBlock; ++r) Dot8(wv[r], xk, acc[r][v]);
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  for (int r = 0; r < kRowsPerBlock; ++r) {
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) {
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) acc[r][v] += __shfl_xor_sync(0xffffffffu, acc[r][v], off);
     }
   }
-  // Lane r * kPassVectors + v stores (row0 + r, vector v).
+  // Lane r * kPassVectors + v of each warp keeps (r, v); then thread r * kPassVectors + v adds the warps.
+  static_assert(kRowsPerBlock * kPassVectors == 32, "one lane a (row, vector)");
 #pragma unroll
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  for (int r = 0; r < kRowsPerBlock; ++r) {
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) {
-      if (lane == r * kPassVectors + v && v < nv && row0 + r < out) store(row0 + r, v, acc[r][v]);
+      if (lane == r * kPassVectors + v) partial[warp * 32 + lane] = acc[r][v];
     }
   }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int r = threadIdx.x / kPassVectors, v = threadIdx.x % kPassVectors;
+    float total = 0.0f;
+    for (int i = 0; i < kGemvWarps; ++i) total += partial[i * 32 + threadIdx.x];
+    if (v < nv && row0 + r < out) store(row0 + r, v, total);
+  }
+  __syncthreads();  // partial is reused by the next call
 }
 
 // Block (x = a tile of kRowsPerBlock output rows, y = a group): the group's pairs in passes of
-// kPassVectors through WarpGemv.
+// kPassVectors through BlockGemv.
 __global__ void __launch_bounds__(kGemvWarps * 32)
     MoeGemvKernel(const uint16_t* const* __restrict__ weights, MoePairs p, const __nv_bfloat16* __restrict__ x,
                   bool gather_x, int in, int out, __nv_bfloat16* __restrict__ y, bool scatter_y,
@@ -157,8 +172,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   if (g >= *p.n_groups) return;
   const int start = p.group_start[g], count = p.group_count[g];
   const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(weights[p.group_expert[g]]);
-  const int row0 = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5) * kRowsPerWarp;
-  if (row0 >= out) return;
+  __shared__ float partial[kGemvWarps * 32];
+  const int row0 = blockIdx.x * kRowsPerBlock;
   for (int pass = 0; pass < count; pass += kPassVectors) {
     const int nv = min(kPassVectors, count - pass);
     const uint4* xv[kPassVectors];
@@ -168,7 +183,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       const int xr = gather_x ? p.src_row[j] : j;
       xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(xr) * in);
     }
-    WarpGemv(w, in, out, row0, xv, nv, [&](int row, int v, float value) {
+    BlockGemv(w, in, out, row0, xv, nv, partial, [&](int row, int v, float value) {
       const int j = start + pass + v;
       __nv_bfloat16* dst;
       if (!scatter_y) {
@@ -192,14 +207,14 @@ template <typename Y>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     GemvKernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const __nv_bfloat16* __restrict__ w, int out,
                float alpha, Y* __restrict__ y) {
-  const int row0 = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5) * kRowsPerWarp;
-  if (row0 >= out) return;
+  __shared__ float partial[kGemvWarps * 32];
+  const int row0 = blockIdx.x * kRowsPerBlock;
   const uint4* xv[kPassVectors];
 #pragma unroll
   for (int v = 0; v < kPassVectors; ++v) {
     xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(v, rows - 1)) * in);
   }
-  WarpGemv(w, in, out, row0, xv, rows,
+  BlockGemv(w, in, out, row0, xv, rows, partial,
            [&](int row, int v, float value) { StoreY(y + static_cast<int64_t>(v) * out + row, value, alpha); });
 }
 

@@ -59,7 +59,7 @@ __device__ float BlockSumWide(float v, float* scratch) {  // kNormThreads thread
   for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
-  float total = threadIdx.x < kNormThreads / 32 ? scratch[threadIdx.x] : 0.0f;
+  float total = scratch[threadIdx.x & 31];  // every warp sums the 32 warp sums alike
   for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
   __syncthreads();
   return total;
@@ -162,7 +162,7 @@ __global__ void WritePagedKernel(const T* __restrict__ src, int64_t src_stride, 
 __global__ void __launch_bounds__(kThreads)
     CompactKernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ counts, int64_t rows, int64_t k,
                   int32_t* __restrict__ sel, int32_t* __restrict__ offsets) {
-  __shared__ int32_t scan[kThreads];
+  __shared__ int32_t scan[kThreads], starts[kThreads], counts_s[kThreads];
   __shared__ int32_t base;
   if (threadIdx.x == 0) base = 0;
   __syncthreads();
@@ -182,9 +182,14 @@ __global__ void __launch_bounds__(kThreads)
       __syncthreads();
     }
     const int32_t start = base + scan[threadIdx.x] - n;
-    if (r < rows) {
-      offsets[r] = start;
-      for (int32_t j = 0; j < n; ++j) sel[start + j] = ids[r * k + j];
+    if (r < rows) offsets[r] = start;
+    starts[threadIdx.x] = start;
+    counts_s[threadIdx.x] = n;
+    __syncthreads();
+    // The chunk's rows copied by the whole block, one row after another.
+    const int64_t chunk = rows - r0 < kThreads ? rows - r0 : kThreads;
+    for (int64_t i = 0; i < chunk; ++i) {
+      for (int32_t j = threadIdx.x; j < counts_s[i]; j += kThreads) sel[starts[i] + j] = ids[(r0 + i) * k + j];
     }
     __syncthreads();
     if (threadIdx.x == kThreads - 1) base += scan[kThreads - 1];

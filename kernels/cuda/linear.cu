@@ -182,7 +182,9 @@ absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const ui
   if (x == nullptr || w == nullptr || y == nullptr) {
     return absl::InvalidArgumentError("LinearBf16F32: null x, w or y");
   }
-  if (GemvApplies(x, rows, in, w)) return GemvBf16F32(x, rows, in, w, out, alpha, y, stream);
+  if (GemvApplies(x, rows, in, w) && out <= kGemvMaxOutF32) {
+    return GemvBf16F32(x, rows, in, w, out, alpha, y, stream);
+  }
   absl::StatusOr<cublasHandle_t> handle = ThreadHandle();
   if (!handle.ok()) return handle.status();
   FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetStream(*handle, static_cast<cudaStream_t>(stream)));

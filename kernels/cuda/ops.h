@@ -239,7 +239,7 @@ absl::Status CastBf16ToF32(const uint16_t* in, int64_t n, float* out, void* stre
 absl::Status CastF32ToBf16(const float* in, int64_t n, uint16_t* out, void* stream = nullptr);
 
 // y[rows, out] float32 = alpha * x[rows, in] · w[out, in]^T (bf16 operands, float32 compute and
-// result; GemvBf16F32 where GemvApplies, else cuBLAS): the outputs MODELS.md keeps in float32
+// result; GemvBf16F32 where GemvApplies and out <= kGemvMaxOutF32, else cuBLAS): the outputs MODELS.md keeps in float32
 // (router logits, the indexer's head weights with alpha = heads^-0.5, the lm_head logits). Same REQUIRES and thread
 // safety as LinearBf16. CPU twin: cpu::Linear, then * alpha.
 absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
@@ -329,11 +329,13 @@ absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const ui
 // but its matrix row and input row (batch invariant up to kGemvMaxRows rows).
 // REQUIRES: GemvApplies(x, rows, in, w) (rows in range, in % 8 == 0, x and w 16-byte aligned),
 // 1 <= out <= INT32_MAX; y aliases neither x nor w.
-inline constexpr int64_t kGemvMaxRows = 8;
+inline constexpr int64_t kGemvMaxRows = 4;
 bool GemvApplies(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w);
 absl::Status GemvBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, uint16_t* y,
                       void* stream = nullptr);
-// LinearBf16F32's contract the same way (float32 result, times alpha).
+// LinearBf16F32's contract the same way (float32 result, times alpha). LinearBf16F32 takes it only
+// up to kGemvMaxOutF32 outputs (cuBLAS streams a vocabulary-wide lm_head faster).
+inline constexpr int64_t kGemvMaxOutF32 = 65536;
 absl::Status GemvBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float alpha,
                          float* y, void* stream = nullptr);
 

@@ -485,6 +485,8 @@ void AddModelCases(std::vector<Case>* cases) {
   add("add_bf16_to_f32 + casts n=100003", [](std::mt19937& g) { return AddAndCastCase(g, 100003); });
   add("linear_bf16_f32 rows=37 in=128 out=16 alpha=0.25", [](std::mt19937& g) { return LinearF32Case(g, 37, 128, 16, 0.25f); });
   add("linear_bf16_f32 rows=5 in=6144 out=2048", [](std::mt19937& g) { return LinearF32Case(g, 5, 6144, 2048, 1.0f); });
+  add("linear_bf16_f32 gemv rows=2 in=6144 out=256 alpha=0.125",
+      [](std::mt19937& g) { return LinearF32Case(g, 2, 6144, 256, 0.125f); });
   add("batched_linear_bf16 q_abs rows=9 heads=8 in=32 gap=16 out=64",
       [](std::mt19937& g) { return BatchedLinearCase(g, 9, 8, 32, 16, 64); });
   add("batched_linear_bf16 w_uv rows=17 heads=64 in=512 out=256",
