@@ -15,7 +15,21 @@ namespace {
 
 constexpr int kGroupThreads = 1024;
 constexpr int kGemvWarps = 8;
-constexpr int kRowsPerBlock = 4;
+constexpr int kRowsPerWarp = 4;  // a warp's rows
+constexpr int kMaxSplit = 8;     // warps one row set's input can be cut over
+
+// How many warps share one row set's input (1, 2, 4 or 8), from the matrix shape alone (so an
+// output's summation order never depends on the batch): the fewest that give about 4096 warps
+// over the matrix, each part still a 16-byte piece a lane or more. Narrow matrices are streamed
+// by many warps a row set (a warp walking a whole 12 KB row alone waits out its loads one round
+// trip at a time); wide ones one warp a row set, as many rows a block as warps.
+int KSplit(int64_t in, int64_t out) {
+  const int64_t sets = (out + kRowsPerWarp - 1) / kRowsPerWarp, pieces = in / 8;
+  int ks = 1;
+  while (ks < kMaxSplit && sets * ks < 4096 && pieces / (2 * ks) >= 32) ks *= 2;
+  return ks;
+}
+int RowsPerBlock(int ks) { return kGemvWarps / ks * kRowsPerWarp; }
 constexpr int kPassVectors = 8;
 
 // One block. Counts the pairs of each expert, scans the counts into the list's offsets, then
@@ -94,86 +108,89 @@ __device__ inline void Dot8(const uint4& w, const uint4& x, float& acc) {
   }
 }
 
-// One block's product: rows [row0, row0 + kRowsPerBlock) of w [out, in] times the nv vectors
-// xv[0..nv) (nv <= kPassVectors). The input's 16-byte pieces are cut into kGemvWarps contiguous
-// slices, one a warp, so that every warp streams a different part of the rows (a block a few
-// rows deep and the warps side by side keep enough loads in flight even for a matrix of a few
-// rows). A lane sums its pieces lane, lane + 32, ... of its warp's slice in order, the warp adds
-// its lanes by a fixed xor tree, and the block adds the warps in order: an output's value depends
-// only on its matrix row and input vector. store(r, v, value) is called once for each row r < out
-// and vector v < nv. `partial` is shared memory of kGemvWarps * kRowsPerBlock * kPassVectors
-// floats; the block must call this uniformly (it synchronizes).
+// One block's product: rows [row0, row0 + RowsPerBlock(ks)) of w [out, in] times the nv vectors
+// xv[0..nv) (nv <= kPassVectors). Warp w takes the row set (w / ks) (kRowsPerWarp rows) and the
+// input slice (w % ks) of ks contiguous slices of 16-byte pieces. A lane sums its pieces lane,
+// lane + 32, ... of its slice in order, the warp adds its lanes by a fixed xor tree, and the ks
+// slices are added in order: an output's value depends only on its matrix row, its input vector
+// and the shape (ks). store(r, v, value) is called once for each row r < out and vector v < nv.
+// `partial` is shared memory of kGemvWarps * 32 floats; the block must call this uniformly (it
+// synchronizes).
 template <typename Store>
-__device__ __forceinline__ void BlockGemv(const __nv_bfloat16* __restrict__ w, int in, int out, int row0,
+__device__ __forceinline__ void BlockGemv(const __nv_bfloat16* __restrict__ w, int in, int out, int row0, int ks,
                                           const uint4* const (&xv)[kPassVectors], int nv, float* partial,
                                           Store store) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, pieces = in / 8;
-  const int per = (pieces + kGemvWarps - 1) / kGemvWarps;
-  const int begin = warp * per, end = min(pieces, begin + per);
-  float acc[kRowsPerBlock][kPassVectors];
+  const int set_row = row0 + warp / ks * kRowsPerWarp, slice = warp % ks;
+  const int per = (pieces + ks - 1) / ks;
+  const int begin = slice * per, end = min(pieces, begin + per);
+  float acc[kRowsPerWarp][kPassVectors];
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r) {
+  for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) acc[r][v] = 0.0f;
   }
-  const uint4* wr[kRowsPerBlock];
+  const uint4* wr[kRowsPerWarp];
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r) {
-    wr[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(row0 + r, out - 1)) * in);
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    wr[r] = reinterpret_cast<const uint4*>(w + static_cast<int64_t>(min(set_row + r, out - 1)) * in);
   }
 #pragma unroll 4
   for (int k = begin + lane; k < end; k += 32) {
-    uint4 wv[kRowsPerBlock];
+    uint4 wv[kRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kRowsPerBlock; ++r) wv[r] = __ldcs(wr[r] + k);  // streamed once: evict first
+    for (int r = 0; r < kRowsPerWarp; ++r) wv[r] = __ldcs(wr[r] + k);  // streamed once: evict first
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) {
       if (v < nv) {
         const uint4 xk = __ldg(xv[v] + k);
 #pragma unroll
-        for (int r = 0; r < kRowsPerBlock; ++r) Dot8(wv[r], xk, acc[r][v]);
+        for (int r = 0; r < kRowsPerWarp; ++r) Dot8(wv[r], xk, acc[r][v]);
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r) {
+  for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) {
 #pragma unroll
       for (int off = 16; off > 0; off >>= 1) acc[r][v] += __shfl_xor_sync(0xffffffffu, acc[r][v], off);
     }
   }
-  // Lane r * kPassVectors + v of each warp keeps (r, v); then thread r * kPassVectors + v adds the warps.
-  static_assert(kRowsPerBlock * kPassVectors == 32, "one lane a (row, vector)");
+  // Lane r * kPassVectors + v of each warp keeps (r, v); then a warp's worth of threads a row set
+  // adds its slices in order.
+  static_assert(kRowsPerWarp * kPassVectors == 32, "one lane a (row, vector)");
 #pragma unroll
-  for (int r = 0; r < kRowsPerBlock; ++r) {
+  for (int r = 0; r < kRowsPerWarp; ++r) {
 #pragma unroll
     for (int v = 0; v < kPassVectors; ++v) {
       if (lane == r * kPassVectors + v) partial[warp * 32 + lane] = acc[r][v];
     }
   }
   __syncthreads();
-  if (threadIdx.x < 32) {
-    const int r = threadIdx.x / kPassVectors, v = threadIdx.x % kPassVectors;
+  const int sets = kGemvWarps / ks;
+  if (threadIdx.x < sets * 32) {
+    const int set = threadIdx.x / 32, r = lane / kPassVectors, v = lane % kPassVectors;
     float total = 0.0f;
-    for (int i = 0; i < kGemvWarps; ++i) total += partial[i * 32 + threadIdx.x];
-    if (v < nv && row0 + r < out) store(row0 + r, v, total);
+    for (int i = 0; i < ks; ++i) total += partial[(set * ks + i) * 32 + lane];
+    const int row = row0 + set * kRowsPerWarp + r;
+    if (v < nv && row < out) store(row, v, total);
   }
   __syncthreads();  // partial is reused by the next call
 }
 
-// Block (x = a tile of kRowsPerBlock output rows, y = a group): the group's pairs in passes of
-// kPassVectors through BlockGemv.
+// Block (x = a tile of RowsPerBlock(ks) output rows, y = a group): the group's pairs in passes
+// of kPassVectors through BlockGemv.
 __global__ void __launch_bounds__(kGemvWarps * 32)
     MoeGemvKernel(const uint16_t* const* __restrict__ weights, MoePairs p, const __nv_bfloat16* __restrict__ x,
-                  bool gather_x, int in, int out, __nv_bfloat16* __restrict__ y, bool scatter_y,
+                  bool gather_x, int in, int out, int ks, __nv_bfloat16* __restrict__ y, bool scatter_y,
                   __nv_bfloat16* __restrict__ y_shared) {
   const int g = blockIdx.y;
   if (g >= *p.n_groups) return;
   const int start = p.group_start[g], count = p.group_count[g];
   const __nv_bfloat16* w = reinterpret_cast<const __nv_bfloat16*>(weights[p.group_expert[g]]);
   __shared__ float partial[kGemvWarps * 32];
-  const int row0 = blockIdx.x * kRowsPerBlock;
+  const int row0 = blockIdx.x * (kGemvWarps / ks * kRowsPerWarp);
   for (int pass = 0; pass < count; pass += kPassVectors) {
     const int nv = min(kPassVectors, count - pass);
     const uint4* xv[kPassVectors];
@@ -183,7 +200,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
       const int xr = gather_x ? p.src_row[j] : j;
       xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(xr) * in);
     }
-    BlockGemv(w, in, out, row0, xv, nv, partial, [&](int row, int v, float value) {
+    BlockGemv(w, in, out, row0, ks, xv, nv, partial, [&](int row, int v, float value) {
       const int j = start + pass + v;
       __nv_bfloat16* dst;
       if (!scatter_y) {
@@ -199,22 +216,22 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 }
 
 // GemvBf16 (Y = __nv_bfloat16) and GemvBf16F32 (Y = float, times alpha): block x = a tile of
-// kRowsPerBlock output rows, all `rows` (<= kPassVectors) vectors.
+// RowsPerBlock(ks) output rows, all `rows` (<= kPassVectors) vectors.
 __device__ __forceinline__ void StoreY(__nv_bfloat16* y, float v, float) { *y = __float2bfloat16(v); }
 __device__ __forceinline__ void StoreY(float* y, float v, float alpha) { *y = v * alpha; }
 
 template <typename Y>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     GemvKernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const __nv_bfloat16* __restrict__ w, int out,
-               float alpha, Y* __restrict__ y) {
+               int ks, float alpha, Y* __restrict__ y) {
   __shared__ float partial[kGemvWarps * 32];
-  const int row0 = blockIdx.x * kRowsPerBlock;
+  const int row0 = blockIdx.x * (kGemvWarps / ks * kRowsPerWarp);
   const uint4* xv[kPassVectors];
 #pragma unroll
   for (int v = 0; v < kPassVectors; ++v) {
     xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(v, rows - 1)) * in);
   }
-  BlockGemv(w, in, out, row0, xv, rows, partial,
+  BlockGemv(w, in, out, row0, ks, xv, rows, partial,
            [&](int row, int v, float value) { StoreY(y + static_cast<int64_t>(v) * out + row, value, alpha); });
 }
 
@@ -227,10 +244,11 @@ absl::Status LaunchGemv(const char* what, const uint16_t* x, int64_t rows, int64
                                                    ", in a multiple of 8, 16-byte-aligned x and w, out >= 1)"));
   }
   static_assert(kGemvMaxRows <= kPassVectors, "GemvKernel takes all rows in one pass");
-  GemvKernel<Y><<<static_cast<unsigned>((out + kRowsPerBlock - 1) / kRowsPerBlock), kGemvWarps * 32, 0,
+  const int ks = KSplit(in, out), per_block = RowsPerBlock(ks);
+  GemvKernel<Y><<<static_cast<unsigned>((out + per_block - 1) / per_block), kGemvWarps * 32, 0,
                   static_cast<cudaStream_t>(stream)>>>(
       reinterpret_cast<const __nv_bfloat16*>(x), static_cast<int>(rows), static_cast<int>(in),
-      reinterpret_cast<const __nv_bfloat16*>(w), static_cast<int>(out), alpha, y);
+      reinterpret_cast<const __nv_bfloat16*>(w), static_cast<int>(out), ks, alpha, y);
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
@@ -274,9 +292,10 @@ absl::Status MoeGemvBf16(const uint16_t* const* weights, const MoePairs& p, int6
   if (weights == nullptr || x == nullptr || y == nullptr || p.n_groups == nullptr) {
     return absl::InvalidArgumentError("MoeGemvBf16: null weights, x, y or groups");
   }
-  const dim3 grid(static_cast<unsigned>((out + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(max_groups));
+  const int ks = KSplit(in, out), per_block = RowsPerBlock(ks);
+  const dim3 grid(static_cast<unsigned>((out + per_block - 1) / per_block), static_cast<unsigned>(max_groups));
   MoeGemvKernel<<<grid, kGemvWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(
-      weights, p, reinterpret_cast<const __nv_bfloat16*>(x), gather_x, static_cast<int>(in), static_cast<int>(out),
+      weights, p, reinterpret_cast<const __nv_bfloat16*>(x), gather_x, static_cast<int>(in), static_cast<int>(out), ks,
       reinterpret_cast<__nv_bfloat16*>(y), scatter_y, reinterpret_cast<__nv_bfloat16*>(y_shared));
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
