@@ -135,6 +135,32 @@ absl::Status DecisionLog::Finish() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<DecisionLog> DecisionLog::Recut(std::span<const RowRange> steps) const {
+  DecisionLog out;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const RowRange& want = steps[i];
+    // The recorded step holding the range: rows [base, base + steps_[k].rows).
+    size_t k = 0;
+    int64_t base = 0;
+    while (k < steps_.size() && base + steps_[k].rows <= want.first && steps_[k].rows >= 0) base += steps_[k++].rows;
+    if (want.first < 0 || want.count < 0 || k >= steps_.size() || want.first + want.count > base + steps_[k].rows) {
+      return absl::InvalidArgumentError(absl::StrCat("decision log: new step ", i, " (rows ", want.first, " to ",
+                                                     want.first + want.count,
+                                                     ") does not lie in one recorded step"));
+    }
+    const int64_t at = want.first - base, n = want.count;
+    out.steps_.push_back({n, out.entries_.size()});
+    const size_t end = k + 1 < steps_.size() ? steps_[k + 1].first_entry : entries_.size();
+    for (size_t e = steps_[k].first_entry; e < end; ++e) {
+      const Entry& from = entries_[e];
+      Entry to{from.site, from.layer, n, from.width, {}};
+      to.ids.assign(from.ids.begin() + at * from.width, from.ids.begin() + (at + n) * from.width);
+      out.entries_.push_back(std::move(to));
+    }
+  }
+  return out;
+}
+
 void PinnedRouteWeights(const float* logits, std::span<const int32_t> experts, const kernels::cpu::RoutingParams& p,
                         float* weights) {
   float sum = 0.0f;

@@ -84,6 +84,19 @@ class DecisionLog {
   // entries; kReplay/kCompare: FAILED_PRECONDITION when steps of the tape were not replayed.
   absl::Status Finish();
 
+  // The recorded tape re-cut into other steps over its rows, for replay into a run that feeds the
+  // same tokens in other steps (a prompt token by token against its one forward, two
+  // conversations alone against one step of both, a fork that runs a prompt's tail again). Rows
+  // are numbered over the whole tape (step 0's first, then step 1's, ...); new step i takes the
+  // rows [steps[i].first, +steps[i].count), which must lie in one recorded step, and every entry
+  // of that step gives them its rows (same sites and layers, in order). Rows may be taken more
+  // than once or not at all. INVALID_ARGUMENT when a range straddles recorded steps or leaves
+  // the tape.
+  struct RowRange {
+    int64_t first = 0, count = 0;
+  };
+  absl::StatusOr<DecisionLog> Recut(std::span<const RowRange> steps) const;
+
   const DecisionStats& stats() const { return stats_; }
   int64_t steps() const { return static_cast<int64_t>(steps_.size()); }
   int64_t entries() const { return static_cast<int64_t>(entries_.size()); }

@@ -157,4 +157,6 @@ absl::StatusOr<GoldenResult> CheckGoldenPromptForced(CausalLM& model, const Gold
   return r;
 }
 
+double PinnedBf16Tolerance(Family family) { return family == Family::kGlm5Next ? 1.5 : 0.5; }
+
 }  // namespace ferry::model

@@ -141,5 +141,42 @@ TEST_CASE("pinned routing weights are RouteRow's for its own picks, and follow p
   CHECK(std::fabs(got[0] - 2.5f / (1.0f + std::exp(1.2f))) <= 1e-6f);
 }
 
+TEST_CASE("a recut tape replays rows of the recorded steps into other steps", "[decision_log]") {
+  DecisionLog log;
+  log.Start(Mode::kRecord);
+  Step(log, 2, {0, 1, 2, 0, 1, -1}, {3, 5, 1, 2});
+  Step(log, 1, {4, 6, 7}, {0, 7});
+  REQUIRE(log.Finish().ok());
+
+  using R = DecisionLog::RowRange;
+  const std::vector<R> ones = {{0, 1}, {1, 1}, {2, 1}};
+  auto cut = log.Recut(ones);
+  REQUIRE(cut.ok());
+  CHECK(cut->steps() == 3);
+  CHECK(cut->entries() == 6);
+  cut->Start(Mode::kReplay);
+  // Own decisions all differ; each one-row step gets its row of the recorded step.
+  auto r0 = Step(*cut, 1, {9, 9, 9}, {9, 8});
+  auto r1 = Step(*cut, 1, {9, 9, 9}, {9, 8});
+  auto r2 = Step(*cut, 1, {9, 9, 9}, {9, 8});
+  REQUIRE(cut->Finish().ok());
+  CHECK(r0 == std::vector<std::vector<int32_t>>{{0, 1, 2}, {3, 5}});
+  CHECK(r1 == std::vector<std::vector<int32_t>>{{0, 1, -1}, {1, 2}});
+  CHECK(r2 == std::vector<std::vector<int32_t>>{{4, 6, 7}, {0, 7}});
+  CHECK(cut->stats().differing == 6);
+
+  // A row twice (a fork running a tail again); a range across two recorded steps, or past the
+  // tape, is refused.
+  const std::vector<R> again = {{1, 1}, {1, 1}}, across = {{1, 2}}, past = {{3, 1}};
+  auto twice = log.Recut(again);
+  REQUIRE(twice.ok());
+  twice->Start(Mode::kReplay);
+  CHECK(Step(*twice, 1, {9, 9, 9}, {9, 8}) == std::vector<std::vector<int32_t>>{{0, 1, -1}, {1, 2}});
+  CHECK(Step(*twice, 1, {9, 9, 9}, {9, 8}) == std::vector<std::vector<int32_t>>{{0, 1, -1}, {1, 2}});
+  REQUIRE(twice->Finish().ok());
+  CHECK(log.Recut(across).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(log.Recut(past).status().code() == absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ferry::model
