@@ -136,20 +136,27 @@ absl::Status DecisionLog::Finish() {
 }
 
 absl::StatusOr<DecisionLog> DecisionLog::Recut(std::span<const RowRange> steps) const {
+  int64_t total = 0;
+  for (const StepMark& m : steps_) total += m.rows;
   DecisionLog out;
   for (size_t i = 0; i < steps.size(); ++i) {
     const RowRange& want = steps[i];
-    // The recorded step holding the range: rows [base, base + steps_[k].rows).
+    if (want.first < 0 || want.count < 0 || want.first + want.count > total) {
+      return absl::InvalidArgumentError(absl::StrCat("decision log: new step ", i, " (rows ", want.first, " to ",
+                                                     want.first + want.count, ") leaves the tape's ", total,
+                                                     " rows"));
+    }
+    out.steps_.push_back({want.count, out.entries_.size()});
+    if (want.count == 0) continue;  // a step of no rows: no decisions to replay
+    // The recorded step holding the range's first row: rows [base, base + steps_[k].rows).
     size_t k = 0;
     int64_t base = 0;
-    while (k < steps_.size() && base + steps_[k].rows <= want.first && steps_[k].rows >= 0) base += steps_[k++].rows;
-    if (want.first < 0 || want.count < 0 || k >= steps_.size() || want.first + want.count > base + steps_[k].rows) {
+    while (base + steps_[k].rows <= want.first) base += steps_[k++].rows;
+    if (want.first + want.count > base + steps_[k].rows) {
       return absl::InvalidArgumentError(absl::StrCat("decision log: new step ", i, " (rows ", want.first, " to ",
-                                                     want.first + want.count,
-                                                     ") does not lie in one recorded step"));
+                                                     want.first + want.count, ") straddles recorded steps"));
     }
     const int64_t at = want.first - base, n = want.count;
-    out.steps_.push_back({n, out.entries_.size()});
     const size_t end = k + 1 < steps_.size() ? steps_[k + 1].first_entry : entries_.size();
     for (size_t e = steps_[k].first_entry; e < end; ++e) {
       const Entry& from = entries_[e];

@@ -89,9 +89,9 @@ class DecisionLog {
   // conversations alone against one step of both, a fork that runs a prompt's tail again). Rows
   // are numbered over the whole tape (step 0's first, then step 1's, ...); new step i takes the
   // rows [steps[i].first, +steps[i].count), which must lie in one recorded step, and every entry
-  // of that step gives them its rows (same sites and layers, in order). Rows may be taken more
-  // than once or not at all. INVALID_ARGUMENT when a range straddles recorded steps or leaves
-  // the tape.
+  // of that step gives them its rows (same sites and layers, in order); a range of no rows is a
+  // step with no decisions. Rows may be taken more than once or not at all. INVALID_ARGUMENT when
+  // a range straddles recorded steps or leaves the tape.
   struct RowRange {
     int64_t first = 0, count = 0;
   };

@@ -292,6 +292,9 @@ absl::Status MoeGemvBf16(const uint16_t* const* weights, const MoePairs& p, int6
   if (weights == nullptr || x == nullptr || y == nullptr || p.n_groups == nullptr) {
     return absl::InvalidArgumentError("MoeGemvBf16: null weights, x, y or groups");
   }
+  if (reinterpret_cast<uintptr_t>(x) % 16 != 0) {  // its rows are read in 16-byte pieces
+    return absl::InvalidArgumentError("MoeGemvBf16: x is not 16-byte aligned");
+  }
   const int ks = KSplit(in, out), per_block = RowsPerBlock(ks);
   const dim3 grid(static_cast<unsigned>((out + per_block - 1) / per_block), static_cast<unsigned>(max_groups));
   MoeGemvKernel<<<grid, kGemvWarps * 32, 0, static_cast<cudaStream_t>(stream)>>>(

@@ -45,7 +45,8 @@ absl::Status RmsNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const uin
 // rows == 0 does nothing.
 // Thread safety: each host thread keeps one cuBLAS handle per device, created on its first call
 // on that device and destroyed when the thread exits; the call binds it to `stream`. Calls from
-// different threads are independent. The summation order is cuBLAS's (not cpu::Dot's).
+// different threads are independent. The summation order is GemvBf16's up to kGemvMaxRows rows
+// and cuBLAS's above (not cpu::Dot's): a row's bits may differ between a batch of 4 and of 5.
 absl::Status LinearBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
                         uint16_t* y, void* stream = nullptr);
 
@@ -326,7 +327,8 @@ absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const ui
 // ---- Decode-sized products (gemv.cu): memory-bound, no host round trip ----
 // LinearBf16's contract for 1 <= rows <= kGemvMaxRows, read at the memory rate: every matrix row
 // streamed once for all the rows. Each output is summed in a fixed order that depends on nothing
-// but its matrix row and input row (batch invariant up to kGemvMaxRows rows).
+// but its matrix row, its input row and the matrix shape (in, out) (batch invariant up to
+// kGemvMaxRows rows).
 // REQUIRES: GemvApplies(x, rows, in, w) (rows in range, in % 8 == 0, x and w 16-byte aligned),
 // 1 <= out <= INT32_MAX; y aliases neither x nor w.
 inline constexpr int64_t kGemvMaxRows = 4;

@@ -179,7 +179,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   std::vector<int64_t> start(static_cast<size_t>(E) + 1, 0);
   for (int32_t e : chosen) {
     if (e < 0 || e >= E) {
-      return absl::InternalError(absl::StrCat("MoE routing chose expert ", e, " of ", E, " (NaN router logits?)"));
+      return absl::InternalError(absl::StrCat("MoE routing chose expert ", e, " of ", E, " (a corrupt routing)"));
     }
     ++start[static_cast<size_t>(e) + 1];
   }
@@ -235,7 +235,7 @@ absl::Status CheckFfnErrors(const FfnScratch<T>& s, int64_t n_experts) {
   FERRY_RETURN_IF_ERROR(cu::CopyToHost(&error, s.error, sizeof(error)));
   if (error != 0) {
     return absl::InternalError(absl::StrCat("MoE routing chose an expert id outside [0, ", n_experts,
-                                            ") (NaN router logits?); the step's output is void"));
+                                            ") (a corrupt routing); the step's output is void"));
   }
   return absl::OkStatus();
 }

@@ -73,8 +73,10 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
                     float* x, const DecisionTap& tap = {});
 
 // After a step that ran FfnAdd with `s` (and waited for the device): INTERNAL when the decode
-// dispatch met an expert id outside [0, n_experts) (NaN router logits); the step's output is
-// then not to be used.
+// dispatch met an expert id outside [0, n_experts) (a corrupt or wrongly pinned routing: MoeRoute
+// itself always picks ids in range, NaN logits included, which give NaN weights instead). The
+// step's output is then void, and so is the state of the conversations in it: their caches and
+// glm5_next's KDA state took the step's tokens, their lengths did not (drop them).
 template <typename T>
 absl::Status CheckFfnErrors(const FfnScratch<T>& s, int64_t n_experts);
 

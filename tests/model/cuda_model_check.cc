@@ -8,9 +8,9 @@
 //   4. batching: p0 and p2 in one step equal each alone (max |difference|);
 //   5. pages: a fork at a partial page and a rewind continue as the uninterrupted prefill, and a
 //      fixed arena too small refuses a step with RESOURCE_EXHAUSTED, keeping nothing.
-// 3, 4 and 5 in bf16: the later runs pinned to the first's indexer and routing decisions and held
-// to check-golden's pinned bf16 tolerance (a decode row and a prefill row take different
-// summation orders: GemvBf16 and cuBLAS).
+// 3, 4 and 5 in bf16: the later runs pinned to the first's indexer and routing decisions (a
+// decode row and a prefill row take different summation orders: GemvBf16 and cuBLAS) and held to
+// check-golden's pinned bf16 tolerance (3) or 0.1 logits (4, 5).
 // Without a CUDA device it says so and exits 0 (what CI sees).
 //
 //   ferry-cuda-model-check [--model DIR]   (default: tests/data/glm-dsa-tiny under the source dir)
@@ -182,8 +182,12 @@ int Main(const std::string& dir, cuda::Precision precision) {
   // a bug; the flips are counted and printed. float32 runs free.
   DecisionLog tape;
   using Rows = std::vector<DecisionLog::RowRange>;
-  // The bound on a pinned bf16 pair of runs: check-golden's for a pinned bf16 run.
+  // Bounds on a pinned bf16 pair of runs. Token by token: check-golden's for a pinned bf16 run
+  // (every dense projection of a decode row sums in GemvBf16's order, a prefill row in cuBLAS's;
+  // measured 0.080 / 0.23). Batching and pages: 0.1 (only the MoE layers change their way there,
+  // the device dispatch up to 64 rows against the host's above; measured at most 0.047).
   const float tol = f32 ? 1e-3f : static_cast<float>(PinnedBf16Tolerance(cfg->family));
+  const float step_tol = f32 ? 1e-3f : 0.1f;
   // Records `run`'s decisions (bf16), then arms the tape, re-cut into `steps`, for the next runs.
   auto record = [&](auto run, const Rows& steps) -> absl::Status {
     if (f32) return run();
@@ -253,7 +257,7 @@ int Main(const std::string& dir, cuda::Precision precision) {
     const float d2 = MaxAbs(both->logits.data() + both->first_row[1] * V, a2->logits.data(), a2->logits.size());
     printf("batching: p0 + p2 in one step vs alone, max |difference| %.3g and %.3g\n", d0, d2);
     CHECK_OK(replayed());
-    bad += std::max(d0, d2) > tol;
+    bad += std::max(d0, d2) > step_tol;
   }
   // 5. Pages (16 tokens each): a fork at a partial page and a rewind both continue exactly as
   //    the uninterrupted prefill; a fixed arena too small refuses the step and keeps nothing.
@@ -296,7 +300,7 @@ int Main(const std::string& dir, cuda::Precision precision) {
     printf("pages: fork at %ld then the rest vs one prefill %.3g, rewind to %ld then the rest %.3g; %ld pages in use\n",
            static_cast<long>(cut), df, static_cast<long>(cut), dr, static_cast<long>(gpu->arena().used_pages()));
     CHECK_OK(replayed());
-    bad += std::max(df, dr) > tol;
+    bad += std::max(df, dr) > step_tol;
     // 4 pages (64 tokens): fixed at load for glm_moe_dsa, sized after the load (a worker's
     // plan) for glm5_next; a second sizing is refused.
     std::unique_ptr<CausalLM> small;

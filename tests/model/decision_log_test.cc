@@ -167,7 +167,7 @@ TEST_CASE("a recut tape replays rows of the recorded steps into other steps", "[
 
   // A row twice (a fork running a tail again); a range across two recorded steps, or past the
   // tape, is refused.
-  const std::vector<R> again = {{1, 1}, {1, 1}}, across = {{1, 2}}, past = {{3, 1}};
+  const std::vector<R> again = {{1, 1}, {1, 1}}, across = {{1, 2}}, past = {{3, 1}}, empty = {{3, 0}, {0, 0}};
   auto twice = log.Recut(again);
   REQUIRE(twice.ok());
   twice->Start(Mode::kReplay);
@@ -176,6 +176,11 @@ TEST_CASE("a recut tape replays rows of the recorded steps into other steps", "[
   REQUIRE(twice->Finish().ok());
   CHECK(log.Recut(across).status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(log.Recut(past).status().code() == absl::StatusCode::kInvalidArgument);
+  // Ranges of no rows (the tape's end included) are steps without decisions.
+  auto none = log.Recut(empty);
+  REQUIRE(none.ok());
+  CHECK(none->steps() == 2);
+  CHECK(none->entries() == 0);
 }
 
 }  // namespace
