@@ -6,6 +6,7 @@
 //   ferry-kernel-check [--seed N] [--filter SUBSTRING]
 //   ferry-kernel-check --bench-mla     (MlaDecodeAttention GB/s vs read bandwidth; bench_mla.cu)
 //   ferry-kernel-check --bench-indexer (IndexerScores GB/s vs read bandwidth; bench_indexer.cu)
+//   ferry-kernel-check --bench-gemv (GemvBf16 / MoeGemvBf16 GB/s vs read bandwidth and cuBLAS; bench_gemv.cu)
 //
 // The cases live in harness_dense.cc (linear, rope, swiglu, kda, mhc), harness_attention.cc
 // (MLA decode, indexer scores), harness_select.cc (top-k, routing, greedy sampling),
@@ -69,14 +70,17 @@ std::vector<Case> AllCases() {
 int main(int argc, char** argv) {
   unsigned seed = std::random_device{}();
   std::string filter;
-  bool bench_mla = false, bench_indexer = false;
+  bool bench_mla = false, bench_indexer = false, bench_gemv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = static_cast<unsigned>(std::stoul(argv[++i]));
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else if (std::strcmp(argv[i], "--bench-mla") == 0) bench_mla = true;
     else if (std::strcmp(argv[i], "--bench-indexer") == 0) bench_indexer = true;
+    else if (std::strcmp(argv[i], "--bench-gemv") == 0) bench_gemv = true;
     else {
-      fprintf(stderr, "usage: ferry-kernel-check [--seed N] [--filter SUBSTRING] | --bench-mla | --bench-indexer\n");
+      fprintf(stderr,
+              "usage: ferry-kernel-check [--seed N] [--filter SUBSTRING] | --bench-mla | --bench-indexer | "
+              "--bench-gemv\n");
       return 2;
     }
   }
@@ -87,6 +91,7 @@ int main(int argc, char** argv) {
   }
   if (bench_mla) return ferry::harness::RunMlaBench() == 0 ? 0 : 1;
   if (bench_indexer) return ferry::harness::RunIndexerBench() == 0 ? 0 : 1;
+  if (bench_gemv) return ferry::harness::RunGemvBench() == 0 ? 0 : 1;
   auto name = ferry::kernels::cuda::DeviceName(0);
   printf("device: %s; seed %u\n", name.ok() ? name->c_str() : "?", seed);
   std::mt19937 rng(seed);

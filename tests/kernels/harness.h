@@ -144,6 +144,9 @@ void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
 int RunMlaBench();
 // ferry-kernel-check --bench-indexer: IndexerScores GB/s at the model shapes (bench_indexer.cu).
 int RunIndexerBench();
+// ferry-kernel-check --bench-gemv: GemvBf16 / MoeGemvBf16 GB/s at the decode step's matrix shapes
+// against cuBLAS (bench_gemv.cu).
+int RunGemvBench();
 // bench_mla.cu's helpers, shared with bench_indexer.cu: the best-of-10 streaming read bandwidth
 // over `bytes` (GB/s, -1 on error), a hash fill of n bf16 values in [-1, 1), and a kernel that
 // holds the default stream for `ns` nanoseconds.
