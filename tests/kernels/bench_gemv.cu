@@ -31,30 +31,6 @@ struct Shape {
   bool experts;  // nine [out, in] matrices (8 routed + shared) through the MoE dispatch
 };
 
-// Median device time (us) of 31 launches of `launch(copy)` rotating over `copies`.
-template <typename F>
-int TimeCopies(int64_t copies, F launch, double* us) {
-  constexpr int kWarm = 5, kTimed = 31;
-  std::vector<cudaEvent_t> ev(2 * kTimed);
-  for (cudaEvent_t& e : ev) BENCH_CHECK(cudaEventCreate(&e));
-  BenchSpin(20'000'000);
-  for (int i = 0; i < kWarm + kTimed; ++i) {
-    const int t = i - kWarm;
-    if (t >= 0) BENCH_CHECK(cudaEventRecord(ev[2 * t]));
-    if (absl::Status st = launch(i % copies); !st.ok()) {
-      return fprintf(stderr, "bench: %s\n", std::string(st.message()).c_str()), -1;
-    }
-    if (t >= 0) BENCH_CHECK(cudaEventRecord(ev[2 * t + 1]));
-  }
-  BENCH_CHECK(cudaDeviceSynchronize());
-  std::vector<float> ms(kTimed);
-  for (int t = 0; t < kTimed; ++t) BENCH_CHECK(cudaEventElapsedTime(&ms[t], ev[2 * t], ev[2 * t + 1]));
-  for (cudaEvent_t& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  *us = ms[kTimed / 2] * 1e3;
-  return 0;
-}
-
 // One shape at `rows` rows: prints a table line. Returns 0 when both ways ran.
 int TimeShape(const Shape& s, int64_t rows, double read_gbs) {
   const int64_t mats = s.experts ? 9 : 1;
@@ -71,8 +47,8 @@ int TimeShape(const Shape& s, int64_t rows, double read_gbs) {
   double us_new = 0, us_old = 0;
   int rc = 0;
   if (!s.experts) {
-    rc |= TimeCopies(copies, [&](int64_t c) { return cu::LinearBf16(x, rows, s.in, mat(c, 0), s.out, y); }, &us_new);
-    rc |= TimeCopies(copies, [&](int64_t c) { return cu::LinearBf16(x + 1, rows, s.in, mat(c, 0), s.out, y); },
+    rc |= BenchMedianUs(copies, [&](int64_t c) { return cu::LinearBf16(x, rows, s.in, mat(c, 0), s.out, y); }, &us_new);
+    rc |= BenchMedianUs(copies, [&](int64_t c) { return cu::LinearBf16(x + 1, rows, s.in, mat(c, 0), s.out, y); },
                      &us_old);
   } else {
     // Routing: row r takes experts 0..7, the shared expert is matrix 8 (the table's last entry).
@@ -100,11 +76,11 @@ int TimeShape(const Shape& s, int64_t rows, double read_gbs) {
       return fprintf(stderr, "bench: %s\n", std::string(st.message()).c_str()), -1;
     }
     // gate_up's layout: the gathered rows of x in, one output row a pair (the pair list is fixed).
-    rc |= TimeCopies(copies, [&](int64_t c) {
+    rc |= BenchMedianUs(copies, [&](int64_t c) {
       return cu::MoeGemvBf16(tables + c * 9, p, groups, x, true, s.in, s.out, y, false, nullptr);
     }, &us_new);
     std::vector<cu::LinearGroupBf16> g(9);
-    rc |= TimeCopies(copies, [&](int64_t c) {
+    rc |= BenchMedianUs(copies, [&](int64_t c) {
       for (int64_t m = 0; m < 9; ++m) g[size_t(m)] = {x + 1, rows, mat(c, m), y + m * rows * s.out};
       return cu::GroupedLinearBf16(g.data(), 9, s.in, s.out);
     }, &us_old);

@@ -37,30 +37,6 @@ struct Point {
   double us_old, us_new, rel_diff;
 };
 
-// Median device time (us) of 31 launches of `launch(set)` rotating over `sets`.
-template <typename F>
-int TimeLaunches(int64_t sets, F launch, double* us) {
-  constexpr int kWarm = 5, kTimed = 31;
-  std::vector<cudaEvent_t> ev(2 * kTimed);
-  for (cudaEvent_t& e : ev) BENCH_CHECK(cudaEventCreate(&e));
-  BenchSpin(20'000'000);
-  for (int i = 0; i < kWarm + kTimed; ++i) {
-    const int t = i - kWarm;
-    if (t >= 0) BENCH_CHECK(cudaEventRecord(ev[2 * t]));
-    if (absl::Status st = launch(i % sets); !st.ok()) {
-      return fprintf(stderr, "bench: %s\n", std::string(st.message()).c_str()), -1;
-    }
-    if (t >= 0) BENCH_CHECK(cudaEventRecord(ev[2 * t + 1]));
-  }
-  BENCH_CHECK(cudaDeviceSynchronize());
-  std::vector<float> ms(kTimed);
-  for (int t = 0; t < kTimed; ++t) BENCH_CHECK(cudaEventElapsedTime(&ms[t], ev[2 * t], ev[2 * t + 1]));
-  for (cudaEvent_t& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  *us = ms[kTimed / 2] * 1e3;
-  return 0;
-}
-
 int TimePoint(const uint16_t* arena, int batch, int64_t keys, std::mt19937& rng, Point* pt) {
   const int64_t ppr = keys / kPageRows;
   const double set_bytes = double(batch) * keys * kDim * 2;
@@ -100,8 +76,8 @@ int TimePoint(const uint16_t* arena, int batch, int64_t keys, std::mt19937& rng,
                                1.0f / std::sqrt(float(kDim)), out, keys);
     };
   };
-  if (TimeLaunches(sets, launcher(false, scores), &pt->us_new) != 0) return -1;
-  if (TimeLaunches(sets, launcher(true, ref), &pt->us_old) != 0) return -1;
+  if (BenchMedianUs(sets, launcher(false, scores), &pt->us_new) != 0) return -1;
+  if (BenchMedianUs(sets, launcher(true, ref), &pt->us_old) != 0) return -1;
   // Set 0 both ways, on the same queries: the old kernel reads a copy of them at a 2-byte offset.
   const size_t n = size_t(batch) * keys;
   std::vector<float> a(n), b(n);

@@ -154,10 +154,36 @@ int TimeMla(uint16_t* arena, int64_t n_conv, int batch, int heads, int rope, boo
     return cu::MlaDecodeAttention(qa, rope > 0 ? qa + int64_t(batch) * heads * kLatent : nullptr, batch, heads,
                                   kLatent, rope, c, dsel, doff + s * (batch + 1), 1.0f / 16.0f, out);
   };
+  double us = 0;
+  if (BenchMedianUs(sets, launch, &us) != 0) return -1;
+  std::vector<uint16_t> host(size_t(batch) * heads * kLatent);
+  BENCH_CHECK(cudaMemcpy(host.data(), out, host.size() * 2, cudaMemcpyDeviceToHost));
+  pt->nan = std::count_if(host.begin(), host.end(), [](uint16_t b) { return (b & 0x7f80) == 0x7f80; });
+  pt->batch = batch;
+  pt->heads = heads;
+  pt->rope = rope;
+  pt->us = us;
+  pt->gbs = set_bytes / (pt->us * 1e-6) / 1e9;
+  cudaFree(dpages);
+  cudaFree(dsel);
+  cudaFree(doff);
+  cudaFree(q);
+  cudaFree(out);
+  return 0;
+}
+
+}  // namespace
+
+// For the other benches (bench_indexer.cu, bench_gemv.cu): the same reference read, fill, spin and timing.
+double BenchReadBandwidth(size_t bytes) { return ReadBandwidth(bytes); }
+void BenchFillBf16(uint16_t* p, size_t n, uint32_t seed) { FillKernel<<<4096, 256>>>(p, n, seed); }
+void BenchSpin(long long ns) { SpinKernel<<<1, 1>>>(ns); }
+
+int BenchMedianUs(int64_t sets, const std::function<absl::Status(int64_t)>& launch, double* us) {
   constexpr int kWarm = 5, kTimed = 31;
   std::vector<cudaEvent_t> ev(2 * kTimed);
   for (cudaEvent_t& e : ev) BENCH_CHECK(cudaEventCreate(&e));
-  SpinKernel<<<1, 1>>>(20'000'000);  // 20 ms: far more than the host needs to queue 36 launches
+  SpinKernel<<<1, 1>>>(20'000'000);
   for (int i = 0; i < kWarm + kTimed; ++i) {
     const int t = i - kWarm;
     if (t >= 0) BENCH_CHECK(cudaEventRecord(ev[2 * t]));
@@ -169,30 +195,11 @@ int TimeMla(uint16_t* arena, int64_t n_conv, int batch, int heads, int rope, boo
   BENCH_CHECK(cudaDeviceSynchronize());
   std::vector<float> ms(kTimed);
   for (int t = 0; t < kTimed; ++t) BENCH_CHECK(cudaEventElapsedTime(&ms[t], ev[2 * t], ev[2 * t + 1]));
-  std::sort(ms.begin(), ms.end());
-  std::vector<uint16_t> host(size_t(batch) * heads * kLatent);
-  BENCH_CHECK(cudaMemcpy(host.data(), out, host.size() * 2, cudaMemcpyDeviceToHost));
-  pt->nan = std::count_if(host.begin(), host.end(), [](uint16_t b) { return (b & 0x7f80) == 0x7f80; });
-  pt->batch = batch;
-  pt->heads = heads;
-  pt->rope = rope;
-  pt->us = ms[kTimed / 2] * 1e3;
-  pt->gbs = set_bytes / (pt->us * 1e-6) / 1e9;
   for (cudaEvent_t& e : ev) cudaEventDestroy(e);
-  cudaFree(dpages);
-  cudaFree(dsel);
-  cudaFree(doff);
-  cudaFree(q);
-  cudaFree(out);
+  std::sort(ms.begin(), ms.end());
+  *us = ms[kTimed / 2] * 1e3;
   return 0;
 }
-
-}  // namespace
-
-// For the other benches (bench_indexer.cu): the same reference read, fill and spin.
-double BenchReadBandwidth(size_t bytes) { return ReadBandwidth(bytes); }
-void BenchFillBf16(uint16_t* p, size_t n, uint32_t seed) { FillKernel<<<4096, 256>>>(p, n, seed); }
-void BenchSpin(long long ns) { SpinKernel<<<1, 1>>>(ns); }
 
 int RunMlaBench() {
   cudaDeviceProp prop{};

@@ -162,5 +162,10 @@ double BenchReadBandwidth(size_t bytes);
   } while (0)
 void BenchFillBf16(uint16_t* p, size_t n, uint32_t seed);
 void BenchSpin(long long ns);
+// The benches' timing: launch(i % sets) for 5 warm-up and 31 timed launches queued behind a 20 ms
+// spin (far more than the host needs to queue them), each timed alone with CUDA events; *us = the
+// median in microseconds. Rotating over `sets` disjoint inputs keeps a launch's bytes out of L2.
+// Returns 0, or -1 after printing a failed launch or CUDA call.
+int BenchMedianUs(int64_t sets, const std::function<absl::Status(int64_t)>& launch, double* us);
 
 }  // namespace ferry::harness
