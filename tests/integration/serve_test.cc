@@ -334,14 +334,7 @@ TEST_CASE("serve: cancellation and Abort end a request within a step and free it
   // A client deadline cancels the call; the request is aborted on the server.
   GenerateRequest slow = Greedy(prompt, 4000, "slow");
   slow.set_stream(true);
-  // Each call opens a fresh channel; one whose connection failed fails at once with UNAVAILABLE,
-  // before the server sees the request (seen once in CI: then no abort is counted either), and
-  // is tried again. A server that stopped serving answers UNAVAILABLE every time: still a failure.
-  absl::StatusOr<v1::Finished> res;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    res = Run(server.address(), slow, nullptr, 300);
-    if (res.status().code() != absl::StatusCode::kUnavailable) break;
-  }
+  auto res = Run(server.address(), slow, nullptr, 300);
   INFO(res.status().ToString());
   CHECK(res.status().code() == absl::StatusCode::kDeadlineExceeded);
   CHECK(Eventually([&] { return testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()),
@@ -402,6 +395,7 @@ TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and servin
   s.mutable_sampling()->add_stop_token_ids(999);
   expect(s, "sampling.stop_token_ids[0] = 999");
   auto ok = Run(server.address(), Greedy({5, 6}, 3));
+  INFO(ok.status().ToString());
   REQUIRE(ok.ok());
   CHECK(ok->token_ids_size() == 3);
 }

@@ -23,18 +23,7 @@
 
 namespace ferry::testing {
 
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+int FreePort() { return FreePortRun(1); }
 
 int FreePortRun(int n) {
   // Below Linux's ephemeral range (32768..60999), where the kernel hands out the ports that
@@ -125,8 +114,10 @@ std::string Process::Log() const {
 }
 
 Server::Server(const std::string& model_dir, int ranks, const std::vector<std::string>& extra) {
-  const int port = FreePort();
-  metrics_port_ = FreePortRun(6);  // the coordinator's, then each worker's (+1 + rank)
+  // One run: the API port, then the coordinator's metrics port and each worker's (+1 + rank)
+  // (two separate picks could hand out the same still-unbound port).
+  const int port = FreePortRun(7);
+  metrics_port_ = port + 1;
   address_ = "127.0.0.1:" + std::to_string(port);
   log_ = TempLog("ferry-serve");
   std::vector<std::string> argv = {BinDir() + "/ferry", "serve", "--model", model_dir, "--ranks", std::to_string(ranks),

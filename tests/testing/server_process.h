@@ -12,7 +12,9 @@
 
 namespace ferry::testing {
 
-// A loopback TCP port that was free a moment ago.
+// A loopback TCP port that was free a moment ago, below the kernel's ephemeral range (as
+// FreePortRun(1)): a port from bind(0) is one the kernel may hand to the next bind(0) caller (the
+// workers' UCX listeners) before the server binds it.
 int FreePort();
 // The first of n consecutive ports free now, below the kernel's ephemeral range.
 int FreePortRun(int n);
