@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/paged.cuh"
 
 namespace ferry::kernels::cuda {
@@ -18,6 +19,8 @@ cudaStream_t S(void* stream) { return static_cast<cudaStream_t>(stream); }
 __global__ void RopeF32Kernel(float* x, int64_t heads, int64_t row_stride, int64_t head_stride, int64_t offset,
                               int64_t half, int64_t pairs, const int64_t* __restrict__ positions,
                               const float* __restrict__ inv_freq) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = p % half, rh = p / half;
@@ -33,6 +36,8 @@ __global__ void RopeF32Kernel(float* x, int64_t heads, int64_t row_stride, int64
 
 __global__ void SwiGluF32Kernel(const float* gate, const float* up, int64_t cols, int64_t in_stride, int64_t total,
                                 float limit, float* out) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / cols, i = e % cols;
@@ -57,6 +62,8 @@ __global__ void __launch_bounds__(kMlaThreads)
     MlaDecodeF32Kernel(const float* __restrict__ q_abs, const float* __restrict__ q_pe, int heads, int latent,
                        int rope, PagedViewF32 cache, const int32_t* __restrict__ sel,
                        const int32_t* __restrict__ sel_offsets, float scale, float* __restrict__ out) {
+  PdlLaunchDependents();
+  PdlWait();
   extern __shared__ float q[];  // [latent + rope]
   __shared__ float score[kTile];
   __shared__ const float* rows[kTile];
@@ -127,6 +134,8 @@ __global__ void __launch_bounds__(kThreads)
     IndexerScoresF32Kernel(const float* __restrict__ qi, const float* __restrict__ w, int heads, int dim,
                            PagedViewF32 keys, const int32_t* __restrict__ n_keys, float scale,
                            float* __restrict__ scores, int64_t score_stride) {
+  PdlLaunchDependents();
+  PdlWait();
   extern __shared__ float smem[];
   const int qpitch = dim + 1;
   float* q = smem;
@@ -192,9 +201,8 @@ absl::Status RopeInterleavedF32(float* x, int64_t rows, int64_t heads, int64_t r
   }
   const int64_t half = dim / 2, pairs = rows * heads * half;
   const int64_t blocks = std::min<int64_t>((pairs + kThreads - 1) / kThreads, 65536);
-  RopeF32Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, S(stream)>>>(x, heads, row_stride, head_stride, offset,
-                                                                           half, pairs, positions, inv_freq);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RopeF32Kernel, static_cast<unsigned>(blocks), kThreads, 0, S(stream), x,
+                                             heads, row_stride, head_stride, offset, half, pairs, positions, inv_freq));
   return absl::OkStatus();
 }
 
@@ -208,9 +216,8 @@ absl::Status SwiGluF32(const float* gate, const float* up, int64_t rows, int64_t
   if (gate == nullptr || up == nullptr || out == nullptr) return absl::InvalidArgumentError("SwiGluF32: null pointer");
   const int64_t total = rows * cols;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, 65536);
-  SwiGluF32Kernel<<<static_cast<unsigned>(blocks), kThreads, 0, S(stream)>>>(gate, up, cols, in_stride, total, limit,
-                                                                             out);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(SwiGluF32Kernel, static_cast<unsigned>(blocks), kThreads, 0, S(stream),
+                                             gate, up, cols, in_stride, total, limit, out));
   return absl::OkStatus();
 }
 
@@ -234,10 +241,10 @@ absl::Status MlaDecodeAttentionF32(const float* q_abs, const float* q_pe, int64_
       out == nullptr) {
     return absl::InvalidArgumentError("MlaDecodeAttentionF32: null q_abs, q_pe, sel, sel_offsets or out");
   }
-  MlaDecodeF32Kernel<<<static_cast<unsigned>(rows * heads), kMlaThreads, static_cast<size_t>(width) * sizeof(float),
-                       S(stream)>>>(q_abs, q_pe, static_cast<int>(heads), static_cast<int>(latent),
-                                    static_cast<int>(rope), view, sel, sel_offsets, scale, out);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MlaDecodeF32Kernel, static_cast<unsigned>(rows * heads), kMlaThreads,
+                                             static_cast<size_t>(width) * sizeof(float), S(stream), q_abs, q_pe,
+                                             static_cast<int>(heads), static_cast<int>(latent), static_cast<int>(rope),
+                                             view, sel, sel_offsets, scale, out));
   return absl::OkStatus();
 }
 
@@ -261,10 +268,10 @@ absl::Status IndexerScoresF32(const float* qi, const float* w, int64_t rows, int
   }
   const int64_t key_blocks = (score_stride + kKeysPerBlock - 1) / kKeysPerBlock;
   const size_t shared = static_cast<size_t>(heads * (dim + 2) + kIdxWarps * dim) * sizeof(float);
-  IndexerScoresF32Kernel<<<dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(rows)), kThreads, shared,
-                           S(stream)>>>(qi, w, static_cast<int>(heads), static_cast<int>(dim), view, n_keys, scale,
-                                        scores, score_stride);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(IndexerScoresF32Kernel,
+                                             dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(rows)),
+                                             kThreads, shared, S(stream), qi, w, static_cast<int>(heads),
+                                             static_cast<int>(dim), view, n_keys, scale, scores, score_stride));
   return absl::OkStatus();
 }
 

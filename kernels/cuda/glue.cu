@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/paged.cuh"
 
 namespace ferry::kernels::cuda {
@@ -41,6 +42,8 @@ __device__ float BlockSum(float v, float* scratch) {
 
 __global__ void EmbeddingKernel(const __nv_bfloat16* __restrict__ table, int64_t vocab, int64_t dim,
                                 const int32_t* __restrict__ ids, int64_t total, float* __restrict__ out) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / dim, i = e % dim;
@@ -68,18 +71,22 @@ __device__ float BlockSumWide(float v, float* scratch) {  // kNormThreads thread
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormF32Kernel(const float* x, int64_t dim, const T* __restrict__ w, float eps, T* y) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * dim;
   T* yr = y + blockIdx.x * dim;
   const bool vec = dim % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const int64_t pieces = vec ? dim / 4 : 0;
   float sum = 0.0f;
+#pragma unroll 4
   for (int64_t p = threadIdx.x; p < pieces; p += kNormThreads) {
     const float4 v = reinterpret_cast<const float4*>(xr)[p];
     sum += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
   }
   for (int64_t i = 4 * pieces + threadIdx.x; i < dim; i += kNormThreads) sum += xr[i] * xr[i];
   const float inv = rsqrtf(BlockSumWide(sum, scratch) / static_cast<float>(dim) + eps);
+#pragma unroll 4
   for (int64_t p = threadIdx.x; p < pieces; p += kNormThreads) {
     const float4 v = reinterpret_cast<const float4*>(xr)[p];
     const int64_t i = 4 * p;
@@ -94,6 +101,8 @@ __global__ void __launch_bounds__(kNormThreads)
 template <typename T>
 __global__ void LayerNormKernel(const T* x, int64_t dim, const T* __restrict__ w, const T* __restrict__ b, float eps,
                                 T* y) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ float scratch[kThreads / 32];
   const T* xr = x + blockIdx.x * dim;
   float sum = 0.0f;
@@ -112,6 +121,8 @@ __global__ void LayerNormKernel(const T* x, int64_t dim, const T* __restrict__ w
 
 template <typename T>
 __global__ void AddKernel(float* x, const T* __restrict__ y, int64_t n) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     x[e] += ToF(y[e]);
@@ -119,6 +130,8 @@ __global__ void AddKernel(float* x, const T* __restrict__ y, int64_t n) {
 }
 
 __global__ void ToF32Kernel(const __nv_bfloat16* __restrict__ in, int64_t n, float* __restrict__ out) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[e] = __bfloat162float(in[e]);
@@ -126,6 +139,8 @@ __global__ void ToF32Kernel(const __nv_bfloat16* __restrict__ in, int64_t n, flo
 }
 
 __global__ void ToBf16Kernel(const float* __restrict__ in, int64_t n, __nv_bfloat16* __restrict__ out) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     out[e] = __float2bfloat16_rn(in[e]);
@@ -136,6 +151,8 @@ template <typename T>
 __global__ void CopyRowsKernel(const T* __restrict__ src, int64_t src_stride,
                                const int32_t* __restrict__ src_idx, T* __restrict__ dst,
                                int64_t dst_stride, const int32_t* __restrict__ dst_idx, int64_t cols, int64_t total) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = e / cols, c = e % cols;
@@ -149,6 +166,8 @@ __global__ void CopyRowsKernel(const T* __restrict__ src, int64_t src_stride,
 template <typename T>
 __global__ void WritePagedKernel(const T* __restrict__ src, int64_t src_stride, int64_t cols, int64_t col_offset,
                                  const int64_t* __restrict__ positions, PagedViewOf<T> cache, int64_t total) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / cols, c = e % cols;
@@ -162,6 +181,8 @@ __global__ void WritePagedKernel(const T* __restrict__ src, int64_t src_stride, 
 __global__ void __launch_bounds__(kThreads)
     CompactKernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ counts, int64_t rows, int64_t k,
                   int32_t* __restrict__ sel, int32_t* __restrict__ offsets) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ int32_t scan[kThreads], starts[kThreads], counts_s[kThreads];
   __shared__ int32_t base;
   if (threadIdx.x == 0) base = 0;
@@ -202,6 +223,8 @@ template <typename T>
 __global__ void MoeCombineKernel(const T* __restrict__ slots, const float* __restrict__ weights,
                                  const T* __restrict__ shared, int64_t top_k, int64_t dim, int64_t total,
                                  float* __restrict__ x) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / dim, i = e % dim;
@@ -237,8 +260,8 @@ absl::Status EmbeddingGatherF32(const uint16_t* table, int64_t vocab, int64_t di
   if (table == nullptr || ids == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("EmbeddingGatherF32: null table, ids or out");
   }
-  EmbeddingKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(Bf(table), vocab, dim, ids, rows * dim, out);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(EmbeddingKernel, GridFor(rows * dim), kThreads, 0, S(stream), Bf(table),
+                                             vocab, dim, ids, rows * dim, out));
   return absl::OkStatus();
 }
 
@@ -248,8 +271,8 @@ absl::Status RmsNormF32ToBf16(const float* x, int64_t rows, int64_t dim, const u
     return absl::InvalidArgumentError(absl::StrCat("RmsNormF32ToBf16: rows ", rows, ", dim ", dim));
   }
   if (rows == 0) return absl::OkStatus();
-  RmsNormF32Kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, S(stream)>>>(x, dim, Bf(w), eps, Bf(y));
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kNormThreads,
+                                             0, S(stream), x, dim, Bf(w), eps, Bf(y)));
   return absl::OkStatus();
 }
 
@@ -259,32 +282,30 @@ absl::Status LayerNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const u
     return absl::InvalidArgumentError(absl::StrCat("LayerNormBf16: rows ", rows, ", dim ", dim));
   }
   if (rows == 0) return absl::OkStatus();
-  LayerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(Bf(x), dim, Bf(w), Bf(b), eps, Bf(y));
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(LayerNormKernel<__nv_bfloat16>, static_cast<unsigned>(rows), kThreads, 0,
+                                             S(stream), Bf(x), dim, Bf(w), Bf(b), eps, Bf(y)));
   return absl::OkStatus();
 }
 
 absl::Status AddBf16ToF32(float* x, const uint16_t* y, int64_t n, void* stream) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("AddBf16ToF32: n is ", n));
   if (n == 0) return absl::OkStatus();
-  AddKernel<<<GridFor(n), kThreads, 0, S(stream)>>>(x, Bf(y), n);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(AddKernel<__nv_bfloat16>, GridFor(n), kThreads, 0, S(stream), x, Bf(y),
+                                             n));
   return absl::OkStatus();
 }
 
 absl::Status CastBf16ToF32(const uint16_t* in, int64_t n, float* out, void* stream) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("CastBf16ToF32: n is ", n));
   if (n == 0) return absl::OkStatus();
-  ToF32Kernel<<<GridFor(n), kThreads, 0, S(stream)>>>(Bf(in), n, out);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ToF32Kernel, GridFor(n), kThreads, 0, S(stream), Bf(in), n, out));
   return absl::OkStatus();
 }
 
 absl::Status CastF32ToBf16(const float* in, int64_t n, uint16_t* out, void* stream) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("CastF32ToBf16: n is ", n));
   if (n == 0) return absl::OkStatus();
-  ToBf16Kernel<<<GridFor(n), kThreads, 0, S(stream)>>>(in, n, Bf(out));
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ToBf16Kernel, GridFor(n), kThreads, 0, S(stream), in, n, Bf(out)));
   return absl::OkStatus();
 }
 
@@ -297,9 +318,9 @@ absl::Status CopyRowsBf16(const uint16_t* src, int64_t src_stride, const int32_t
   }
   if (rows == 0) return absl::OkStatus();
   if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("CopyRowsBf16: null src or dst");
-  CopyRowsKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(Bf(src), src_stride, src_idx, Bf(dst),
-                                                                     dst_stride, dst_idx, cols, rows * cols);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(CopyRowsKernel<__nv_bfloat16>, GridFor(rows * cols), kThreads, 0,
+                                             S(stream), Bf(src), src_stride, src_idx, Bf(dst), dst_stride, dst_idx,
+                                             cols, rows * cols));
   return absl::OkStatus();
 }
 
@@ -318,9 +339,9 @@ absl::Status WritePagedRowsBf16(const uint16_t* src, int64_t rows, int64_t src_s
   if (src == nullptr || positions == nullptr) {
     return absl::InvalidArgumentError("WritePagedRowsBf16: null src or positions");
   }
-  WritePagedKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(Bf(src), src_stride, cols, col_offset,
-                                                                       positions, view, rows * cols);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(WritePagedKernel<__nv_bfloat16>, GridFor(rows * cols), kThreads, 0,
+                                             S(stream), Bf(src), src_stride, cols, col_offset, positions, view,
+                                             rows * cols));
   return absl::OkStatus();
 }
 
@@ -333,8 +354,8 @@ absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t
   if (offsets == nullptr || (rows > 0 && counts == nullptr) || (rows * k > 0 && (ids == nullptr || sel == nullptr))) {
     return absl::InvalidArgumentError("CompactSelection: null ids, counts, sel or offsets");
   }
-  CompactKernel<<<1, kThreads, 0, S(stream)>>>(ids, counts, rows, k, sel, offsets);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(CompactKernel, 1, kThreads, 0, S(stream), ids, counts, rows, k, sel,
+                                             offsets));
   return absl::OkStatus();
 }
 
@@ -348,9 +369,8 @@ absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const ui
   if (x == nullptr || (top_k > 0 && (slots == nullptr || weights == nullptr))) {
     return absl::InvalidArgumentError("MoeCombineF32: null slots, weights or x");
   }
-  MoeCombineKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(Bf(slots), weights, Bf(shared), top_k, dim,
-                                                                      rows * dim, x);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MoeCombineKernel<__nv_bfloat16>, GridFor(rows * dim), kThreads, 0,
+                                             S(stream), Bf(slots), weights, Bf(shared), top_k, dim, rows * dim, x));
   return absl::OkStatus();
 }
 
@@ -360,8 +380,8 @@ absl::Status RmsNormF32(const float* x, int64_t rows, int64_t dim, const float* 
     return absl::InvalidArgumentError(absl::StrCat("RmsNormF32: rows ", rows, ", dim ", dim));
   }
   if (rows == 0) return absl::OkStatus();
-  RmsNormF32Kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, S(stream)>>>(x, dim, w, eps, y);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<float>, static_cast<unsigned>(rows), kNormThreads, 0,
+                                             S(stream), x, dim, w, eps, y));
   return absl::OkStatus();
 }
 
@@ -371,16 +391,15 @@ absl::Status LayerNormF32(const float* x, int64_t rows, int64_t dim, const float
     return absl::InvalidArgumentError(absl::StrCat("LayerNormF32: rows ", rows, ", dim ", dim));
   }
   if (rows == 0) return absl::OkStatus();
-  LayerNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, S(stream)>>>(x, dim, w, b, eps, y);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(LayerNormKernel<float>, static_cast<unsigned>(rows), kThreads, 0,
+                                             S(stream), x, dim, w, b, eps, y));
   return absl::OkStatus();
 }
 
 absl::Status AddF32(float* x, const float* y, int64_t n, void* stream) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("AddF32: n is ", n));
   if (n == 0) return absl::OkStatus();
-  AddKernel<<<GridFor(n), kThreads, 0, S(stream)>>>(x, y, n);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(AddKernel<float>, GridFor(n), kThreads, 0, S(stream), x, y, n));
   return absl::OkStatus();
 }
 
@@ -393,9 +412,8 @@ absl::Status CopyRowsF32(const float* src, int64_t src_stride, const int32_t* sr
   }
   if (rows == 0) return absl::OkStatus();
   if (src == nullptr || dst == nullptr) return absl::InvalidArgumentError("CopyRowsF32: null src or dst");
-  CopyRowsKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(src, src_stride, src_idx, dst, dst_stride, dst_idx,
-                                                                     cols, rows * cols);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(CopyRowsKernel<float>, GridFor(rows * cols), kThreads, 0, S(stream), src,
+                                             src_stride, src_idx, dst, dst_stride, dst_idx, cols, rows * cols));
   return absl::OkStatus();
 }
 
@@ -413,9 +431,8 @@ absl::Status WritePagedRowsF32(const float* src, int64_t rows, int64_t src_strid
   if (src == nullptr || positions == nullptr) {
     return absl::InvalidArgumentError("WritePagedRowsF32: null src or positions");
   }
-  WritePagedKernel<<<GridFor(rows * cols), kThreads, 0, S(stream)>>>(src, src_stride, cols, col_offset, positions,
-                                                                       view, rows * cols);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(WritePagedKernel<float>, GridFor(rows * cols), kThreads, 0, S(stream), src,
+                                             src_stride, cols, col_offset, positions, view, rows * cols));
   return absl::OkStatus();
 }
 
@@ -429,8 +446,8 @@ absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const 
   if (x == nullptr || (top_k > 0 && (slots == nullptr || weights == nullptr))) {
     return absl::InvalidArgumentError("MoeCombineF32Slots: null slots, weights or x");
   }
-  MoeCombineKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(slots, weights, shared, top_k, dim, rows * dim, x);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MoeCombineKernel<float>, GridFor(rows * dim), kThreads, 0, S(stream),
+                                             slots, weights, shared, top_k, dim, rows * dim, x));
   return absl::OkStatus();
 }
 

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -17,6 +18,8 @@ __global__ void __launch_bounds__(kMaxD)
     KdaStepKernel(float* state, const int32_t* __restrict__ slots, int64_t n_slots, int heads, int d,
                   const float* __restrict__ q, const float* __restrict__ k, const float* __restrict__ v,
                   const float* __restrict__ g, const float* __restrict__ beta, float* __restrict__ o) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ float ks[kMaxD], qs[kMaxD], decay[kMaxD];
   const int64_t h = blockIdx.x, r = blockIdx.y;
   const int j = threadIdx.x;
@@ -90,10 +93,10 @@ absl::Status KdaRecurrentStep(float* state, const int32_t* slots, int64_t n_slot
       o == nullptr) {
     return absl::InvalidArgumentError("KdaRecurrentStep: null state, q, k, v, g, beta or o");
   }
-  KdaStepKernel<<<dim3(static_cast<unsigned>(heads), static_cast<unsigned>(rows)), kMaxD, 0,
-                  static_cast<cudaStream_t>(stream)>>>(state, slots, n_slots, static_cast<int>(heads),
-                                                       static_cast<int>(d), q, k, v, g, beta, o);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(KdaStepKernel,
+                                             dim3(static_cast<unsigned>(heads), static_cast<unsigned>(rows)), kMaxD, 0,
+                                             static_cast<cudaStream_t>(stream), state, slots, n_slots,
+                                             static_cast<int>(heads), static_cast<int>(d), q, k, v, g, beta, o));
   return absl::OkStatus();
 }
 

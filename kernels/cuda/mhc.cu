@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -20,6 +21,8 @@ __global__ void __launch_bounds__(kThreads)
     MhcSinkhornKernel(const float* __restrict__ m, int64_t rows, const float* __restrict__ scale,
                       const float* __restrict__ base, float eps, int64_t iters, float* __restrict__ pre,
                       float* __restrict__ post, float* __restrict__ comb) {
+  PdlLaunchDependents();
+  PdlWait();
   constexpr int M = (2 + S) * S;
   const int64_t t = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x;
   if (t >= rows) return;
@@ -80,6 +83,8 @@ __global__ void __launch_bounds__(kThreads)
     MhcSinkhornLanesKernel(const float* __restrict__ m, int64_t rows, const float* __restrict__ scale,
                            const float* __restrict__ base, float eps, int64_t iters, float* __restrict__ pre,
                            float* __restrict__ post, float* __restrict__ comb) {
+  PdlLaunchDependents();
+  PdlWait();
   constexpr int M = (2 + S) * S;
   constexpr int G = S * S <= 4 ? 4 : S * S <= 8 ? 8 : S * S <= 16 ? 16 : 32;  // lanes a row
   const int64_t t = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / G;
@@ -122,12 +127,14 @@ absl::Status Launch(const float* m, int64_t rows, const float* scale, const floa
   if constexpr (S * S <= 32) {
     constexpr int64_t kLanes = S * S <= 4 ? 4 : S * S <= 8 ? 8 : S * S <= 16 ? 16 : 32;
     const int64_t blocks = (rows * kLanes + kThreads - 1) / kThreads;
-    MhcSinkhornLanesKernel<S><<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        m, rows, scale, base, eps, iters, pre, post, comb);
+    FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MhcSinkhornLanesKernel<S>, static_cast<unsigned>(blocks), kThreads, 0,
+                                               static_cast<cudaStream_t>(stream), m, rows, scale, base, eps, iters, pre,
+                                               post, comb));
   } else {
     const int64_t blocks = (rows + kThreads - 1) / kThreads;
-    MhcSinkhornKernel<S><<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-        m, rows, scale, base, eps, iters, pre, post, comb);
+    FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MhcSinkhornKernel<S>, static_cast<unsigned>(blocks), kThreads, 0,
+                                               static_cast<cudaStream_t>(stream), m, rows, scale, base, eps, iters, pre,
+                                               post, comb));
   }
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();

@@ -1,12 +1,16 @@
-// Sigmoid MoE routing with bias, groups and top-k (MoeRoute in ops.h): one warp per row.
+// Sigmoid MoE routing with bias, groups and top-k (MoeRoute in ops.h): one block per row, a thread
+// an expert.
 //
-// Every selection is "repeatedly take the best remaining candidate" under the CPU's strict total
-// order (rank.cuh), so the chosen sets equal cpu::RouteRow's nth_element sets whatever the
-// ties. The weight sum runs over the chosen experts in ascending id, the CPU's order.
+// The top-k is a rank count under the CPU's strict total order (rank.cuh's RankKey): expert e is
+// chosen when fewer than top_k experts rank before it, so the chosen set equals cpu::RouteRow's
+// nth_element set whatever the ties (a single warp taking the best remaining expert top_k times
+// was ~18 us a row: one warp cannot hide its own latencies). The group choice, small, stays on one
+// warp. The weight sum runs over the chosen experts in ascending id, the CPU's order.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/rank.cuh"
 
 namespace ferry::kernels::cuda {
@@ -15,66 +19,71 @@ namespace {
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxGroups = 64;
 
-__global__ void __launch_bounds__(32)
+__global__ void __launch_bounds__(kMaxExperts)
     MoeRouteKernel(const float* __restrict__ logits, const float* __restrict__ bias, int n_experts, int top_k,
                    int n_group, int topk_group, bool grouped, bool norm_topk_prob, float scaling,
                    int32_t* __restrict__ experts, float* __restrict__ weights) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ float s[kMaxExperts], choice[kMaxExperts];
+  __shared__ uint64_t key[kMaxExperts];
   __shared__ unsigned char picked[kMaxExperts];
   __shared__ int chosen[kMaxExperts];
   __shared__ float group_score[kMaxGroups];
   __shared__ unsigned char kept[kMaxGroups];
   const int64_t r = blockIdx.x;
-  const int lane = threadIdx.x;
+  const int t = threadIdx.x, lane = t & 31;
   const float* x = logits + r * n_experts;
-  for (int e = lane; e < n_experts; e += 32) {
-    s[e] = 1.0f / (1.0f + expf(-x[e]));
-    choice[e] = s[e] + (bias != nullptr ? bias[e] : 0.0f);
-    picked[e] = 0;
+  if (t < n_experts) {
+    s[t] = 1.0f / (1.0f + expf(-x[t]));
+    choice[t] = s[t] + (bias != nullptr ? bias[t] : 0.0f);
   }
-  __syncwarp();
+  __syncthreads();
 
   if (grouped) {
-    // Group score = the sum of its two best biased scores (the CPU adds them in ascending id;
-    // float addition is commutative, so the order of the two is immaterial).
-    const int per = n_experts / n_group;
-    for (int g = lane; g < n_group; g += 32) {
-      Ranked b1{0.0f, -1}, b2{0.0f, -1};
-      for (int e = g * per; e < (g + 1) * per; ++e) b1 = Better(b1, Ranked{choice[e], e});
-      for (int e = g * per; e < (g + 1) * per; ++e) {
-        if (e != b1.i) b2 = Better(b2, Ranked{choice[e], e});
-      }
-      group_score[g] = choice[b1.i] + choice[b2.i];
-      kept[g] = 0;
-    }
-    __syncwarp();
-    for (int t = 0; t < topk_group; ++t) {
-      Ranked b{0.0f, -1};
+    if (t < 32) {
+      // Group score = the sum of its two best biased scores (the CPU adds them in ascending id;
+      // float addition is commutative, so the order of the two is immaterial).
+      const int per = n_experts / n_group;
       for (int g = lane; g < n_group; g += 32) {
-        if (!kept[g]) b = Better(b, Ranked{group_score[g], g});
+        Ranked b1{0.0f, -1}, b2{0.0f, -1};
+        for (int e = g * per; e < (g + 1) * per; ++e) b1 = Better(b1, Ranked{choice[e], e});
+        for (int e = g * per; e < (g + 1) * per; ++e) {
+          if (e != b1.i) b2 = Better(b2, Ranked{choice[e], e});
+        }
+        group_score[g] = choice[b1.i] + choice[b2.i];
+        kept[g] = 0;
       }
-      b = WarpBest(b);
-      if (lane == 0) kept[b.i] = 1;
       __syncwarp();
+      for (int k = 0; k < topk_group; ++k) {
+        Ranked b{0.0f, -1};
+        for (int g = lane; g < n_group; g += 32) {
+          if (!kept[g]) b = Better(b, Ranked{group_score[g], g});
+        }
+        b = WarpBest(b);
+        if (lane == 0) kept[b.i] = 1;
+        __syncwarp();
+      }
     }
-    for (int e = lane; e < n_experts; e += 32) {
-      if (!kept[e / per]) choice[e] = -INFINITY;
-    }
-    __syncwarp();
+    __syncthreads();
+    if (t < n_experts && !kept[t / (n_experts / n_group)]) choice[t] = -INFINITY;
+    __syncthreads();
   }
 
-  for (int t = 0; t < top_k; ++t) {
-    Ranked b{0.0f, -1};
-    for (int e = lane; e < n_experts; e += 32) {
-      if (!picked[e]) b = Better(b, Ranked{choice[e], e});
-    }
-    b = WarpBest(b);
-    if (lane == 0) picked[b.i] = 1;
-    __syncwarp();
+  if (t < n_experts) key[t] = RankKey(choice[t], t);
+  __syncthreads();
+  if (t < n_experts) {
+    const uint64_t mine = key[t];
+    int before = 0;
+#pragma unroll 8
+    for (int e = 0; e < n_experts; ++e) before += key[e] > mine ? 1 : 0;
+    picked[t] = before < top_k ? 1 : 0;
   }
+  __syncthreads();
+  if (t >= 32) return;
 
-  // The chosen ids in ascending order, gathered 32 experts a ballot (a serial walk over all the
-  // experts was most of a row's time), then the weight sum over them in that order, as the CPU.
+  // The chosen ids in ascending order, gathered 32 experts a ballot, then the weight sum over them
+  // in that order, as the CPU.
   int n = 0;
   for (int e0 = 0; e0 < n_experts; e0 += 32) {
     const int e = e0 + lane;
@@ -120,10 +129,12 @@ absl::Status MoeRoute(const float* logits, const float* bias, int64_t rows, cons
   if (logits == nullptr || experts == nullptr || weights == nullptr) {
     return absl::InvalidArgumentError("MoeRoute: null logits, experts or weights");
   }
-  MoeRouteKernel<<<static_cast<unsigned>(rows), 32, 0, static_cast<cudaStream_t>(stream)>>>(
-      logits, bias, static_cast<int>(E), static_cast<int>(p.top_k), static_cast<int>(p.n_group),
-      static_cast<int>(p.topk_group), grouped, p.norm_topk_prob, p.routed_scaling_factor, experts, weights);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MoeRouteKernel, static_cast<unsigned>(rows),
+                                             static_cast<unsigned>((E + 31) / 32 * 32), 0,
+                                             static_cast<cudaStream_t>(stream), logits, bias, static_cast<int>(E),
+                                             static_cast<int>(p.top_k), static_cast<int>(p.n_group),
+                                             static_cast<int>(p.topk_group), grouped, p.norm_topk_prob,
+                                             p.routed_scaling_factor, experts, weights));
   return absl::OkStatus();
 }
 

@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/paged.cuh"
 
 namespace ferry::kernels::cuda {
@@ -33,6 +34,8 @@ __device__ inline float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 __global__ void MixInKernel(const float* __restrict__ h, const float* __restrict__ pre, int64_t streams, int64_t dim,
                             int64_t total, float* __restrict__ u) {
+  PdlLaunchDependents();
+  PdlWait();
   FERRY_GRID_LOOP(e, total) {
     const int64_t r = e / dim, d = e % dim;
     float acc = 0.0f;
@@ -41,19 +44,35 @@ __global__ void MixInKernel(const float* __restrict__ h, const float* __restrict
   }
 }
 
-// One block per (row, output): a fixed-order dot of in values.
-__global__ void __launch_bounds__(kThreads)
+// One block of kDotThreads per (row, output): a fixed-order dot of in values (thread t sums the
+// 4-element pieces t, t + kDotThreads, ... when both rows are 16-byte aligned and in % 4 == 0, else
+// the elements t, t + kDotThreads, ...; then a fixed tree). All of a thread's loads are issued
+// together (the loop is unrolled): a block is one round trip, not one per piece.
+constexpr int kDotThreads = 1024;
+
+__global__ void __launch_bounds__(kDotThreads)
     RowDotKernel(const float* __restrict__ x, int64_t in, const float* __restrict__ w, int64_t out, float* __restrict__ y) {
-  __shared__ float part[kThreads / 32];
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ float part[kDotThreads / 32];
   const int64_t ro = blockIdx.x, r = ro / out, o = ro % out;
+  const float* xr = x + r * in;
+  const float* wr = w + o * in;
+  const bool vec = in % 4 == 0 && (reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(wr)) % 16 == 0;
+  const int64_t pieces = vec ? in / 4 : 0;
   float acc = 0.0f;
-  for (int64_t i = threadIdx.x; i < in; i += kThreads) acc += x[r * in + i] * w[o * in + i];
+#pragma unroll 4
+  for (int64_t p = threadIdx.x; p < pieces; p += kDotThreads) {
+    const float4 a = reinterpret_cast<const float4*>(xr)[p], b = reinterpret_cast<const float4*>(wr)[p];
+    acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+  }
+  for (int64_t i = 4 * pieces + threadIdx.x; i < in; i += kDotThreads) acc += xr[i] * wr[i];
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
     float total = 0.0f;
-    for (int i = 0; i < kThreads / 32; ++i) total += part[i];
+    for (int i = 0; i < kDotThreads / 32; ++i) total += part[i];
     y[ro] = total;
   }
 }
@@ -61,6 +80,8 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void MixOutKernel(float* h, const float* __restrict__ post, const float* __restrict__ comb,
                              const T* __restrict__ y, int64_t streams, int64_t dim, int64_t total) {
+  PdlLaunchDependents();
+  PdlWait();
   FERRY_GRID_LOOP(e, total) {  // e over (row, channel): the thread owns all streams of it
     const int64_t r = e / dim, d = e % dim;
     float old[8], next[8];
@@ -78,6 +99,8 @@ __global__ void MixOutKernel(float* h, const float* __restrict__ post, const flo
 template <typename T>
 __global__ void ConvSiluKernel(const T* __restrict__ x, int64_t n, int64_t channels, int kernel,
                                const float* __restrict__ weight, float* tail, float* __restrict__ y) {
+  PdlLaunchDependents();
+  PdlWait();
   FERRY_GRID_LOOP(c, channels) {
     float win[8];  // the last kernel - 1 inputs, oldest first, then the new one
     for (int j = 0; j < kernel - 1; ++j) win[j] = tail[j * channels + c];
@@ -104,6 +127,8 @@ __device__ __forceinline__ float WarpSum(float v) {
        rh += static_cast<int64_t>(gridDim.x) * blockDim.x / 32)
 
 __global__ void L2NormKernel(float* x, int64_t d, int64_t total, float scale) {
+  PdlLaunchDependents();
+  PdlWait();
   const int lane = threadIdx.x & 31;
   FERRY_WARP_LOOP(rh, total) {
     float* v = x + rh * d;
@@ -117,6 +142,8 @@ __global__ void L2NormKernel(float* x, int64_t d, int64_t total, float scale) {
 template <typename T>
 __global__ void DecayKernel(const T* __restrict__ f, int64_t d, int64_t channels, const float* __restrict__ a_log,
                             const float* __restrict__ dt_bias, float lower_bound, int64_t total, float* __restrict__ g) {
+  PdlLaunchDependents();
+  PdlWait();
   FERRY_GRID_LOOP(e, total) {
     const int64_t c = e % channels;
     g[e] = lower_bound * Sigmoid(expf(a_log[c / d]) * (ToF(f[e]) + dt_bias[c]));
@@ -124,12 +151,16 @@ __global__ void DecayKernel(const T* __restrict__ f, int64_t d, int64_t channels
 }
 
 __global__ void SigmoidKernel(float* x, int64_t n) {
+  PdlLaunchDependents();
+  PdlWait();
   FERRY_GRID_LOOP(e, n) x[e] = Sigmoid(x[e]);
 }
 
 template <typename T>
 __global__ void KdaOutputKernel(const float* __restrict__ o, const T* __restrict__ gate, int64_t d,
                                 const float* __restrict__ o_norm, float eps, int64_t total, T* __restrict__ out) {
+  PdlLaunchDependents();
+  PdlWait();
   const int lane = threadIdx.x & 31;
   FERRY_WARP_LOOP(rh, total) {  // a warp a (row, head), as L2NormKernel
     const float* v = o + rh * d;
@@ -145,6 +176,8 @@ __global__ void KdaOutputKernel(const float* __restrict__ o, const T* __restrict
 template <typename T>
 __global__ void PooledKeysKernel(PagedViewOf<T> keys, PagedViewOf<T> gates, PagedViewOf<T> pools, int64_t row,
                                  int64_t p0, int64_t kpool, const float* __restrict__ ape, int64_t dim, int64_t total) {
+  PdlLaunchDependents();
+  PdlWait();
   FERRY_GRID_LOOP(e, total) {  // e over (pool - p0, channel)
     const int64_t p = p0 + e / dim, c = e % dim;
     const T* out_row = PagedRow(pools, row, p);
@@ -180,6 +213,8 @@ __global__ void PooledKeysKernel(PagedViewOf<T> keys, PagedViewOf<T> gates, Page
 
 __global__ void ExpandKernel(const int32_t* __restrict__ ids, int64_t k, const int64_t* __restrict__ pos, int64_t rows,
                              int64_t kpool, const int32_t* __restrict__ offsets, int32_t* __restrict__ sel) {
+  PdlLaunchDependents();
+  PdlWait();
   FERRY_GRID_LOOP(r, rows) {
     const int64_t t = pos[r], n = (t + 1) / kpool;
     int32_t* out = sel + offsets[r];
@@ -220,8 +255,8 @@ absl::Status MixOut(float* h, const float* post, const float* comb, const T* y, 
         absl::StrCat("MhcMixOut: rows ", rows, ", streams ", streams, ", dim ", dim, " (need 1 <= streams <= 8)"));
   }
   if (rows == 0) return absl::OkStatus();
-  MixOutKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(h, post, comb, y, streams, dim, rows * dim);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MixOutKernel<T>, GridFor(rows * dim), kThreads, 0, S(stream), h, post,
+                                             comb, y, streams, dim, rows * dim));
   return absl::OkStatus();
 }
 
@@ -233,9 +268,8 @@ absl::Status ConvSilu(const T* x, int64_t n, int64_t channels, int64_t kernel, c
                                                    " (need channels >= 1, 2 <= kernel <= 8)"));
   }
   if (n == 0) return absl::OkStatus();
-  ConvSiluKernel<<<GridFor(channels), kThreads, 0, S(stream)>>>(x, n, channels, static_cast<int>(kernel), weight, tail,
-                                                                  y);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ConvSiluKernel<T>, GridFor(channels), kThreads, 0, S(stream), x, n,
+                                             channels, static_cast<int>(kernel), weight, tail, y));
   return absl::OkStatus();
 }
 
@@ -244,9 +278,8 @@ absl::Status Decay(const T* f, int64_t rows, int64_t heads, int64_t d, const flo
                    float lower_bound, float* g, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaDecay", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  DecayKernel<<<GridFor(rows * heads * d), kThreads, 0, S(stream)>>>(f, d, heads * d, a_log, dt_bias, lower_bound,
-                                                                       rows * heads * d, g);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(DecayKernel<T>, GridFor(rows * heads * d), kThreads, 0, S(stream), f, d,
+                                             heads * d, a_log, dt_bias, lower_bound, rows * heads * d, g));
   return absl::OkStatus();
 }
 
@@ -255,8 +288,8 @@ absl::Status KdaOut(const float* o, const T* gate, int64_t rows, int64_t heads, 
                     float eps, T* out, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaOutput", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  KdaOutputKernel<<<GridFor(rows * heads * 32), kThreads, 0, S(stream)>>>(o, gate, d, o_norm, eps, rows * heads, out);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(KdaOutputKernel<T>, GridFor(rows * heads * 32), kThreads, 0, S(stream), o,
+                                             gate, d, o_norm, eps, rows * heads, out));
   return absl::OkStatus();
 }
 
@@ -275,8 +308,8 @@ absl::Status PooledKeys(const Cache& keys, const Cache& gates, const Cache& pool
   const int64_t total = (p1 - p0) * keys.width;
   if (total == 0) return absl::OkStatus();
   if (ape == nullptr) return absl::InvalidArgumentError("PooledKeys: null ape");
-  PooledKeysKernel<<<GridFor(total), kThreads, 0, S(stream)>>>(kv, gv, pv, row, p0, kpool, ape, keys.width, total);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(PooledKeysKernel<T>, GridFor(total), kThreads, 0, S(stream), kv, gv, pv,
+                                             row, p0, kpool, ape, keys.width, total));
   return absl::OkStatus();
 }
 
@@ -290,8 +323,8 @@ absl::Status LinearF32RowInvariant(const float* x, int64_t rows, int64_t in, con
   }
   if (rows == 0) return absl::OkStatus();
   if (x == nullptr || w == nullptr || y == nullptr) return absl::InvalidArgumentError("LinearF32RowInvariant: null pointer");
-  RowDotKernel<<<static_cast<unsigned>(rows * out), kThreads, 0, S(stream)>>>(x, in, w, out, y);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RowDotKernel, static_cast<unsigned>(rows * out), kDotThreads, 0, S(stream),
+                                             x, in, w, out, y));
   return absl::OkStatus();
 }
 
@@ -299,8 +332,8 @@ absl::Status MhcMixIn(const float* h, const float* pre, int64_t rows, int64_t st
                       void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("MhcMixIn", rows, streams, dim));
   if (rows == 0) return absl::OkStatus();
-  MixInKernel<<<GridFor(rows * dim), kThreads, 0, S(stream)>>>(h, pre, streams, dim, rows * dim, u);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MixInKernel, GridFor(rows * dim), kThreads, 0, S(stream), h, pre, streams,
+                                             dim, rows * dim, u));
   return absl::OkStatus();
 }
 
@@ -325,8 +358,8 @@ absl::Status KdaConvSiluF32(const float* x, int64_t n, int64_t channels, int64_t
 absl::Status KdaL2Norm(float* x, int64_t rows, int64_t heads, int64_t d, float scale, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaL2Norm", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  L2NormKernel<<<GridFor(rows * heads * 32), kThreads, 0, S(stream)>>>(x, d, rows * heads, scale);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, GridFor(rows * heads * 32), kThreads, 0, S(stream), x, d,
+                                             rows * heads, scale));
   return absl::OkStatus();
 }
 
@@ -342,8 +375,7 @@ absl::Status KdaDecayF32(const float* f, int64_t rows, int64_t heads, int64_t d,
 absl::Status SigmoidF32(float* x, int64_t n, void* stream) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("SigmoidF32: n is ", n));
   if (n == 0) return absl::OkStatus();
-  SigmoidKernel<<<GridFor(n), kThreads, 0, S(stream)>>>(x, n);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(SigmoidKernel, GridFor(n), kThreads, 0, S(stream), x, n));
   return absl::OkStatus();
 }
 
@@ -372,8 +404,8 @@ absl::Status ExpandPoolSelection(const int32_t* pool_ids, int64_t k, const int64
         absl::StrCat("ExpandPoolSelection: rows ", rows, ", k ", k, ", kpool ", kpool, " (need k >= 0, kpool >= 1)"));
   }
   if (rows == 0) return absl::OkStatus();
-  ExpandKernel<<<GridFor(rows), kThreads, 0, S(stream)>>>(pool_ids, k, pos, rows, kpool, offsets, sel);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ExpandKernel, GridFor(rows), kThreads, 0, S(stream), pool_ids, k, pos,
+                                             rows, kpool, offsets, sel));
   return absl::OkStatus();
 }
 

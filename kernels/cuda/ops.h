@@ -328,7 +328,8 @@ absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const ui
 // LinearBf16's contract for 1 <= rows <= kGemvMaxRows, read at the memory rate: every matrix row
 // streamed once for all the rows. Each output is summed in a fixed order that depends on nothing
 // but its matrix row, its input row and the matrix shape (in, out) (batch invariant up to
-// kGemvMaxRows rows).
+// kGemvMaxRows rows). May begin before the previous kernel in the stream ends (pdl.cuh); it waits
+// for it before reading anything.
 // REQUIRES: GemvApplies(x, rows, in, w) (rows in range, in % 8 == 0, x and w 16-byte aligned),
 // 1 <= out <= INT32_MAX; y aliases neither x nor w.
 inline constexpr int64_t kGemvMaxRows = 4;
@@ -368,13 +369,17 @@ absl::Status MoeGroupPairs(const int32_t* experts, int64_t rows, int64_t top_k, 
 // ([out, in] bf16 row-major; weights a device array of n_experts (+1 with the shared expert)
 // pointers), float32 accumulation, rounded to bf16. x_j = x + (gather_x ? src_row[j] : j) * in;
 // y_j = y + j * out, or with scatter_y y + order[j] * out (y_shared + src_row[j] * out for the
-// shared group's pairs). Each group's matrix is read once per 8 of its pairs; an output's sum runs
-// in a fixed order that depends on nothing but its row and vector (batch invariant).
+// shared group's pairs). Each group's matrix is read once per pass of min(max_group_pairs, 8)
+// pairs (rounded up to 1, 2, 4 or 8; any group may hold more pairs: it takes more passes); an
+// output's sum runs in a fixed order that depends on nothing but its row and vector (batch
+// invariant, whatever max_group_pairs). May begin before the previous kernel in the stream ends
+// (pdl.cuh); it waits for it before reading anything.
 // CPU twin: cpu::Linear per pair (float32 sums in another order: bf16 tolerance).
 // REQUIRES: in a positive multiple of 8, out >= 1, 16-byte-aligned matrices and vectors,
 // max_groups >= *p.n_groups (MoeMaxGroups), max_groups <= 65535; the y rows disjoint from x.
-absl::Status MoeGemvBf16(const uint16_t* const* weights, const MoePairs& p, int64_t max_groups, const uint16_t* x,
-                         bool gather_x, int64_t in, int64_t out, uint16_t* y, bool scatter_y, uint16_t* y_shared,
+absl::Status MoeGemvBf16(const uint16_t* const* weights, const MoePairs& p, int64_t max_groups,
+                         int64_t max_group_pairs, const uint16_t* x, bool gather_x, int64_t in, int64_t out,
+                         uint16_t* y, bool scatter_y, uint16_t* y_shared,
                          void* stream = nullptr);
 
 // ---- Float32 activations: the verification precision of the CUDA model (model/cuda, --precision
@@ -455,7 +460,7 @@ absl::Status MhcMixOutF32(float* h, const float* post, const float* comb, const 
                           int64_t streams, int64_t dim, void* stream = nullptr);
 
 // y[r, o] = x[r, :] · w[o, :], float32, each output one block-wide dot in a fixed order (thread t
-// sums elements t, t + 256, ...; then a fixed tree): a row's result does not depend on how many
+// of 1024 sums its 4-element pieces t, t + 1024, ...; then a fixed tree): a row's result does not depend on how many
 // rows the call has, unlike cuBLAS, whose kernel choice (and summation order) changes with the
 // row count. For small outputs feeding discrete decisions (mHC's mixing logits), where a
 // last-bit change could flip a later bf16 rounding. CPU twin: cpu::Linear (rounding only).

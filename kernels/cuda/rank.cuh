@@ -15,6 +15,19 @@ __device__ __forceinline__ bool RanksBefore(float va, int32_t a, float vb, int32
   return a < b;
 }
 
+// RanksBefore as one unsigned key: RanksBefore(va, a, vb, b) == (RankKey(va, a) > RankKey(vb, b)),
+// so a candidate's rank among n is the count of larger keys. High word: the value's bits mapped to
+// an ascending unsigned order (-0 taken as +0; NaN 0, below every number); low word: the
+// complemented index (the lower index ranks first among equal values).
+__device__ __forceinline__ uint64_t RankKey(float v, int32_t i) {
+  uint32_t u = 0;
+  if (!isnan(v)) {
+    u = __float_as_uint(v + 0.0f);  // -0 + 0 is +0
+    u = (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+  }
+  return (static_cast<uint64_t>(u) << 32) | static_cast<uint32_t>(~static_cast<uint32_t>(i));
+}
+
 // A candidate (value, index); index -1 means "none" and ranks after every real candidate.
 struct Ranked {
   float v;

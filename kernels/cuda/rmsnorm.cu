@@ -3,6 +3,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -11,6 +12,8 @@ constexpr int kThreads = 256;
 
 __global__ void RmsNormKernel(const __nv_bfloat16* __restrict__ x, int64_t dim,
                               const __nv_bfloat16* __restrict__ w, float eps, __nv_bfloat16* y) {
+  PdlLaunchDependents();
+  PdlWait();
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* xr = x + row * dim;
   float sum = 0.0f;
@@ -38,10 +41,11 @@ absl::Status RmsNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const uin
                          uint16_t* y, void* stream) {
   if (dim < 1) return absl::InvalidArgumentError(absl::StrCat("RmsNormBf16: dim is ", dim));
   if (rows == 0) return absl::OkStatus();
-  RmsNormKernel<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const __nv_bfloat16*>(x), dim, reinterpret_cast<const __nv_bfloat16*>(w), eps,
-      reinterpret_cast<__nv_bfloat16*>(y));
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormKernel, static_cast<unsigned>(rows), kThreads, 0,
+                                             static_cast<cudaStream_t>(stream),
+                                             reinterpret_cast<const __nv_bfloat16*>(x), dim,
+                                             reinterpret_cast<const __nv_bfloat16*>(w), eps,
+                                             reinterpret_cast<__nv_bfloat16*>(y)));
   return absl::OkStatus();
 }
 

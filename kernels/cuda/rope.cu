@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -15,6 +16,8 @@ constexpr int kThreads = 256;
 __global__ void RopeKernel(__nv_bfloat16* x, int64_t heads, int64_t row_stride, int64_t head_stride,
                            int64_t offset, int64_t half, int64_t pairs, const int64_t* __restrict__ positions,
                            const float* __restrict__ inv_freq) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; p < pairs;
        p += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = p % half;
@@ -48,10 +51,9 @@ absl::Status RopeInterleavedBf16(uint16_t* x, int64_t rows, int64_t heads, int64
   }
   const int64_t half = dim / 2, pairs = rows * heads * half;
   const int64_t blocks = std::min<int64_t>((pairs + kThreads - 1) / kThreads, 65536);
-  RopeKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<__nv_bfloat16*>(x), heads, row_stride, head_stride, offset, half, pairs, positions,
-      inv_freq);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RopeKernel, static_cast<unsigned>(blocks), kThreads, 0,
+                                             static_cast<cudaStream_t>(stream), reinterpret_cast<__nv_bfloat16*>(x),
+                                             heads, row_stride, head_stride, offset, half, pairs, positions, inv_freq));
   return absl::OkStatus();
 }
 

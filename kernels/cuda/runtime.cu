@@ -1,12 +1,24 @@
 // Device queries and memory helpers.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
+
+bool PdlEnabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FERRY_PDL");
+    return v == nullptr || std::strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
 
 int DeviceCount() {
   int n = 0;

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/rank.cuh"
 
 namespace ferry::kernels::cuda {
@@ -15,6 +16,8 @@ constexpr int kWarps = kThreads / 32;
 
 __global__ void __launch_bounds__(kThreads)
     ArgMaxKernel(const float* __restrict__ logits, int64_t vocab, int32_t* __restrict__ ids) {
+  PdlLaunchDependents();
+  PdlWait();
   __shared__ Ranked warp_best[kWarps];
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -40,8 +43,8 @@ absl::Status SampleGreedy(const float* logits, int64_t rows, int64_t vocab, int3
   }
   if (rows == 0) return absl::OkStatus();
   if (logits == nullptr || ids == nullptr) return absl::InvalidArgumentError("SampleGreedy: null logits or ids");
-  ArgMaxKernel<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(logits, vocab, ids);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ArgMaxKernel, static_cast<unsigned>(rows), kThreads, 0,
+                                             static_cast<cudaStream_t>(stream), logits, vocab, ids));
   return absl::OkStatus();
 }
 

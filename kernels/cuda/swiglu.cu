@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -13,6 +14,8 @@ constexpr int kThreads = 256;
 
 __global__ void SwiGluKernel(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t cols, int64_t in_stride,
                              int64_t total, float limit, __nv_bfloat16* out) {
+  PdlLaunchDependents();
+  PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = e / cols, i = e % cols;
@@ -40,10 +43,11 @@ absl::Status SwiGluBf16(const uint16_t* gate, const uint16_t* up, int64_t rows, 
   }
   const int64_t total = rows * cols;
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, 65536);
-  SwiGluKernel<<<static_cast<unsigned>(blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const __nv_bfloat16*>(gate), reinterpret_cast<const __nv_bfloat16*>(up), cols, in_stride,
-      total, limit, reinterpret_cast<__nv_bfloat16*>(out));
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(SwiGluKernel, static_cast<unsigned>(blocks), kThreads, 0,
+                                             static_cast<cudaStream_t>(stream),
+                                             reinterpret_cast<const __nv_bfloat16*>(gate),
+                                             reinterpret_cast<const __nv_bfloat16*>(up), cols, in_stride, total, limit,
+                                             reinterpret_cast<__nv_bfloat16*>(out)));
   return absl::OkStatus();
 }
 

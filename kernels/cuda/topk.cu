@@ -15,6 +15,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -33,6 +34,8 @@ __device__ __forceinline__ uint32_t Key(float x) {
 __global__ void __launch_bounds__(kThreads)
     TopKKernel(const float* __restrict__ scores, int64_t cols, const int32_t* __restrict__ lengths, int k,
                int32_t* __restrict__ ids, int32_t* __restrict__ counts) {
+  PdlLaunchDependents();
+  PdlWait();
   using BlockScan = cub::BlockScan<int, kThreads>;
   __shared__ typename BlockScan::TempStorage scan_gt;
   __shared__ typename BlockScan::TempStorage scan_eq;
@@ -109,9 +112,9 @@ absl::Status TopK(const float* scores, int64_t rows, int64_t cols, const int32_t
   if (scores == nullptr || (k > 0 && ids == nullptr)) {
     return absl::InvalidArgumentError("TopK: null scores or ids");
   }
-  TopKKernel<<<static_cast<unsigned>(rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      scores, cols, lengths, static_cast<int>(k), ids, counts);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(TopKKernel, static_cast<unsigned>(rows), kThreads, 0,
+                                             static_cast<cudaStream_t>(stream), scores, cols, lengths,
+                                             static_cast<int>(k), ids, counts));
   return absl::OkStatus();
 }
 

@@ -67,10 +67,10 @@ absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t*
   const cu::MoePairs p{s.group_expert, s.group_start, s.group_count, s.n_groups, s.order, s.src_row};
   FERRY_RETURN_IF_ERROR(cu::MoeGroupPairs(s.experts, R, K, E, shared, p, s.error));
   const int64_t groups = cu::MoeMaxGroups(R, K, E, shared);
-  FERRY_RETURN_IF_ERROR(cu::MoeGemvBf16(f.gate_up_table.as<const uint16_t* const>(), p, groups, a,
+  FERRY_RETURN_IF_ERROR(cu::MoeGemvBf16(f.gate_up_table.as<const uint16_t* const>(), p, groups, R, a,
                                         /*gather_x=*/true, D, 2 * MI, s.gu, /*scatter_y=*/false, nullptr));
   FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, R * K + (shared ? R : 0), MI, 2 * MI, c.swiglu_limit, s.h));
-  FERRY_RETURN_IF_ERROR(cu::MoeGemvBf16(f.down_table.as<const uint16_t* const>(), p, groups, s.h,
+  FERRY_RETURN_IF_ERROR(cu::MoeGemvBf16(f.down_table.as<const uint16_t* const>(), p, groups, R, s.h,
                                         /*gather_x=*/false, MI, D, s.slots, /*scatter_y=*/true, y));
   return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x);
 }

@@ -77,7 +77,7 @@ int TimeShape(const Shape& s, int64_t rows, double read_gbs) {
     }
     // gate_up's layout: the gathered rows of x in, one output row a pair (the pair list is fixed).
     rc |= BenchMedianUs(copies, [&](int64_t c) {
-      return cu::MoeGemvBf16(tables + c * 9, p, groups, x, true, s.in, s.out, y, false, nullptr);
+      return cu::MoeGemvBf16(tables + c * 9, p, groups, rows, x, true, s.in, s.out, y, false, nullptr);
     }, &us_new);
     std::vector<cu::LinearGroupBf16> g(9);
     rc |= BenchMedianUs(copies, [&](int64_t c) {

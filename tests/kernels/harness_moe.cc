@@ -114,8 +114,12 @@ Result MoeGemvCase(std::mt19937& rng, const MoeShape& s) {
   DevicePairs d = TakePairs(dev, s, R);
   if (!r.error.empty()) return r;
   HARNESS_CHECK_OK(cu::MoeGroupPairs(d_ids, R, K, E, s.shared, d.p, d.error));
-  HARNESS_CHECK_OK(cu::MoeGemvBf16(d_table, d.p, d.max_groups, d_x, true, s.in, s.out, y_list, false, nullptr));
-  HARNESS_CHECK_OK(cu::MoeGemvBf16(d_table, d.p, d.max_groups, d_x, true, s.in, s.out, y_slots, true, y_shared));
+  // The scattered run passes over the groups two pairs at a time (a group may hold up to R): its
+  // bits must still equal the list run's, which takes up to min(R, 8) a pass.
+  HARNESS_CHECK_OK(
+      cu::MoeGemvBf16(d_table, d.p, d.max_groups, R, d_x, true, s.in, s.out, y_list, false, nullptr));
+  HARNESS_CHECK_OK(
+      cu::MoeGemvBf16(d_table, d.p, d.max_groups, 2, d_x, true, s.in, s.out, y_slots, true, y_shared));
   HARNESS_CHECK_OK(cu::Synchronize());
 
   // The list, exactly.
@@ -164,7 +168,7 @@ Result MoeGemvCase(std::mt19937& rng, const MoeShape& s) {
     uint16_t* y1_shared = dev.Poisoned<uint16_t>(static_cast<size_t>(s.out));
     if (!r.error.empty()) return r;
     HARNESS_CHECK_OK(cu::MoeGroupPairs(d_one, 1, K, E, s.shared, d1.p, d1.error));
-    HARNESS_CHECK_OK(cu::MoeGemvBf16(d_table, d1.p, d1.max_groups, d_x + last * s.in, true, s.in, s.out, y1, true,
+    HARNESS_CHECK_OK(cu::MoeGemvBf16(d_table, d1.p, d1.max_groups, 1, d_x + last * s.in, true, s.in, s.out, y1, true,
                                      y1_shared));
     HARNESS_CHECK_OK(cu::Synchronize());
     const std::vector<uint16_t> a = dev.Download(y1, static_cast<size_t>(K * s.out));

@@ -1,0 +1,54 @@
+// Programmatic dependent launch (sm_90 and up): a kernel launched with LaunchDependent may begin
+// while the kernel before it in the stream still runs, do work that reads nothing an earlier
+// kernel writes (start its weight reads), then wait in PdlWait for the earlier grids to finish.
+// The earlier kernel lets it begin by calling PdlLaunchDependents (else at its own end). Both
+// device calls do nothing where the launch did not ask for it, so any kernel may call them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+namespace ferry::kernels::cuda {
+
+// The next kernel in the stream, if launched with LaunchDependent, may be scheduled once every
+// block of this grid has called this (or exited). Its blocks still wait in PdlWait for all of
+// this grid, writes included, so calling it first thing is always safe.
+__device__ __forceinline__ void PdlLaunchDependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Waits until the grids before this one in the stream have completed and their writes are
+// visible. A kernel launched with LaunchDependent calls it before it reads anything an earlier
+// kernel writes and before it writes anything an earlier kernel reads or writes.
+__device__ __forceinline__ void PdlWait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Whether LaunchDependent asks for the early start (FERRY_PDL=0 in the environment turns it off;
+// read once). runtime.cu.
+bool PdlEnabled();
+
+// kernel<<<grid, block, smem, stream>>>(args...) allowed to begin before the previous kernel in
+// the stream ends (the kernel must call PdlWait as its contract above says).
+template <typename... Params, typename... Args>
+cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                            Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = PdlEnabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace ferry::kernels::cuda
