@@ -7,6 +7,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include "common/status.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
@@ -30,7 +31,7 @@ int KSplit(int64_t in, int64_t out) {
   while (ks < kMaxSplit && sets * ks < 4096 && pieces / (2 * ks) >= 32) ks *= 2;
   return ks;
 }
-int RowsPerBlock(int ks) { return kGemvWarps / ks * kRowsPerWarp; }
+__host__ __device__ inline int RowsPerBlock(int ks) { return kGemvWarps / ks * kRowsPerWarp; }
 constexpr int kPassVectors = 8;  // the most vectors one pass of MoeGemvKernel takes
 
 // One block. Counts the pairs of each expert, scans the counts into the list's offsets, then
@@ -224,55 +225,93 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks(NV))
   }
 }
 
-// GemvBf16 (Y = __nv_bfloat16) and GemvBf16F32 (Y = float, times alpha): block x = a tile of
-// RowsPerBlock(ks) output rows, all `rows` (<= NV) vectors. Launched with LaunchDependent (it
-// waits before reading x). An L2 prefetch of the block's rows of w before the wait was measured
-// slower (GLM-5.2 batch-1 step 1.721 vs 1.604 ms): the prefetches and the loads both queue.
+// Up to kLinearManyMax products of one launch: problem i's blocks are [first_block[i],
+// first_block[i + 1]), each a tile of RowsPerBlock(ks[i]) output rows of w[i] [out[i], in[i]],
+// all `rows` vectors of x[i]. A problem's sums are those of its own launch (same ks, same tiles).
+template <typename Y>
+struct GemvSet {
+  const __nv_bfloat16* x[kLinearManyMax];
+  const __nv_bfloat16* w[kLinearManyMax];
+  Y* y[kLinearManyMax];
+  int in[kLinearManyMax], out[kLinearManyMax], ks[kLinearManyMax], first_block[kLinearManyMax + 1];
+  int n;
+};
+
+// GemvBf16 (Y = __nv_bfloat16), LinearBf16Many (a set of them) and GemvBf16F32 (Y = float, times
+// alpha): a block takes its problem's tile. Launched with LaunchDependent (it waits before
+// reading x). An L2 prefetch of the block's rows of w before the wait was measured slower
+// (GLM-5.2 batch-1 step 1.721 vs 1.604 ms): the prefetches and the loads both queue.
 __device__ __forceinline__ void StoreY(__nv_bfloat16* y, float v, float) { *y = __float2bfloat16(v); }
 __device__ __forceinline__ void StoreY(float* y, float v, float alpha) { *y = v * alpha; }
 
 template <typename Y, int NV>
-__global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks(NV))
-    GemvKernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const __nv_bfloat16* __restrict__ w, int out,
-               int ks, float alpha, Y* __restrict__ y) {
+__global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks(NV)) GemvKernel(GemvSet<Y> set, int rows, float alpha) {
   PdlLaunchDependents();
   __shared__ float partial[kGemvWarps * 32];
-  const int row0 = blockIdx.x * (kGemvWarps / ks * kRowsPerWarp);
+  int i = 0;
+  while (i + 1 < set.n && static_cast<int>(blockIdx.x) >= set.first_block[i + 1]) ++i;
+  const int in = set.in[i], out = set.out[i], ks = set.ks[i];
+  const int row0 = (static_cast<int>(blockIdx.x) - set.first_block[i]) * RowsPerBlock(ks);
+  const __nv_bfloat16* x = set.x[i];
+  Y* y = set.y[i];
   PdlWait();
   const uint4* xv[NV];
 #pragma unroll
   for (int v = 0; v < NV; ++v) {
     xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(min(v, rows - 1)) * in);
   }
-  BlockGemv<NV>(w, in, out, row0, ks, xv, rows, partial,
+  BlockGemv<NV>(set.w[i], in, out, row0, ks, xv, rows, partial,
                [&](int row, int v, float value) { StoreY(y + static_cast<int64_t>(v) * out + row, value, alpha); });
+}
+
+// Adds problem (x, in, w, out, y) to the set; false when it is not a GemvKernel problem.
+template <typename Y>
+bool AddProblem(GemvSet<Y>& set, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, Y* y) {
+  if (set.n >= kLinearManyMax || !GemvApplies(x, rows, in, w) || out < 1 || out > INT32_MAX || y == nullptr) {
+    return false;
+  }
+  const int ks = KSplit(in, out), per_block = RowsPerBlock(ks);
+  const int64_t blocks = (out + per_block - 1) / per_block;
+  if (set.first_block[set.n] + blocks > INT32_MAX) return false;
+  set.x[set.n] = reinterpret_cast<const __nv_bfloat16*>(x);
+  set.w[set.n] = reinterpret_cast<const __nv_bfloat16*>(w);
+  set.y[set.n] = y;
+  set.in[set.n] = static_cast<int>(in);
+  set.out[set.n] = static_cast<int>(out);
+  set.ks[set.n] = ks;
+  set.first_block[set.n + 1] = set.first_block[set.n] + static_cast<int>(blocks);
+  ++set.n;
+  return true;
+}
+
+template <typename Y>
+absl::Status LaunchGemvSet(const GemvSet<Y>& set, int64_t rows, float alpha, void* stream) {
+  static_assert(kGemvMaxRows <= 4, "GemvKernel takes all rows in one pass of at most 4");
+  const dim3 grid(static_cast<unsigned>(set.first_block[set.n]));
+  const int r = static_cast<int>(rows);
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  cudaError_t err;
+  if (rows == 1) {
+    err = LaunchDependent(GemvKernel<Y, 1>, grid, kGemvWarps * 32, 0, s, set, r, alpha);
+  } else if (rows == 2) {
+    err = LaunchDependent(GemvKernel<Y, 2>, grid, kGemvWarps * 32, 0, s, set, r, alpha);
+  } else {
+    err = LaunchDependent(GemvKernel<Y, 4>, grid, kGemvWarps * 32, 0, s, set, r, alpha);
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(err);
+  return absl::OkStatus();
 }
 
 template <typename Y>
 absl::Status LaunchGemv(const char* what, const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w,
                         int64_t out, float alpha, Y* y, void* stream) {
-  if (!GemvApplies(x, rows, in, w) || out < 1 || out > INT32_MAX || y == nullptr) {
+  GemvSet<Y> set{};
+  if (!AddProblem(set, x, rows, in, w, out, y)) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rows ", rows, ", in ", in, ", out ", out,
                                                    " (need 1 <= rows <= ", kGemvMaxRows,
                                                    ", in a multiple of 8, 16-byte-aligned x and w, out >= 1)"));
   }
-  static_assert(kGemvMaxRows <= 4, "GemvKernel takes all rows in one pass of at most 4");
-  const int ks = KSplit(in, out), per_block = RowsPerBlock(ks);
-  const dim3 grid(static_cast<unsigned>((out + per_block - 1) / per_block));
-  const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
-  const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
-  const int r = static_cast<int>(rows), i = static_cast<int>(in), o = static_cast<int>(out);
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  cudaError_t err;
-  if (rows == 1) {
-    err = LaunchDependent(GemvKernel<Y, 1>, grid, kGemvWarps * 32, 0, s, xb, r, i, wb, o, ks, alpha, y);
-  } else if (rows == 2) {
-    err = LaunchDependent(GemvKernel<Y, 2>, grid, kGemvWarps * 32, 0, s, xb, r, i, wb, o, ks, alpha, y);
-  } else {
-    err = LaunchDependent(GemvKernel<Y, 4>, grid, kGemvWarps * 32, 0, s, xb, r, i, wb, o, ks, alpha, y);
-  }
-  FERRY_CUDA_RETURN_IF_ERROR(err);
-  return absl::OkStatus();
+  return LaunchGemvSet(set, rows, alpha, stream);
 }
 
 }  // namespace
@@ -356,6 +395,23 @@ absl::Status GemvBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_
 absl::Status GemvBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, float alpha,
                          float* y, void* stream) {
   return LaunchGemv("GemvBf16F32", x, rows, in, w, out, alpha, y, stream);
+}
+
+absl::Status LinearBf16Many(const LinearProblemBf16* p, int64_t n, int64_t rows, void* stream) {
+  if (n < 1 || n > kLinearManyMax || p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LinearBf16Many: ", n, " problems (need 1 to ", kLinearManyMax, ")"));
+  }
+  GemvSet<__nv_bfloat16> set{};
+  bool one_launch = true;
+  for (int64_t i = 0; i < n && one_launch; ++i) {
+    one_launch = AddProblem(set, p[i].x, rows, p[i].in, p[i].w, p[i].out, reinterpret_cast<__nv_bfloat16*>(p[i].y));
+  }
+  if (one_launch) return LaunchGemvSet(set, rows, 1.0f, stream);
+  for (int64_t i = 0; i < n; ++i) {
+    FERRY_RETURN_IF_ERROR(LinearBf16(p[i].x, rows, p[i].in, p[i].w, p[i].out, p[i].y, stream));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ferry::kernels::cuda

@@ -7,6 +7,8 @@
 #include <climits>
 #include <cstdint>
 
+#include "common/status.h"
+#include "kernels/cuda/block_sum.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
@@ -53,39 +55,40 @@ __global__ void EmbeddingKernel(const __nv_bfloat16* __restrict__ table, int64_t
 }
 
 // x float32 (may alias y when T is float), w and y of type T. A block of kNormThreads a row
-// (whatever the row count, so a row's sum runs the same way alone or in a batch): a thread sums
-// the squares of its 4-element pieces i, i + kNormThreads, ... (16-byte loads when dim % 4 == 0),
-// then the block adds the threads' sums by a fixed tree.
-constexpr int kNormThreads = 1024;
-
-__device__ float BlockSumWide(float v, float* scratch) {  // kNormThreads threads; scratch of 32
-  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float total = scratch[threadIdx.x & 31];  // every warp sums the 32 warp sums alike
-  for (int off = 16; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
-  __syncthreads();
-  return total;
-}
-
+// (whatever the row count, so a row's sum runs the same way alone or in a batch): RowInvRms
+// (block_sum.cuh), then y = w * (x * inv). With h (mHC's streams [rows, streams, dim], 16-byte
+// aligned, dim % 4 == 0, x aligned too), x is first written as MixInKernel's mix of them with pre
+// [rows, streams] (each element summed over the streams in ascending order, as MixInKernel), by
+// the thread that then reads it.
 template <typename T>
 __global__ void __launch_bounds__(kNormThreads)
-    RmsNormF32Kernel(const float* x, int64_t dim, const T* __restrict__ w, float eps, T* y) {
+    RmsNormF32Kernel(float* x, int64_t dim, const T* __restrict__ w, float eps, T* y, const float* __restrict__ h,
+                     const float* __restrict__ pre, int streams) {
   PdlLaunchDependents();
   PdlWait();
   __shared__ float scratch[32];
-  const float* xr = x + blockIdx.x * dim;
+  float* xr = x + blockIdx.x * dim;
   T* yr = y + blockIdx.x * dim;
   const bool vec = dim % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const int64_t pieces = vec ? dim / 4 : 0;
-  float sum = 0.0f;
+  if (h != nullptr) {  // the host checked vec
+    const float* hr = h + blockIdx.x * streams * dim;
+    const float* pr = pre + blockIdx.x * streams;
 #pragma unroll 4
-  for (int64_t p = threadIdx.x; p < pieces; p += kNormThreads) {
-    const float4 v = reinterpret_cast<const float4*>(xr)[p];
-    sum += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    for (int64_t p = threadIdx.x; p < pieces; p += kNormThreads) {
+      float4 acc{0.0f, 0.0f, 0.0f, 0.0f};
+      for (int j = 0; j < streams; ++j) {
+        const float4 v = reinterpret_cast<const float4*>(hr + j * dim)[p];
+        const float c = pr[j];
+        acc.x += c * v.x;
+        acc.y += c * v.y;
+        acc.z += c * v.z;
+        acc.w += c * v.w;
+      }
+      reinterpret_cast<float4*>(xr)[p] = acc;
+    }
   }
-  for (int64_t i = 4 * pieces + threadIdx.x; i < dim; i += kNormThreads) sum += xr[i] * xr[i];
-  const float inv = rsqrtf(BlockSumWide(sum, scratch) / static_cast<float>(dim) + eps);
+  const float inv = RowInvRms(xr, dim, vec, eps, scratch);
 #pragma unroll 4
   for (int64_t p = threadIdx.x; p < pieces; p += kNormThreads) {
     const float4 v = reinterpret_cast<const float4*>(xr)[p];
@@ -272,7 +275,8 @@ absl::Status RmsNormF32ToBf16(const float* x, int64_t rows, int64_t dim, const u
   }
   if (rows == 0) return absl::OkStatus();
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kNormThreads,
-                                             0, S(stream), x, dim, Bf(w), eps, Bf(y)));
+                                             0, S(stream), const_cast<float*>(x), dim, Bf(w), eps, Bf(y), nullptr,
+                                             nullptr, 0));
   return absl::OkStatus();
 }
 
@@ -381,7 +385,7 @@ absl::Status RmsNormF32(const float* x, int64_t rows, int64_t dim, const float* 
   }
   if (rows == 0) return absl::OkStatus();
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<float>, static_cast<unsigned>(rows), kNormThreads, 0,
-                                             S(stream), x, dim, w, eps, y));
+                                             S(stream), const_cast<float*>(x), dim, w, eps, y, nullptr, nullptr, 0));
   return absl::OkStatus();
 }
 
@@ -449,6 +453,40 @@ absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const 
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MoeCombineKernel<float>, GridFor(rows * dim), kThreads, 0, S(stream),
                                              slots, weights, shared, top_k, dim, rows * dim, x));
   return absl::OkStatus();
+}
+
+namespace {
+
+template <typename T>
+absl::Status MixInNorm(const char* op, const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
+                       const T* w, float eps, float* u, T* y, void* stream) {
+  if (rows < 0 || rows > INT_MAX || streams < 1 || streams > 8 || dim < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": rows ", rows, ", streams ", streams, ", dim ", dim, " (need 1 <= streams <= 8)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  const bool fused = dim % 4 == 0 && reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0;
+  if (!fused) {  // the two launches the fused one equals
+    FERRY_RETURN_IF_ERROR(MhcMixIn(h, pre, rows, streams, dim, u, stream));
+    FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T>, static_cast<unsigned>(rows), kNormThreads, 0,
+                                               S(stream), u, dim, w, eps, y, nullptr, nullptr, 0));
+    return absl::OkStatus();
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T>, static_cast<unsigned>(rows), kNormThreads, 0,
+                                             S(stream), u, dim, w, eps, y, h, pre, static_cast<int>(streams)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status MhcMixInNormToBf16(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
+                                const uint16_t* w, float eps, float* u, uint16_t* y, void* stream) {
+  return MixInNorm("MhcMixInNormToBf16", h, pre, rows, streams, dim, Bf(w), eps, u, Bf(y), stream);
+}
+
+absl::Status MhcMixInNormF32(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
+                             const float* w, float eps, float* u, float* y, void* stream) {
+  return MixInNorm("MhcMixInNormF32", h, pre, rows, streams, dim, w, eps, u, y, stream);
 }
 
 }  // namespace ferry::kernels::cuda

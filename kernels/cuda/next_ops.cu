@@ -7,6 +7,7 @@
 #include <climits>
 
 #include "common/status.h"
+#include "kernels/cuda/block_sum.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
@@ -44,35 +45,42 @@ __global__ void MixInKernel(const float* __restrict__ h, const float* __restrict
   }
 }
 
-// One block of kDotThreads per (row, output): a fixed-order dot of in values (thread t sums the
-// 4-element pieces t, t + kDotThreads, ... when both rows are 16-byte aligned and in % 4 == 0, else
-// the elements t, t + kDotThreads, ...; then a fixed tree). All of a thread's loads are issued
-// together (the loop is unrolled): a block is one round trip, not one per piece.
-constexpr int kDotThreads = 1024;
-
-__global__ void __launch_bounds__(kDotThreads)
-    RowDotKernel(const float* __restrict__ x, int64_t in, const float* __restrict__ w, int64_t out, float* __restrict__ y) {
+// One block of kNormThreads per (row, output): a fixed-order dot of in values (thread t sums the
+// 4-element pieces t, t + kNormThreads, ... when both rows are 16-byte aligned and in % 4 == 0,
+// else the elements t, t + kNormThreads, ...; then a fixed tree). All of a thread's loads are
+// issued together (the loop is unrolled): a block is one round trip, not one per piece. With
+// `norm`, x's row is first scaled by its RowInvRms (block_sum.cuh), each value as RmsNormF32 with
+// a weight of ones scales it: the same bits as that RMSNorm followed by this dot.
+__global__ void __launch_bounds__(kNormThreads)
+    RowDotKernel(const float* __restrict__ x, int64_t in, const float* __restrict__ w, int64_t out, bool norm,
+                 float eps, float* __restrict__ y) {
   PdlLaunchDependents();
   PdlWait();
-  __shared__ float part[kDotThreads / 32];
+  __shared__ float part[kNormThreads / 32];
   const int64_t ro = blockIdx.x, r = ro / out, o = ro % out;
   const float* xr = x + r * in;
   const float* wr = w + o * in;
+  const float inv =
+      norm ? RowInvRms(xr, in, in % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0, eps, part) : 1.0f;
   const bool vec = in % 4 == 0 && (reinterpret_cast<uintptr_t>(xr) | reinterpret_cast<uintptr_t>(wr)) % 16 == 0;
   const int64_t pieces = vec ? in / 4 : 0;
   float acc = 0.0f;
 #pragma unroll 4
-  for (int64_t p = threadIdx.x; p < pieces; p += kDotThreads) {
-    const float4 a = reinterpret_cast<const float4*>(xr)[p], b = reinterpret_cast<const float4*>(wr)[p];
+  for (int64_t p = threadIdx.x; p < pieces; p += kNormThreads) {
+    float4 a = reinterpret_cast<const float4*>(xr)[p];
+    const float4 b = reinterpret_cast<const float4*>(wr)[p];
+    if (norm) a = float4{a.x * inv, a.y * inv, a.z * inv, a.w * inv};  // RmsNormF32's values (weight 1)
     acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
   }
-  for (int64_t i = 4 * pieces + threadIdx.x; i < in; i += kDotThreads) acc += xr[i] * wr[i];
+  for (int64_t i = 4 * pieces + threadIdx.x; i < in; i += kNormThreads) {
+    acc += (norm ? xr[i] * inv : xr[i]) * wr[i];
+  }
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
   __syncthreads();
   if (threadIdx.x == 0) {
     float total = 0.0f;
-    for (int i = 0; i < kDotThreads / 32; ++i) total += part[i];
+    for (int i = 0; i < kNormThreads / 32; ++i) total += part[i];
     y[ro] = total;
   }
 }
@@ -315,17 +323,31 @@ absl::Status PooledKeys(const Cache& keys, const Cache& gates, const Cache& pool
 
 }  // namespace
 
-absl::Status LinearF32RowInvariant(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
-                                   void* stream) {
+namespace {
+
+absl::Status RowDot(const char* op, const float* x, int64_t rows, int64_t in, const float* w, int64_t out, bool norm,
+                    float eps, float* y, void* stream) {
   if (rows < 0 || in < 1 || out < 1 || rows * out > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat("LinearF32RowInvariant: rows ", rows, ", in ", in, ", out ", out,
+    return absl::InvalidArgumentError(absl::StrCat(op, ": rows ", rows, ", in ", in, ", out ", out,
                                                    " (need in, out >= 1, rows * out <= ", INT_MAX, ")"));
   }
   if (rows == 0) return absl::OkStatus();
-  if (x == nullptr || w == nullptr || y == nullptr) return absl::InvalidArgumentError("LinearF32RowInvariant: null pointer");
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RowDotKernel, static_cast<unsigned>(rows * out), kDotThreads, 0, S(stream),
-                                             x, in, w, out, y));
+  if (x == nullptr || w == nullptr || y == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer"));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RowDotKernel, static_cast<unsigned>(rows * out), kNormThreads, 0,
+                                             S(stream), x, in, w, out, norm, eps, y));
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LinearF32RowInvariant(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
+                                   void* stream) {
+  return RowDot("LinearF32RowInvariant", x, rows, in, w, out, false, 0.0f, y, stream);
+}
+
+absl::Status RmsNormLinearF32RowInvariant(const float* x, int64_t rows, int64_t in, float eps, const float* w,
+                                          int64_t out, float* y, void* stream) {
+  return RowDot("RmsNormLinearF32RowInvariant", x, rows, in, w, out, true, eps, y, stream);
 }
 
 absl::Status MhcMixIn(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim, float* u,

@@ -336,6 +336,20 @@ inline constexpr int64_t kGemvMaxRows = 4;
 bool GemvApplies(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w);
 absl::Status GemvBf16(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out, uint16_t* y,
                       void* stream = nullptr);
+// Several LinearBf16 products of one row count: y_i [rows, out_i] = x_i [rows, in_i] · w_i^T. One
+// launch when every problem is a GemvBf16 one (GemvApplies), each y_i bit for bit what GemvBf16
+// gives it alone; else one LinearBf16 call each. For the projections of one input (q, k, v, ...)
+// whose matrices are too small to stream at the memory rate one launch each.
+// REQUIRES: 1 <= n <= kLinearManyMax; each problem LinearBf16's; no y_i overlaps any x_j, w_j or y_j.
+struct LinearProblemBf16 {
+  const uint16_t* x = nullptr;
+  int64_t in = 0;
+  const uint16_t* w = nullptr;
+  int64_t out = 0;
+  uint16_t* y = nullptr;
+};
+inline constexpr int kLinearManyMax = 8;
+absl::Status LinearBf16Many(const LinearProblemBf16* p, int64_t n, int64_t rows, void* stream = nullptr);
 // LinearBf16F32's contract the same way (float32 result, times alpha). LinearBf16F32 takes it only
 // up to kGemvMaxOutF32 outputs (cuBLAS streams a vocabulary-wide lm_head faster).
 inline constexpr int64_t kGemvMaxOutF32 = 65536;
@@ -450,6 +464,14 @@ absl::Status IndexerScoresF32(const float* qi, const float* w, int64_t rows, int
 // [rows, dim], float32. CPU twin: the u loop of model::MhcPre. REQUIRES: streams, dim >= 1.
 absl::Status MhcMixIn(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim, float* u,
                       void* stream = nullptr);
+// MhcMixIn, then RMSNorm of u into y (weight w; bf16 or float32 y): bit for bit MhcMixIn followed
+// by RmsNormF32ToBf16 (resp. RmsNormF32), in one launch a row when dim % 4 == 0 and h and u are
+// 16-byte aligned (else those two launches). u is written too. CPU twin: model::MhcPre's mix, then
+// cpu::RmsNorm. REQUIRES: 1 <= streams <= 8, dim >= 1; u and y disjoint from h.
+absl::Status MhcMixInNormToBf16(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
+                                const uint16_t* w, float eps, float* u, uint16_t* y, void* stream = nullptr);
+absl::Status MhcMixInNormF32(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
+                             const float* w, float eps, float* u, float* y, void* stream = nullptr);
 // In place, per row r, stream k and channel d (the old h on the right):
 //   h[r, k, d] <- post[r, k] * y[r, d] + sum_{j ascending} comb[r, j, k] * h[r, j, d]
 // post [rows, streams], comb [rows, streams, streams] float32; y [rows, dim] bf16 or float32.
@@ -467,6 +489,11 @@ absl::Status MhcMixOutF32(float* h, const float* post, const float* comb, const 
 // REQUIRES: in, out >= 1, rows * out <= INT32_MAX.
 absl::Status LinearF32RowInvariant(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y,
                                    void* stream = nullptr);
+// The same with x's rows first RMS-normed without a weight (x * rsqrt(mean(x^2) + eps)): bit for
+// bit RmsNormF32 (weight of ones) then LinearF32RowInvariant, in one launch (mHC's mixing logits).
+// CPU twin: cpu::RmsNorm then cpu::Linear (rounding only). REQUIRES: as LinearF32RowInvariant.
+absl::Status RmsNormLinearF32RowInvariant(const float* x, int64_t rows, int64_t in, float eps, const float* w,
+                                          int64_t out, float* y, void* stream = nullptr);
 
 // Causal depthwise conv then SiLU over n consecutive tokens of one conversation, continuing from
 // its tail: with window = [tail (kernel - 1 rows) | x (n rows)] per channel c,
@@ -529,11 +556,13 @@ absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
 absl::Status CopyDeviceToDevice(void* dst, const void* src, size_t bytes);
 absl::Status DeviceFill(void* dst, uint8_t byte, size_t bytes);
 absl::Status Synchronize();
-// Page-locked host memory (cudaMallocHost), and a copy from it that returns at once: the host
-// must not touch src until the copy is done (an event recorded after it says when).
+// Page-locked host memory (cudaMallocHost), and copies from and to it that return at once: the
+// host must not touch the pinned side until the copy is done (an event recorded after it, or a
+// Synchronize, says when).
 absl::StatusOr<void*> PinnedAlloc(size_t bytes);
 absl::Status PinnedFree(void* p);
 absl::Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, void* stream = nullptr);
+absl::Status CopyToHostAsync(void* dst, const void* src, size_t bytes, void* stream = nullptr);
 // Events without timing, as opaque handles: record on a stream, then wait on the host.
 absl::StatusOr<void*> EventCreate();
 absl::Status EventDestroy(void* event);

@@ -90,6 +90,12 @@ absl::Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, void* s
   return absl::OkStatus();
 }
 
+absl::Status CopyToHostAsync(void* dst, const void* src, size_t bytes, void* stream) {
+  FERRY_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<void*> EventCreate() {
   cudaEvent_t e = nullptr;
   FERRY_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

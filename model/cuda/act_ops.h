@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/ops.h"
@@ -44,6 +46,32 @@ inline absl::Status Linear(const bf16* x, int64_t rows, int64_t in, const bf16* 
 inline absl::Status Linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {
   return cu::LinearF32(x, rows, in, w, out, 1.0f, y);
 }
+// Products of one row count, y_i = x_i · w_i^T: one launch for a decode-sized bf16 batch
+// (cu::LinearBf16Many, each result what Linear gives it alone), else one Linear each.
+template <typename T>
+struct LinearProblem {
+  const T* x;
+  int64_t in;
+  const T* w;
+  int64_t out;
+  T* y;
+};
+inline absl::Status LinearMany(std::span<const LinearProblem<bf16>> p, int64_t rows) {
+  if (p.size() > static_cast<size_t>(cu::kLinearManyMax)) return absl::InvalidArgumentError("LinearMany: too many");
+  cu::LinearProblemBf16 all[cu::kLinearManyMax];
+  for (size_t i = 0; i < p.size(); ++i) all[i] = {p[i].x, p[i].in, p[i].w, p[i].out, p[i].y};
+  return cu::LinearBf16Many(all, static_cast<int64_t>(p.size()), rows);
+}
+inline absl::Status LinearMany(std::span<const LinearProblem<float>> p, int64_t rows) {
+  for (const LinearProblem<float>& q : p) FERRY_RETURN_IF_ERROR(Linear(q.x, rows, q.in, q.w, q.out, q.y));
+  return absl::OkStatus();
+}
+inline absl::Status LinearMany(std::initializer_list<LinearProblem<bf16>> p, int64_t rows) {
+  return LinearMany(std::span<const LinearProblem<bf16>>(p.begin(), p.size()), rows);
+}
+inline absl::Status LinearMany(std::initializer_list<LinearProblem<float>> p, int64_t rows) {
+  return LinearMany(std::span<const LinearProblem<float>>(p.begin(), p.size()), rows);
+}
 // Float32 output whatever the activations (router logits, indexer head weights, lm_head).
 inline absl::Status LinearToF32(const bf16* x, int64_t rows, int64_t in, const bf16* w, int64_t out, float alpha,
                                 float* y) {
@@ -68,6 +96,15 @@ inline absl::Status RmsNorm(const bf16* x, int64_t rows, int64_t dim, const bf16
 }
 inline absl::Status RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y) {
   return cu::RmsNormF32(x, rows, dim, w, eps, y);
+}
+// mHC's stream mix u, then normed into the activation type (cu::MhcMixInNorm*: one launch).
+inline absl::Status MixInNorm(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
+                              const bf16* w, float eps, float* u, bf16* y) {
+  return cu::MhcMixInNormToBf16(h, pre, rows, streams, dim, w, eps, u, y);
+}
+inline absl::Status MixInNorm(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
+                              const float* w, float eps, float* u, float* y) {
+  return cu::MhcMixInNormF32(h, pre, rows, streams, dim, w, eps, u, y);
 }
 // The float32 residual stream normed into the activation type.
 inline absl::Status NormResidual(const float* x, int64_t rows, int64_t dim, const bf16* w, float eps, bf16* y) {

@@ -196,4 +196,34 @@ absl::StatusOr<std::vector<void*>> StepUpload::Send(Workspace& ws, std::initiali
   return out;
 }
 
+StepDownload::~StepDownload() {
+  if (host_ != nullptr) (void)cu::PinnedFree(host_);
+}
+
+absl::Status StepDownload::Receive(std::initializer_list<Part> parts) {
+  constexpr size_t kAlign = 256;
+  size_t total = 0;
+  for (const Part& p : parts) total += (p.bytes + kAlign - 1) / kAlign * kAlign;
+  if (total > bytes_) {
+    const size_t want = std::max(total, 2 * bytes_);
+    if (host_ != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(host_));
+    host_ = nullptr;
+    bytes_ = 0;
+    FERRY_ASSIGN_OR_RETURN(host_, cu::PinnedAlloc(want));
+    bytes_ = want;
+  }
+  size_t at = 0;
+  for (const Part& p : parts) {
+    if (p.bytes > 0) FERRY_RETURN_IF_ERROR(cu::CopyToHostAsync(static_cast<char*>(host_) + at, p.device, p.bytes));
+    at += (p.bytes + kAlign - 1) / kAlign * kAlign;
+  }
+  FERRY_RETURN_IF_ERROR(cu::Synchronize());
+  at = 0;
+  for (const Part& p : parts) {
+    if (p.bytes > 0) std::memcpy(p.host, static_cast<char*>(host_) + at, p.bytes);
+    at += (p.bytes + kAlign - 1) / kAlign * kAlign;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ferry::model::cuda

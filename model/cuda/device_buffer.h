@@ -131,4 +131,29 @@ class StepUpload {
   void* done_ = nullptr;  // event after the last copy
 };
 
+// A step's results (the logits, the MoE error word) brought back by asynchronous copies into
+// page-locked memory and one wait, then host copies: measured on the H200, a pageable cudaMemcpy
+// of 620 KB of logits took 73 us where the pinned copy takes 18 us and the host copy 18 us, and
+// the 4-byte pageable copy of the error word 7 us more.
+class StepDownload {
+ public:
+  struct Part {
+    void* host;          // where the bytes end up
+    const void* device;  // where they are (parts of 0 bytes are skipped)
+    size_t bytes;
+  };
+  StepDownload() = default;
+  ~StepDownload();
+  StepDownload(const StepDownload&) = delete;
+  StepDownload& operator=(const StepDownload&) = delete;
+
+  // Queues the parts' copies after the device's work so far, waits for the device (an error of
+  // any earlier kernel comes back here), then copies each part to its host address.
+  absl::Status Receive(std::initializer_list<Part> parts);
+
+ private:
+  void* host_ = nullptr;  // pinned
+  size_t bytes_ = 0;
+};
+
 }  // namespace ferry::model::cuda

@@ -228,11 +228,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x);
 }
 
-template <typename T>
-absl::Status CheckFfnErrors(const FfnScratch<T>& s, int64_t n_experts) {
-  if (s.error == nullptr) return absl::OkStatus();
-  int32_t error = 0;
-  FERRY_RETURN_IF_ERROR(cu::CopyToHost(&error, s.error, sizeof(error)));
+absl::Status FfnErrorStatus(int32_t error, int64_t n_experts) {
   if (error != 0) {
     return absl::InternalError(absl::StrCat("MoE routing chose an expert id outside [0, ", n_experts,
                                             ") (a corrupt routing); the step's output is void"));
@@ -240,8 +236,6 @@ absl::Status CheckFfnErrors(const FfnScratch<T>& s, int64_t n_experts) {
   return absl::OkStatus();
 }
 
-template absl::Status CheckFfnErrors<uint16_t>(const FfnScratch<uint16_t>&, int64_t);
-template absl::Status CheckFfnErrors<float>(const FfnScratch<float>&, int64_t);
 template absl::StatusOr<FfnScratch<uint16_t>> TakeFfnScratch<uint16_t>(Workspace&, const ModelConfig&, int64_t);
 template absl::StatusOr<FfnScratch<float>> TakeFfnScratch<float>(Workspace&, const ModelConfig&, int64_t);
 template absl::Status FfnAdd<uint16_t>(const CudaFfn&, const ModelConfig&, const uint16_t*, int64_t,

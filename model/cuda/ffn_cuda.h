@@ -49,7 +49,7 @@ struct FfnScratch {
   float *logits, *route_w;
   int32_t *experts, *order, *src_row;
   // The decode dispatch's expert groups (kernels::cuda::MoePairs) and its error word, zeroed
-  // when the scratch is taken and read by CheckFfnErrors after the step.
+  // when the scratch is taken, brought back with the step's logits and judged by FfnErrorStatus.
   int32_t *group_expert, *group_start, *group_count, *n_groups, *error;
 };
 template <typename T>
@@ -72,12 +72,12 @@ template <typename T>
 absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t rows, const FfnScratch<T>& s, T* y,
                     float* x, const DecisionTap& tap = {});
 
-// After a step that ran FfnAdd with `s` (and waited for the device): INTERNAL when the decode
-// dispatch met an expert id outside [0, n_experts) (a corrupt or wrongly pinned routing: MoeRoute
-// itself always picks ids in range, NaN logits included, which give NaN weights instead). The
-// step's output is then void, and so is the state of the conversations in it: their caches and
-// glm5_next's KDA state took the step's tokens, their lengths did not (drop them).
-template <typename T>
-absl::Status CheckFfnErrors(const FfnScratch<T>& s, int64_t n_experts);
+// After a step that ran FfnAdd, given its error word (FfnScratch::error, 4 bytes; 0 when the
+// scratch has none): INTERNAL when the decode dispatch met an expert id outside [0, n_experts) (a
+// corrupt or wrongly pinned routing: MoeRoute itself always picks ids in range, NaN logits
+// included, which give NaN weights instead). The step's output is then void, and so is the state
+// of the conversations in it: their caches and glm5_next's KDA state took the step's tokens, their
+// lengths did not (drop them).
+absl::Status FfnErrorStatus(int32_t error, int64_t n_experts);
 
 }  // namespace ferry::model::cuda

@@ -122,7 +122,7 @@ class Glm5NextCuda final : public CausalLM {
   absl::StatusOr<ForwardOutput> ForwardT(std::span<const ForwardSegment> segments,
                                          std::vector<std::vector<float>>* hidden);
   template <typename T>
-  absl::Status MhcIn(const Mhc& m, Step<T>& b);
+  absl::Status MhcIn(const Mhc& m, const T* norm, Step<T>& b);
   template <typename T>
   absl::Status Kda(size_t layer, Step<T>& b);
   template <typename T>
@@ -136,7 +136,8 @@ class Glm5NextCuda final : public CausalLM {
   DeviceBuffer ones_;  // float32 [S * D]: mHC's weightless RMSNorm
   std::vector<Layer> layers_;
   Workspace ws_;
-  StepUpload upload_;  // the step's host inputs, one copy
+  StepUpload upload_;      // the step's host inputs, one copy
+  StepDownload download_;  // the step's logits and MoE error word, one wait
   DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 

@@ -24,10 +24,10 @@ struct Glm5NextCuda::Step {
   const int32_t* table = nullptr;  // [R, T_]
   const int32_t* n_pools = nullptr;  // [R] complete pools visible to the row
   const int32_t* sel_offsets = nullptr;  // [R + 1] the pooled selection's CSR offsets (host-computed)
-  float *h, *rn, *m, *pre, *post, *comb, *u, *yf;  // mHC (float32)
+  float *h, *m, *pre, *post, *comb, *u, *yf;  // mHC (float32)
   T *a, *y;
   // KDA
-  T *kq, *kk, *kv, *low, *f, *gate, *ky;
+  T *kq, *kk, *kv, *low, *low_g, *f, *gate, *ky;
   float *qc, *kc, *vc, *g, *beta, *o;
   // MLA and the pooled indexer
   T *cq, *q, *kvc, *q_abs, *o_lat, *o_v, *qi, *ki, *gk;
@@ -124,7 +124,6 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   b.n_pools = d_npools;
   b.sel_offsets = d_offsets;
   FERRY_ASSIGN_OR_RETURN(b.h, take32(R * S * D));
-  FERRY_ASSIGN_OR_RETURN(b.rn, take32(R * S * D));
   FERRY_ASSIGN_OR_RETURN(b.m, take32(R * M));
   FERRY_ASSIGN_OR_RETURN(b.pre, take32(R * S));
   FERRY_ASSIGN_OR_RETURN(b.post, take32(R * S));
@@ -137,6 +136,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   FERRY_ASSIGN_OR_RETURN(b.kk, take(R * C));
   FERRY_ASSIGN_OR_RETURN(b.kv, take(R * C));
   FERRY_ASSIGN_OR_RETURN(b.low, take(R * low_rank));
+  FERRY_ASSIGN_OR_RETURN(b.low_g, take(R * low_rank));
   FERRY_ASSIGN_OR_RETURN(b.f, take(R * C));
   FERRY_ASSIGN_OR_RETURN(b.gate, take(R * C));
   FERRY_ASSIGN_OR_RETURN(b.ky, take(R * C));
@@ -176,8 +176,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   for (size_t l = 0; l < layers_.size(); ++l) {
     const Layer& Ly = layers_[l];
     b.tap = {decisions_, static_cast<int64_t>(l)};
-    FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_attn, b));
-    FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, Ly.input_norm.as<T>(), c.rms_norm_eps, b.a));
+    FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_attn, Ly.input_norm.as<T>(), b));
     if (Ly.kda) {
       FERRY_RETURN_IF_ERROR(Kda(l, b));
     } else {
@@ -185,8 +184,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     }
     FERRY_RETURN_IF_ERROR(act::MhcMixOut(b.h, b.post, b.comb, b.y, R, S, D));
 
-    FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_ffn, b));
-    FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, Ly.post_norm.as<T>(), c.rms_norm_eps, b.a));
+    FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_ffn, Ly.post_norm.as<T>(), b));
     FERRY_RETURN_IF_ERROR(cu::DeviceFill(b.yf, 0, static_cast<size_t>(R * D) * sizeof(float)));
     FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf, b.tap));
     FERRY_RETURN_IF_ERROR(cu::MhcMixOutF32(b.h, b.post, b.comb, b.yf, R, S, D));
@@ -194,8 +192,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   }
 
   // Head: the unweighted mean of the streams (d_mean_w), the final norm, lm_head.
-  FERRY_RETURN_IF_ERROR(cu::MhcMixIn(b.h, d_mean_w, R, S, D, b.u));
-  FERRY_RETURN_IF_ERROR(act::NormResidual(b.u, R, D, norm_.as<T>(), c.rms_norm_eps, b.a));
+  FERRY_RETURN_IF_ERROR(act::MixInNorm(b.h, d_mean_w, R, S, D, norm_.as<T>(), c.rms_norm_eps, b.u, b.a));
   if (hidden) {
     FERRY_RETURN_IF_ERROR(act::ToF32(b.a, R * D, b.u));
     FERRY_RETURN_IF_ERROR(record(b.u, R * D));
@@ -208,25 +205,26 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, hsel, D, nullptr, n_out, D));
   FERRY_RETURN_IF_ERROR(act::LinearToF32(hsel, n_out, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
   out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
-  FERRY_RETURN_IF_ERROR(cu::CopyToHost(out.logits.data(), logits, out.logits.size() * sizeof(float)));
-  FERRY_RETURN_IF_ERROR(CheckFfnErrors(b.ffn, c.n_routed_experts));
-  FERRY_RETURN_IF_ERROR(cu::Synchronize());
+  int32_t moe_error = 0;
+  FERRY_RETURN_IF_ERROR(download_.Receive({{out.logits.data(), logits, out.logits.size() * sizeof(float)},
+                                           {&moe_error, b.ffn.error, b.ffn.error != nullptr ? sizeof(int32_t) : 0}}));
+  FERRY_RETURN_IF_ERROR(FfnErrorStatus(moe_error, c.n_routed_experts));
   for (size_t s = 0; s < segments.size(); ++s) b.seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
   return out;
 }
 
-// An mHC site's mixing weights (b.pre, b.post, b.comb) and its input b.u, all float32.
+// An mHC site's mixing weights (b.pre, b.post, b.comb), its input b.u (float32) and that input
+// normed by `norm` into b.a: three launches (normed mixing logits, Sinkhorn, mix and norm).
 template <typename T>
-absl::Status Glm5NextCuda::MhcIn(const Mhc& m, Step<T>& b) {
+absl::Status Glm5NextCuda::MhcIn(const Mhc& m, const T* norm, Step<T>& b) {
   const ModelConfig& c = config_;
   const int64_t R = b.R, S = c.hc_mult, D = c.hidden_size, M = (2 + S) * S;
-  FERRY_RETURN_IF_ERROR(cu::RmsNormF32(b.h, R, S * D, ones_.as<const float>(), c.rms_norm_eps, b.rn));
   // Row-invariant (not cuBLAS): the mixing weights of a token must not depend on the batch, or a
   // last-bit change can flip a bf16 rounding downstream (decode vs prefill).
-  FERRY_RETURN_IF_ERROR(cu::LinearF32RowInvariant(b.rn, R, S * D, m.fn.as<float>(), M, b.m));
+  FERRY_RETURN_IF_ERROR(cu::RmsNormLinearF32RowInvariant(b.h, R, S * D, c.rms_norm_eps, m.fn.as<float>(), M, b.m));
   FERRY_RETURN_IF_ERROR(cu::MhcSinkhorn(b.m, R, S, m.scale.as<const float>(), m.base.as<const float>(), c.hc_eps,
                                         c.hc_sinkhorn_iters, b.pre, b.post, b.comb));
-  return cu::MhcMixIn(b.h, b.pre, R, S, D, b.u);
+  return act::MixInNorm(b.h, b.pre, R, S, D, norm, c.rms_norm_eps, b.u, b.a);
 }
 
 // KDA of b.a into b.y. Naive: the recurrence runs one token a launch, also in prefill.
@@ -236,15 +234,17 @@ absl::Status Glm5NextCuda::Kda(size_t l, Step<T>& b) {
   const Layer& Ly = layers_[l];
   const int64_t R = b.R, D = c.hidden_size, H = c.linear_num_heads, d = c.linear_head_dim, C = H * d,
                 K = c.linear_conv_kernel_dim, r = Ly.low_rank;
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.q_proj.as<T>(), C, b.kq));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.k_proj.as<T>(), C, b.kk));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.v_proj.as<T>(), C, b.kv));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.f_a.as<T>(), r, b.low));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.low, R, r, Ly.f_b.as<T>(), C, b.f));
+  // The projections of b.a in one launch at decode sizes, then the two low-rank second halves.
+  FERRY_RETURN_IF_ERROR(act::LinearMany({{b.a, D, Ly.q_proj.as<T>(), C, b.kq},
+                                         {b.a, D, Ly.k_proj.as<T>(), C, b.kk},
+                                         {b.a, D, Ly.v_proj.as<T>(), C, b.kv},
+                                         {b.a, D, Ly.f_a.as<T>(), r, b.low},
+                                         {b.a, D, Ly.g_a.as<T>(), r, b.low_g}},
+                                        R));
+  FERRY_RETURN_IF_ERROR(
+      act::LinearMany({{b.low, r, Ly.f_b.as<T>(), C, b.f}, {b.low_g, r, Ly.g_b.as<T>(), C, b.gate}}, R));
   FERRY_RETURN_IF_ERROR(act::KdaDecay(b.f, R, H, d, Ly.a_log.as<const float>(), Ly.dt_bias.as<const float>(),
                                       c.linear_lower_bound, b.g));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.g_a.as<T>(), r, b.low));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.low, R, r, Ly.g_b.as<T>(), C, b.gate));
   FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.b_proj.as<T>(), H, 1.0f, b.beta));
   FERRY_RETURN_IF_ERROR(cu::SigmoidF32(b.beta, R * H));
   for (size_t s = 0; s < b.segments.size(); ++s) {
@@ -279,21 +279,31 @@ absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
   const int64_t R = b.R, D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
                 V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads, Di = c.index_head_dim,
                 kp = c.index_kpool, keep = c.index_topk / c.index_kpool;
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.q_a.as<T>(), QL, b.cq));
-  FERRY_RETURN_IF_ERROR(act::RmsNorm(b.cq, R, QL, Ly.q_a_norm.as<T>(), c.rms_norm_eps, b.cq));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * N, b.q));
+  // The products of b.a in one launch at decode sizes (the indexer's too), then those of cq.
+  if (Ly.has_indexer) {
+    FERRY_RETURN_IF_ERROR(act::LinearMany({{b.a, D, Ly.q_a.as<T>(), QL, b.cq},
+                                           {b.a, D, Ly.kv_a.as<T>(), L, b.kvc},
+                                           {b.a, D, Ly.wk.as<T>(), Di, b.ki},
+                                           {b.a, D, Ly.pool_gate.as<T>(), Di, b.gk}},
+                                          R));
+    FERRY_RETURN_IF_ERROR(act::RmsNorm(b.cq, R, QL, Ly.q_a_norm.as<T>(), c.rms_norm_eps, b.cq));
+    FERRY_RETURN_IF_ERROR(act::LinearMany(
+        {{b.cq, QL, Ly.q_b.as<T>(), H * N, b.q}, {b.cq, QL, Ly.wq_b.as<T>(), Hi * Di, b.qi}}, R));
+  } else {
+    FERRY_RETURN_IF_ERROR(
+        act::LinearMany({{b.a, D, Ly.q_a.as<T>(), QL, b.cq}, {b.a, D, Ly.kv_a.as<T>(), L, b.kvc}}, R));
+    FERRY_RETURN_IF_ERROR(act::RmsNorm(b.cq, R, QL, Ly.q_a_norm.as<T>(), c.rms_norm_eps, b.cq));
+    FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * N, b.q));
+  }
   const act::Cache<T> latent = b.View(*pages_, Ly.latent_region);
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.kv_a.as<T>(), L, b.kvc));
   FERRY_RETURN_IF_ERROR(act::RmsNorm(b.kvc, R, L, Ly.kv_a_norm.as<T>(), c.rms_norm_eps, b.kvc));
   FERRY_RETURN_IF_ERROR(act::WritePaged(b.kvc, R, L, L, 0, b.pos, latent));
   FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.q, N, H * N, R, N, Ly.w_uk_t.as<T>(), L * N, L, b.q_abs, L, H * L, H));
   if (Ly.has_indexer) {
     const act::Cache<T> keys = b.View(*pages_, Ly.key_region), gates = b.View(*pages_, Ly.gate_region),
                         pools = b.View(*pages_, Ly.pool_region);
-    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.wk.as<T>(), Di, b.ki));
     FERRY_RETURN_IF_ERROR(act::LayerNorm(b.ki, R, Di, Ly.k_norm_w.as<T>(), Ly.k_norm_b.as<T>(), 1e-6f, b.ki));
     FERRY_RETURN_IF_ERROR(act::WritePaged(b.ki, R, Di, Di, 0, b.pos, keys));
-    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.pool_gate.as<T>(), Di, b.gk));
     FERRY_RETURN_IF_ERROR(act::WritePaged(b.gk, R, Di, Di, 0, b.pos, gates));
     // The pools each conversation completes in this step (earlier ones are cached).
     for (size_t s = 0; s < b.segments.size(); ++s) {
@@ -301,7 +311,6 @@ absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
       const int64_t p1 = (b.lengths[s] + static_cast<int64_t>(b.segments[s].tokens.size())) / kp;
       FERRY_RETURN_IF_ERROR(act::PooledKeys(keys, gates, pools, b.seg_begin[s], p0, p1, kp, Ly.ape.as<const float>()));
     }
-    FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.wq_b.as<T>(), Hi * Di, b.qi));
     FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.weights_proj.as<T>(), Hi,
                                            1.0f / std::sqrt(static_cast<float>(Hi)), b.iw));
     FERRY_RETURN_IF_ERROR(act::IndexerScores(b.qi, b.iw, R, Hi, Di, pools, b.n_pools,

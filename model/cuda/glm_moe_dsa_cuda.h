@@ -113,7 +113,8 @@ class GlmMoeDsaCuda final : public CausalLM {
   DeviceBuffer inv_freq_;  // float32 [rope / 2]
   std::vector<Layer> layers_;
   Workspace ws_;
-  StepUpload upload_;  // the step's host inputs, one copy
+  StepUpload upload_;      // the step's host inputs, one copy
+  StepDownload download_;  // the step's logits and MoE error word, one wait
   DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 

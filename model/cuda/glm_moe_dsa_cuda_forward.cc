@@ -171,9 +171,10 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
   FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, h, D, nullptr, n_out, D));
   FERRY_RETURN_IF_ERROR(act::LinearToF32(h, n_out, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
   out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
-  FERRY_RETURN_IF_ERROR(cu::CopyToHost(out.logits.data(), logits, out.logits.size() * sizeof(float)));
-  FERRY_RETURN_IF_ERROR(CheckFfnErrors(b.ffn, c.n_routed_experts));
-  FERRY_RETURN_IF_ERROR(cu::Synchronize());  // surfaces any asynchronous kernel fault of the step
+  int32_t moe_error = 0;
+  FERRY_RETURN_IF_ERROR(download_.Receive({{out.logits.data(), logits, out.logits.size() * sizeof(float)},
+                                           {&moe_error, b.ffn.error, b.ffn.error != nullptr ? sizeof(int32_t) : 0}}));
+  FERRY_RETURN_IF_ERROR(FfnErrorStatus(moe_error, c.n_routed_experts));
   for (size_t s = 0; s < segments.size(); ++s) {
     seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
   }
@@ -188,17 +189,25 @@ absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
                 P = c.qk_rope_head_dim, V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads,
                 Di = c.index_head_dim, K = c.index_topk;
   const float* inv_freq = inv_freq_.as<const float>();
-  // cq = RMSNorm(a q_a^T) (eps 1e-6); q = cq q_b^T [R, H, N + P].
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.q_a.as<T>(), QL, b.cq));
+  // The products of a in one launch at decode sizes: c_q, c_kv, k_pe and the indexer's key.
+  act::LinearProblem<T> from_a[4] = {{b.a, D, Ly.q_a.as<T>(), QL, b.cq}, {b.a, D, Ly.kv_a_c.as<T>(), L, b.kvc}};
+  size_t n_from_a = 2;
+  if (P > 0) from_a[n_from_a++] = {b.a, D, Ly.kv_a_pe.as<T>(), P, b.kpe};
+  if (Ly.has_indexer) from_a[n_from_a++] = {b.a, D, Ly.wk.as<T>(), Di, b.ki};
+  FERRY_RETURN_IF_ERROR(act::LinearMany(std::span<const act::LinearProblem<T>>(from_a, n_from_a), R));
+  // cq = RMSNorm(a q_a^T) (eps 1e-6); q = cq q_b^T [R, H, N + P] (and the indexer's queries cq wq_b^T).
   FERRY_RETURN_IF_ERROR(act::RmsNorm(b.cq, R, QL, Ly.q_a_norm.as<T>(), 1e-6f, b.cq));
-  FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * (N + P), b.q));
+  if (Ly.has_indexer) {
+    FERRY_RETURN_IF_ERROR(act::LinearMany(
+        {{b.cq, QL, Ly.q_b.as<T>(), H * (N + P), b.q}, {b.cq, QL, Ly.wq_b.as<T>(), Hi * Di, b.qi}}, R));
+  } else {
+    FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * (N + P), b.q));
+  }
   // The new cache rows [RMSNorm(c) | RoPE(k_pe)], written at each row's position.
   const act::Cache<T> latent = b.View(*pages_, Ly.latent_region);
-  FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.kv_a_c.as<T>(), L, b.kvc));
   FERRY_RETURN_IF_ERROR(act::RmsNorm(b.kvc, R, L, Ly.kv_a_norm.as<T>(), 1e-6f, b.kvc));
   FERRY_RETURN_IF_ERROR(act::WritePaged(b.kvc, R, L, L, 0, b.pos, latent));
   if (P > 0) {
-    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.kv_a_pe.as<T>(), P, b.kpe));
     FERRY_RETURN_IF_ERROR(act::Rope(b.kpe, R, 1, P, P, 0, P, b.pos, inv_freq));
     FERRY_RETURN_IF_ERROR(act::WritePaged(b.kpe, R, P, P, L, b.pos, latent));
     // q_pe [R, H, P], dense, RoPE'd.
@@ -212,12 +221,10 @@ absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
   if (Ly.has_indexer) {
     // Keys: LayerNorm(a wk^T) (eps 1e-6), RoPE on the first P dims; cached per token.
     const act::Cache<T> keys = b.View(*pages_, Ly.key_region);
-    FERRY_RETURN_IF_ERROR(act::Linear(b.a, R, D, Ly.wk.as<T>(), Di, b.ki));
     FERRY_RETURN_IF_ERROR(act::LayerNorm(b.ki, R, Di, Ly.k_norm_w.as<T>(), Ly.k_norm_b.as<T>(), 1e-6f, b.ki));
     if (P > 0) FERRY_RETURN_IF_ERROR(act::Rope(b.ki, R, 1, Di, Di, 0, P, b.pos, inv_freq));
     FERRY_RETURN_IF_ERROR(act::WritePaged(b.ki, R, Di, Di, 0, b.pos, keys));
     // Queries qi = RoPE(cq wq_b^T) [R, Hi, Di]; head weights (float32) = a weights_proj^T * Hi^-0.5.
-    FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.wq_b.as<T>(), Hi * Di, b.qi));
     if (P > 0) FERRY_RETURN_IF_ERROR(act::Rope(b.qi, R, Hi, Hi * Di, Di, 0, P, b.pos, inv_freq));
     FERRY_RETURN_IF_ERROR(act::LinearToF32(b.a, R, D, Ly.weights_proj.as<T>(), Hi,
                                            1.0f / std::sqrt(static_cast<float>(Hi)), b.iw));

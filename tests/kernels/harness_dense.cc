@@ -97,6 +97,46 @@ Result GroupedLinearCase(std::mt19937& rng, const std::vector<int64_t>& rows_per
   return r;
 }
 
+// LinearBf16Many over problems {in, out} of `rows` rows (their own x): each y_i against the CPU,
+// and bit for bit against LinearBf16 of that problem alone. With rows <= kGemvMaxRows it is one
+// GemvKernel launch over all of them; above, one LinearBf16 call each.
+Result LinearManyCase(std::mt19937& rng, int64_t rows, const std::vector<std::pair<int64_t, int64_t>>& shapes) {
+  Result r;
+  r.tolerance = 1e-2;
+  Device dev(&r.error);
+  std::vector<cu::LinearProblemBf16> p;
+  std::vector<uint16_t*> alone;
+  std::vector<float> want_all;
+  for (auto [in, out] : shapes) {
+    std::vector<uint16_t> xb, wb;
+    std::vector<float> xf, wf;
+    RandomBf16(rows * in, 1.0f, 0.0f, rng, &xb, &xf);
+    RandomBf16(out * in, 0.05f, 0.0f, rng, &wb, &wf);
+    std::vector<float> want(rows * out);
+    cpu::Linear(xf.data(), rows, in, wf.data(), out, want.data());
+    want_all.insert(want_all.end(), want.begin(), want.end());
+    p.push_back({dev.Upload(xb), in, dev.Upload(wb), out, dev.Poisoned<uint16_t>(rows * out)});
+    alone.push_back(dev.Poisoned<uint16_t>(rows * out));
+  }
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::LinearBf16Many(p.data(), static_cast<int64_t>(p.size()), rows));
+  for (size_t i = 0; i < p.size(); ++i) {
+    HARNESS_CHECK_OK(cu::LinearBf16(p[i].x, rows, p[i].in, p[i].w, p[i].out, alone[i]));
+  }
+  HARNESS_CHECK_OK(cu::Synchronize());
+  std::vector<float> got_all;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const int64_t m = rows * p[i].out;
+    const std::vector<uint16_t> a = dev.Download(p[i].y, m), b = dev.Download(alone[i], m);
+    if (!r.error.empty()) return r;
+    for (int64_t j = 0; j < m; ++j) r.mismatched += a[j] != b[j];
+    const std::vector<float> f = ToF32(a);
+    got_all.insert(got_all.end(), f.begin(), f.end());
+  }
+  r.rel_err = RelErr(got_all, want_all, &r.unwritten);
+  return r;
+}
+
 struct RopeShape {
   int64_t rows, heads, row_stride, head_stride, offset, dim;
   double theta;
@@ -348,6 +388,17 @@ void AddDenseCases(std::vector<Case>* cases) {
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4, 4096, 4096}, {3, 16384, 6144}, {1, 6144, 130}}) {
     cases->push_back({absl::StrCat("linear_bf16 gemv rows=", rows, " in=", in, " out=", out, " (rows alone too)"),
                       [=](std::mt19937& rng) { return LinearCase(rng, rows, in, out, true); }});
+  }
+  // Several products in one launch: GLM-5.3-Flash's KDA projections of one input (q, k, v, the two
+  // low-rank halves) at batch 1 and 3; GLM-5.2's products of the attention input plus a ragged
+  // one; 6 rows (above kGemvMaxRows: one cuBLAS call each).
+  const std::vector<std::pair<int64_t, int64_t>> kda = {{4096, 4096}, {4096, 4096}, {4096, 4096}, {4096, 128},
+                                                        {4096, 128}};
+  const std::vector<std::pair<int64_t, int64_t>> dsa = {{6144, 2048}, {6144, 512}, {6144, 64}, {6144, 128}, {24, 7}};
+  for (auto [rows, shapes, name] : std::vector<std::tuple<int64_t, std::vector<std::pair<int64_t, int64_t>>, const char*>>{
+           {1, kda, "kda"}, {3, kda, "kda"}, {1, dsa, "dsa+ragged"}, {6, dsa, "dsa+ragged"}}) {
+    cases->push_back({absl::StrCat("linear_bf16_many rows=", rows, " ", name, " (each alone too)"),
+                      [=](std::mt19937& rng) { return LinearManyCase(rng, rows, shapes); }});
   }
   // Grouped Linear (MoE experts side by side): more groups than streams, empty groups, one group.
   cases->push_back({"grouped_linear_bf16 groups=13 (3 empty) in=2048 out=1024", [](std::mt19937& rng) {

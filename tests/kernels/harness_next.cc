@@ -3,6 +3,7 @@
 // loops of model/kda.cc, pool keys against model::PooledIndexerCompletePools, and the pooled
 // selection's expansion against model::PooledIndexerSelect's. Float32 paths to 1e-5; bf16
 // outputs to 1e-2.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -287,6 +288,79 @@ Result RowInvariantCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out
   return r;
 }
 
+// The fused mHC input ops against their unfused launches, bit for bit: RmsNormLinearF32RowInvariant
+// vs RmsNormF32 (weight of ones) + LinearF32RowInvariant, and MhcMixInNorm* vs MhcMixIn + the
+// RMSNorm into y (u too); by norm against the CPU (RMSNorm then Linear; the mix then RMSNorm).
+Result MhcFusedCase(std::mt19937& rng, int64_t rows, int64_t S, int64_t D, int64_t M, bool bf16_y) {
+  Result r;
+  r.tolerance = bf16_y ? 1e-2 : 1e-5;
+  const float eps = 1e-6f;
+  std::vector<float> h = RandomF32(rows * S * D, 1.0f, 0.0f, rng), pre = RandomF32(rows * S, 0.5f, 0.5f, rng);
+  std::vector<float> fn = RandomF32(M * S * D, 0.05f, 0.0f, rng), ones(S * D, 1.0f);
+  std::vector<uint16_t> wb;
+  std::vector<float> wf;
+  RandomBf16(D, 0.5f, 1.0f, rng, &wb, &wf);
+  // CPU: logits = Linear(RmsNorm(h)); u = the mix; y = RmsNorm(u) * w.
+  std::vector<float> normed(rows * S * D), want_m(rows * M), want_u(rows * D), want_y(rows * D);
+  cpu::RmsNorm(h.data(), rows, S * D, ones.data(), eps, normed.data());
+  cpu::Linear(normed.data(), rows, S * D, fn.data(), M, want_m.data());
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < S; ++j) acc += pre[t * S + j] * h[(t * S + j) * D + d];
+      want_u[t * D + d] = acc;
+    }
+  }
+  cpu::RmsNorm(want_u.data(), rows, D, wf.data(), eps, want_y.data());
+  Device dev(&r.error);
+  float* dh = dev.Upload(h);
+  float* dpre = dev.Upload(pre);
+  float* dfn = dev.Upload(fn);
+  float* dones = dev.Upload(ones);
+  float* dwf = dev.Upload(wf);
+  uint16_t* dwb = dev.Upload(wb);
+  float* dnormed = dev.Poisoned<float>(rows * S * D);
+  float *dm = dev.Poisoned<float>(rows * M), *dm2 = dev.Poisoned<float>(rows * M);
+  float *du = dev.Poisoned<float>(rows * D), *du2 = dev.Poisoned<float>(rows * D);
+  float *dyf = dev.Poisoned<float>(rows * D), *dyf2 = dev.Poisoned<float>(rows * D);
+  uint16_t *dyb = dev.Poisoned<uint16_t>(rows * D), *dyb2 = dev.Poisoned<uint16_t>(rows * D);
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::RmsNormLinearF32RowInvariant(dh, rows, S * D, eps, dfn, M, dm));
+  HARNESS_CHECK_OK(cu::RmsNormF32(dh, rows, S * D, dones, eps, dnormed));
+  HARNESS_CHECK_OK(cu::LinearF32RowInvariant(dnormed, rows, S * D, dfn, M, dm2));
+  if (bf16_y) {
+    HARNESS_CHECK_OK(cu::MhcMixInNormToBf16(dh, dpre, rows, S, D, dwb, eps, du, dyb));
+    HARNESS_CHECK_OK(cu::MhcMixIn(dh, dpre, rows, S, D, du2));
+    HARNESS_CHECK_OK(cu::RmsNormF32ToBf16(du2, rows, D, dwb, eps, dyb2));
+  } else {
+    HARNESS_CHECK_OK(cu::MhcMixInNormF32(dh, dpre, rows, S, D, dwf, eps, du, dyf));
+    HARNESS_CHECK_OK(cu::MhcMixIn(dh, dpre, rows, S, D, du2));
+    HARNESS_CHECK_OK(cu::RmsNormF32(du2, rows, D, dwf, eps, dyf2));
+  }
+  HARNESS_CHECK_OK(cu::Synchronize());
+  auto same = [&](const auto& a, const auto& b) {
+    for (size_t i = 0; i < a.size(); ++i) r.mismatched += std::memcmp(&a[i], &b[i], sizeof(a[i])) != 0;
+  };
+  const std::vector<float> m = dev.Download(dm, rows * M), m2 = dev.Download(dm2, rows * M);
+  const std::vector<float> u = dev.Download(du, rows * D), u2 = dev.Download(du2, rows * D);
+  same(m, m2);
+  same(u, u2);
+  std::vector<float> y;
+  if (bf16_y) {
+    const std::vector<uint16_t> yb = dev.Download(dyb, rows * D), yb2 = dev.Download(dyb2, rows * D);
+    same(yb, yb2);
+    y = ToF32(yb);
+  } else {
+    y = dev.Download(dyf, rows * D);
+    same(y, dev.Download(dyf2, rows * D));
+  }
+  if (!r.error.empty()) return r;
+  r.rel_err = std::max({RelErr(m, want_m, &r.unwritten), RelErr(u, want_u, &r.unwritten),
+                        RelErr(y, want_y, &r.unwritten)});
+  r.note = "fused vs unfused launches bit for bit; logits, u, y vs the CPU: the worst";
+  return r;
+}
+
 }  // namespace
 
 void AddNextCases(std::vector<Case>* cases) {
@@ -297,6 +371,12 @@ void AddNextCases(std::vector<Case>* cases) {
   add("kda conv+norm+decay+output n=9 heads=64 d=128 k=4 bf16", [](std::mt19937& g) { return KdaOpsCase(g, 9, 64, 128, 4, true); });
   add("pooled_keys len=90 kpool=4 dim=32 page=16 f32", [](std::mt19937& g) { return PooledKeysCase(g, 90, 4, 32, 16, false); });
   add("pooled_keys len=1000 kpool=4 dim=128 page=64 bf16", [](std::mt19937& g) { return PooledKeysCase(g, 1000, 4, 128, 64, true); });
+  add("mhc fused in rows=3 streams=4 dim=4096 logits=24 y=bf16",
+      [](std::mt19937& g) { return MhcFusedCase(g, 3, 4, 4096, 24, true); });
+  add("mhc fused in rows=5 streams=4 dim=128 logits=24 y=f32",
+      [](std::mt19937& g) { return MhcFusedCase(g, 5, 4, 128, 24, false); });
+  add("mhc fused in rows=2 streams=3 dim=30 logits=15 y=f32 (unaligned widths: scalar paths)",
+      [](std::mt19937& g) { return MhcFusedCase(g, 2, 3, 30, 15, false); });
   add("linear_f32_row_invariant rows=49 in=512 out=24", [](std::mt19937& g) { return RowInvariantCase(g, 49, 512, 24); });
   add("linear_f32_row_invariant rows=7 in=16384 out=24", [](std::mt19937& g) { return RowInvariantCase(g, 7, 16384, 24); });
   add("expand_pool_selection kpool=4 keep=4", [](std::mt19937& g) { return ExpandCase(g, 4, 4); });
