@@ -104,11 +104,23 @@ __global__ void MixOutKernel(float* h, const float* __restrict__ post, const flo
   }
 }
 
+// Up to three convolutions of one shape in one launch (q, k and v): blockIdx.y picks the set.
 template <typename T>
-__global__ void ConvSiluKernel(const T* __restrict__ x, int64_t n, int64_t channels, int kernel,
-                               const float* __restrict__ weight, float* tail, float* __restrict__ y) {
+struct ConvSets {
+  const T* x[3];
+  const float* weight[3];
+  float* tail[3];
+  float* y[3];
+};
+
+template <typename T>
+__global__ void ConvSiluKernel(ConvSets<T> sets, int64_t n, int64_t channels, int kernel) {
   PdlLaunchDependents();
   PdlWait();
+  const T* __restrict__ x = sets.x[blockIdx.y];
+  const float* __restrict__ weight = sets.weight[blockIdx.y];
+  float* tail = sets.tail[blockIdx.y];
+  float* __restrict__ y = sets.y[blockIdx.y];
   FERRY_GRID_LOOP(c, channels) {
     float win[8];  // the last kernel - 1 inputs, oldest first, then the new one
     for (int j = 0; j < kernel - 1; ++j) win[j] = tail[j * channels + c];
@@ -134,9 +146,12 @@ __device__ __forceinline__ float WarpSum(float v) {
   for (int64_t rh = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32; rh < (n); \
        rh += static_cast<int64_t>(gridDim.x) * blockDim.x / 32)
 
-__global__ void L2NormKernel(float* x, int64_t d, int64_t total, float scale) {
+// blockIdx.y 0: x0 scaled by scale0; 1: x1 by scale1 (q and k in one launch).
+__global__ void L2NormKernel(float* x0, float scale0, float* x1, float scale1, int64_t d, int64_t total) {
   PdlLaunchDependents();
   PdlWait();
+  float* x = blockIdx.y == 0 ? x0 : x1;
+  const float scale = blockIdx.y == 0 ? scale0 : scale1;
   const int lane = threadIdx.x & 31;
   FERRY_WARP_LOOP(rh, total) {
     float* v = x + rh * d;
@@ -144,6 +159,18 @@ __global__ void L2NormKernel(float* x, int64_t d, int64_t total, float scale) {
     for (int64_t i = lane; i < d; i += 32) sum += v[i] * v[i];
     const float inv = 1.0f / sqrtf(WarpSum(sum) + 1e-6f);
     for (int64_t i = lane; i < d; i += 32) v[i] = v[i] * inv * scale;
+  }
+}
+
+// h[r, j, d] = u[r, d] for every stream j: each stream starts as the embedding.
+__global__ void StreamsKernel(const float* __restrict__ u, int64_t streams, int64_t dim, int64_t total,
+                              float* __restrict__ h) {
+  PdlLaunchDependents();
+  PdlWait();
+  FERRY_GRID_LOOP(e, total) {
+    const int64_t r = e / dim, d = e % dim;
+    const float v = u[e];
+    for (int64_t j = 0; j < streams; ++j) h[(r * streams + j) * dim + d] = v;
   }
 }
 
@@ -269,16 +296,33 @@ absl::Status MixOut(float* h, const float* post, const float* comb, const T* y, 
 }
 
 template <typename T>
-absl::Status ConvSilu(const T* x, int64_t n, int64_t channels, int64_t kernel, const float* weight, float* tail,
-                      float* y, void* stream) {
+absl::Status ConvSilu(const ConvSets<T>& sets, int n_sets, int64_t n, int64_t channels, int64_t kernel,
+                      void* stream) {
   if (n < 0 || channels < 1 || kernel < 2 || kernel > 8) {
     return absl::InvalidArgumentError(absl::StrCat("KdaConvSilu: n ", n, ", channels ", channels, ", kernel ", kernel,
                                                    " (need channels >= 1, 2 <= kernel <= 8)"));
   }
   if (n == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ConvSiluKernel<T>, GridFor(channels), kThreads, 0, S(stream), x, n,
-                                             channels, static_cast<int>(kernel), weight, tail, y));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ConvSiluKernel<T>, dim3(GridFor(channels), n_sets), kThreads, 0,
+                                             S(stream), sets, n, channels, static_cast<int>(kernel)));
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status ConvSiluOne(const T* x, int64_t n, int64_t channels, int64_t kernel, const float* weight, float* tail,
+                         float* y, void* stream) {
+  return ConvSilu(ConvSets<T>{{x}, {weight}, {tail}, {y}}, 1, n, channels, kernel, stream);
+}
+
+template <typename T>
+absl::Status ConvSiluQkv(const T* const* x, int64_t n, int64_t channels, int64_t kernel, const float* const* weight,
+                         float* tail, float* const* y, void* stream) {
+  const int64_t stride = (kernel - 1) * channels;
+  return ConvSilu(ConvSets<T>{{x[0], x[1], x[2]},
+                              {weight[0], weight[1], weight[2]},
+                              {tail, tail + stride, tail + 2 * stride},
+                              {y[0], y[1], y[2]}},
+                  3, n, channels, kernel, stream);
 }
 
 template <typename T>
@@ -370,18 +414,43 @@ absl::Status MhcMixOutF32(float* h, const float* post, const float* comb, const 
 
 absl::Status KdaConvSiluBf16(const uint16_t* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
                              float* tail, float* y, void* stream) {
-  return ConvSilu(Bf(x), n, channels, kernel, weight, tail, y, stream);
+  return ConvSiluOne(Bf(x), n, channels, kernel, weight, tail, y, stream);
 }
 absl::Status KdaConvSiluF32(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
                             float* tail, float* y, void* stream) {
-  return ConvSilu(x, n, channels, kernel, weight, tail, y, stream);
+  return ConvSiluOne(x, n, channels, kernel, weight, tail, y, stream);
+}
+absl::Status KdaConvSiluQkvBf16(const uint16_t* const x[3], int64_t n, int64_t channels, int64_t kernel,
+                                const float* const weight[3], float* tail, float* const y[3], void* stream) {
+  const __nv_bfloat16* xb[3] = {Bf(x[0]), Bf(x[1]), Bf(x[2])};
+  return ConvSiluQkv(xb, n, channels, kernel, weight, tail, y, stream);
+}
+absl::Status KdaConvSiluQkvF32(const float* const x[3], int64_t n, int64_t channels, int64_t kernel,
+                               const float* const weight[3], float* tail, float* const y[3], void* stream) {
+  return ConvSiluQkv(x, n, channels, kernel, weight, tail, y, stream);
 }
 
 absl::Status KdaL2Norm(float* x, int64_t rows, int64_t heads, int64_t d, float scale, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaL2Norm", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, GridFor(rows * heads * 32), kThreads, 0, S(stream), x, d,
-                                             rows * heads, scale));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, GridFor(rows * heads * 32), kThreads, 0, S(stream), x,
+                                             scale, x, scale, d, rows * heads));
+  return absl::OkStatus();
+}
+
+absl::Status KdaL2NormQk(float* q, float q_scale, float* k, int64_t rows, int64_t heads, int64_t d, void* stream) {
+  FERRY_RETURN_IF_ERROR(CheckRows("KdaL2NormQk", rows, heads, d));
+  if (rows == 0) return absl::OkStatus();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, dim3(GridFor(rows * heads * 32), 2), kThreads, 0,
+                                             S(stream), q, q_scale, k, 1.0f, d, rows * heads));
+  return absl::OkStatus();
+}
+
+absl::Status MhcStreamsF32(const float* u, int64_t rows, int64_t streams, int64_t dim, float* h, void* stream) {
+  FERRY_RETURN_IF_ERROR(CheckRows("MhcStreamsF32", rows, streams, dim));
+  if (rows == 0) return absl::OkStatus();
+  FERRY_CUDA_RETURN_IF_ERROR(
+      LaunchDependent(StreamsKernel, GridFor(rows * dim), kThreads, 0, S(stream), u, streams, dim, rows * dim, h));
   return absl::OkStatus();
 }
 

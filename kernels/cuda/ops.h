@@ -472,6 +472,11 @@ absl::Status MhcMixInNormToBf16(const float* h, const float* pre, int64_t rows, 
                                 const uint16_t* w, float eps, float* u, uint16_t* y, void* stream = nullptr);
 absl::Status MhcMixInNormF32(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
                              const float* w, float eps, float* u, float* y, void* stream = nullptr);
+// h[r, j, d] = u[r, d] for every stream j < streams (each stream starts as the embedding). h
+// [rows, streams, dim], u [rows, dim], float32. CPU twin: model/glm5_next.cc's stream start.
+// REQUIRES: streams, dim >= 1; h and u disjoint.
+absl::Status MhcStreamsF32(const float* u, int64_t rows, int64_t streams, int64_t dim, float* h,
+                           void* stream = nullptr);
 // In place, per row r, stream k and channel d (the old h on the right):
 //   h[r, k, d] <- post[r, k] * y[r, d] + sum_{j ascending} comb[r, j, k] * h[r, j, d]
 // post [rows, streams], comb [rows, streams, streams] float32; y [rows, dim] bf16 or float32.
@@ -505,9 +510,19 @@ absl::Status KdaConvSiluBf16(const uint16_t* x, int64_t n, int64_t channels, int
                              float* tail, float* y, void* stream = nullptr);
 absl::Status KdaConvSiluF32(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
                             float* tail, float* y, void* stream = nullptr);
+// The three convolutions of KDA's q, k and v in one launch: KdaConvSilu* of (x[i], weight[i], the
+// tail at tail + i * (kernel - 1) * channels, y[i]) for i = 0, 1, 2, each exactly as alone.
+absl::Status KdaConvSiluQkvBf16(const uint16_t* const x[3], int64_t n, int64_t channels, int64_t kernel,
+                                const float* const weight[3], float* tail, float* const y[3],
+                                void* stream = nullptr);
+absl::Status KdaConvSiluQkvF32(const float* const x[3], int64_t n, int64_t channels, int64_t kernel,
+                               const float* const weight[3], float* tail, float* const y[3], void* stream = nullptr);
 // In place per (row, head): x <- x / sqrt(sum x^2 + 1e-6) * scale over the head's d values.
 // x [rows, heads, d] float32. CPU twin: L2Norm (and the q scale) of model/kda.cc. REQUIRES: d >= 1.
 absl::Status KdaL2Norm(float* x, int64_t rows, int64_t heads, int64_t d, float scale, void* stream = nullptr);
+// KdaL2Norm of q (times q_scale) and of k (times 1) in one launch, each exactly as alone.
+absl::Status KdaL2NormQk(float* q, float q_scale, float* k, int64_t rows, int64_t heads, int64_t d,
+                         void* stream = nullptr);
 // The log decay: g[r, c] = lower_bound * sigmoid(exp(a_log[c / d]) * (f[r, c] + dt_bias[c])),
 // f [rows, heads * d] bf16 or float32 (a f_a^T f_b^T), a_log [heads], dt_bias [heads * d], g float32.
 // CPU twin: KdaProject's g loop. REQUIRES: heads, d >= 1.

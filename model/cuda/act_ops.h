@@ -192,13 +192,14 @@ inline absl::Status MhcMixOut(float* h, const float* post, const float* comb, co
                               int64_t streams, int64_t dim) {
   return cu::MhcMixOutF32(h, post, comb, y, rows, streams, dim);
 }
-inline absl::Status KdaConvSilu(const bf16* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
-                                float* tail, float* y) {
-  return cu::KdaConvSiluBf16(x, n, channels, kernel, weight, tail, y);
+// q, k and v's convolutions in one launch (tails one after another from `tail`).
+inline absl::Status KdaConvSiluQkv(const bf16* const x[3], int64_t n, int64_t channels, int64_t kernel,
+                                   const float* const weight[3], float* tail, float* const y[3]) {
+  return cu::KdaConvSiluQkvBf16(x, n, channels, kernel, weight, tail, y);
 }
-inline absl::Status KdaConvSilu(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
-                                float* tail, float* y) {
-  return cu::KdaConvSiluF32(x, n, channels, kernel, weight, tail, y);
+inline absl::Status KdaConvSiluQkv(const float* const x[3], int64_t n, int64_t channels, int64_t kernel,
+                                   const float* const weight[3], float* tail, float* const y[3]) {
+  return cu::KdaConvSiluQkvF32(x, n, channels, kernel, weight, tail, y);
 }
 inline absl::Status KdaDecay(const bf16* f, int64_t rows, int64_t heads, int64_t d, const float* a_log,
                              const float* dt_bias, float lower_bound, float* g) {

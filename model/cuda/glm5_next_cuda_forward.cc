@@ -170,7 +170,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   if (hidden) hidden->clear();
   // Every stream starts as the embedding.
   FERRY_RETURN_IF_ERROR(act::Embed(embed_.as<T>(), c.vocab_size, D, d_tokens, R, b.u));
-  for (int64_t j = 0; j < S; ++j) FERRY_RETURN_IF_ERROR(cu::CopyRowsF32(b.u, D, nullptr, b.h + j * D, S * D, nullptr, R, D));
+  FERRY_RETURN_IF_ERROR(cu::MhcStreamsF32(b.u, R, S, D, b.h));
   if (hidden) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
 
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -250,15 +250,13 @@ absl::Status Glm5NextCuda::Kda(size_t l, Step<T>& b) {
   for (size_t s = 0; s < b.segments.size(); ++s) {
     const int64_t begin = b.seg_begin[s], n = static_cast<int64_t>(b.segments[s].tokens.size());
     float* tails = b.seqs[s]->state() + layout_->conv[l];
-    FERRY_RETURN_IF_ERROR(act::KdaConvSilu(b.kq + begin * C, n, C, K, Ly.q_conv.as<const float>(), tails,
-                                           b.qc + begin * C));
-    FERRY_RETURN_IF_ERROR(act::KdaConvSilu(b.kk + begin * C, n, C, K, Ly.k_conv.as<const float>(),
-                                           tails + (K - 1) * C, b.kc + begin * C));
-    FERRY_RETURN_IF_ERROR(act::KdaConvSilu(b.kv + begin * C, n, C, K, Ly.v_conv.as<const float>(),
-                                           tails + 2 * (K - 1) * C, b.vc + begin * C));
+    const T* const x[3] = {b.kq + begin * C, b.kk + begin * C, b.kv + begin * C};
+    const float* const weight[3] = {Ly.q_conv.as<const float>(), Ly.k_conv.as<const float>(),
+                                    Ly.v_conv.as<const float>()};
+    float* const y[3] = {b.qc + begin * C, b.kc + begin * C, b.vc + begin * C};
+    FERRY_RETURN_IF_ERROR(act::KdaConvSiluQkv(x, n, C, K, weight, tails, y));
   }
-  FERRY_RETURN_IF_ERROR(cu::KdaL2Norm(b.qc, R, H, d, 1.0f / std::sqrt(static_cast<float>(d))));
-  FERRY_RETURN_IF_ERROR(cu::KdaL2Norm(b.kc, R, H, d, 1.0f));
+  FERRY_RETURN_IF_ERROR(cu::KdaL2NormQk(b.qc, 1.0f / std::sqrt(static_cast<float>(d)), b.kc, R, H, d));
   for (size_t s = 0; s < b.segments.size(); ++s) {
     const int64_t begin = b.seg_begin[s], n = static_cast<int64_t>(b.segments[s].tokens.size());
     float* state = b.seqs[s]->state() + layout_->s[l];

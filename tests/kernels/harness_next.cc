@@ -288,6 +288,70 @@ Result RowInvariantCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out
   return r;
 }
 
+// The one-launch forms against the single launches (KdaOpsCase checks those against the CPU), bit
+// for bit: KdaConvSiluQkv* vs three KdaConvSilu* (outputs and tails, tails laid one after another),
+// KdaL2NormQk vs two KdaL2Norm; and MhcStreamsF32 against the CPU's copy of u into every stream.
+Result KdaQkvCase(std::mt19937& rng, int64_t n, int64_t H, int64_t d, int64_t K, bool bf16) {
+  Result r;
+  r.tolerance = 0.0;
+  const int64_t C = H * d, S = 4;
+  Device dev(&r.error);
+  std::vector<float> tails = RandomF32(3 * (K - 1) * C, 1.0f, 0.0f, rng), u = RandomF32(n * C, 1.0f, 0.0f, rng);
+  float* tail_one = dev.Upload(tails);
+  float* tail_three = dev.Upload(tails);
+  const uint16_t* xb[3];
+  const float* xf[3];
+  const float* w[3];
+  float *y_one[3], *y_three[3];
+  for (int i = 0; i < 3; ++i) {
+    std::vector<uint16_t> b;
+    std::vector<float> f;
+    RandomBf16(n * C, 1.0f, 0.0f, rng, &b, &f);
+    xb[i] = dev.Upload(b);
+    xf[i] = dev.Upload(f);
+    w[i] = dev.Upload(RandomF32(C * K, 0.5f, 0.0f, rng));
+    y_one[i] = dev.Poisoned<float>(n * C);
+    y_three[i] = dev.Poisoned<float>(n * C);
+  }
+  float* du = dev.Upload(u);
+  float* dh = dev.Poisoned<float>(n * S * C);
+  if (!r.error.empty()) return r;
+  if (bf16) {
+    HARNESS_CHECK_OK(cu::KdaConvSiluQkvBf16(xb, n, C, K, w, tail_one, y_one));
+    for (int i = 0; i < 3; ++i) {
+      HARNESS_CHECK_OK(cu::KdaConvSiluBf16(xb[i], n, C, K, w[i], tail_three + i * (K - 1) * C, y_three[i]));
+    }
+  } else {
+    HARNESS_CHECK_OK(cu::KdaConvSiluQkvF32(xf, n, C, K, w, tail_one, y_one));
+    for (int i = 0; i < 3; ++i) {
+      HARNESS_CHECK_OK(cu::KdaConvSiluF32(xf[i], n, C, K, w[i], tail_three + i * (K - 1) * C, y_three[i]));
+    }
+  }
+  const float qs = 1.0f / std::sqrt(static_cast<float>(d));
+  HARNESS_CHECK_OK(cu::KdaL2NormQk(y_one[0], qs, y_one[1], n, H, d));
+  HARNESS_CHECK_OK(cu::KdaL2Norm(y_three[0], n, H, d, qs));
+  HARNESS_CHECK_OK(cu::KdaL2Norm(y_three[1], n, H, d, 1.0f));
+  HARNESS_CHECK_OK(cu::MhcStreamsF32(du, n, S, C, dh));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  auto same = [&](const float* a, const float* b, size_t m) {
+    const std::vector<float> va = dev.Download(a, m), vb = dev.Download(b, m);
+    for (size_t i = 0; i < m && i < va.size() && i < vb.size(); ++i) {
+      r.mismatched += std::memcmp(&va[i], &vb[i], sizeof(float)) != 0;
+    }
+  };
+  for (int i = 0; i < 3; ++i) same(y_one[i], y_three[i], n * C);
+  same(tail_one, tail_three, 3 * (K - 1) * C);
+  std::vector<float> want_h(n * S * C);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < S; ++j) std::copy(&u[t * C], &u[t * C] + C, &want_h[(t * S + j) * C]);
+  }
+  const std::vector<float> got_h = dev.Download(dh, n * S * C);
+  if (!r.error.empty()) return r;
+  r.rel_err = RelErr(got_h, want_h, &r.unwritten);
+  r.note = "qkv conv, qk norm: one launch vs three/two, bit for bit; streams vs the CPU";
+  return r;
+}
+
 // The fused mHC input ops against their unfused launches, bit for bit: RmsNormLinearF32RowInvariant
 // vs RmsNormF32 (weight of ones) + LinearF32RowInvariant, and MhcMixInNorm* vs MhcMixIn + the
 // RMSNorm into y (u too); by norm against the CPU (RMSNorm then Linear; the mix then RMSNorm).
@@ -371,6 +435,10 @@ void AddNextCases(std::vector<Case>* cases) {
   add("kda conv+norm+decay+output n=9 heads=64 d=128 k=4 bf16", [](std::mt19937& g) { return KdaOpsCase(g, 9, 64, 128, 4, true); });
   add("pooled_keys len=90 kpool=4 dim=32 page=16 f32", [](std::mt19937& g) { return PooledKeysCase(g, 90, 4, 32, 16, false); });
   add("pooled_keys len=1000 kpool=4 dim=128 page=64 bf16", [](std::mt19937& g) { return PooledKeysCase(g, 1000, 4, 128, 64, true); });
+  add("kda qkv conv + qk norm in one launch, mhc streams n=3 heads=8 d=128 k=4 bf16",
+      [](std::mt19937& g) { return KdaQkvCase(g, 3, 8, 128, 4, true); });
+  add("kda qkv conv + qk norm in one launch, mhc streams n=5 heads=3 d=32 k=3 f32",
+      [](std::mt19937& g) { return KdaQkvCase(g, 5, 3, 32, 3, false); });
   add("mhc fused in rows=3 streams=4 dim=4096 logits=24 y=bf16",
       [](std::mt19937& g) { return MhcFusedCase(g, 3, 4, 4096, 24, true); });
   add("mhc fused in rows=5 streams=4 dim=128 logits=24 y=f32",
