@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "kernels/cuda/block_sum.cuh"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/mhc_row.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/paged.cuh"
@@ -60,20 +61,43 @@ __global__ void EmbeddingKernel(const __nv_bfloat16* __restrict__ table, int64_t
 // aligned, dim % 4 == 0, x aligned too), x is first written as MixInKernel's mix of them with pre
 // [rows, streams] (each element summed over the streams in ascending order, as MixInKernel), by
 // the thread that then reads it.
-template <typename T>
+// An mHC site's Sinkhorn inputs and outputs (MhcSinkhorn's, ops.h) for the fused kernel below.
+struct SinkhornSite {
+  const float* m = nullptr;
+  const float* scale = nullptr;
+  const float* base = nullptr;
+  float eps = 0.0f;
+  int64_t iters = 0;
+  float* post = nullptr;
+  float* comb = nullptr;
+};
+
+// S > 0 (with h): first the row's mHC weights from its logits (SinkhornRowLanes on warp 0, writing
+// pre, site.post and site.comb as MhcSinkhorn does), then the mix with that pre and the norm.
+template <typename T, int S>
 __global__ void __launch_bounds__(kNormThreads)
     RmsNormF32Kernel(float* x, int64_t dim, const T* __restrict__ w, float eps, T* y, const float* __restrict__ h,
-                     const float* __restrict__ pre, int streams) {
+                     float* pre, int streams, SinkhornSite site) {
   PdlLaunchDependents();
   PdlWait();
   __shared__ float scratch[32];
+  if constexpr (S > 0) {
+    if (threadIdx.x < 32) {
+      constexpr int G = SinkhornLanes(S), M = (2 + S) * S;
+      const int lane = threadIdx.x, l = lane % G;
+      const int64_t r = blockIdx.x;
+      SinkhornRowLanes<S>(site.m + r * M, site.scale, site.base, site.eps, site.iters, l, lane - l, lane < G,
+                          pre + r * S, site.post + r * S, site.comb + r * S * S);
+    }
+    __syncthreads();  // pre is read below by every thread of the block
+  }
   float* xr = x + blockIdx.x * dim;
   T* yr = y + blockIdx.x * dim;
   const bool vec = dim % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const int64_t pieces = vec ? dim / 4 : 0;
   if (h != nullptr) {  // the host checked vec
     const float* hr = h + blockIdx.x * streams * dim;
-    const float* pr = pre + blockIdx.x * streams;
+    const float* pr = pre + blockIdx.x * streams;  // written by this block when S > 0
 #pragma unroll 4
     for (int64_t p = threadIdx.x; p < pieces; p += kNormThreads) {
       float4 acc{0.0f, 0.0f, 0.0f, 0.0f};
@@ -120,6 +144,15 @@ __global__ void LayerNormKernel(const T* x, int64_t dim, const T* __restrict__ w
   // y may alias x: each thread reads and then writes only its own elements, after both sums.
   T* yr = y + blockIdx.x * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kThreads) yr[i] = FromF<T>((ToF(xr[i]) - mean) * inv * ToF(w[i]) + ToF(b[i]));
+}
+
+__global__ void ZeroKernel(uint32_t* x, int64_t n) {
+  PdlLaunchDependents();
+  PdlWait();
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[e] = 0u;
+  }
 }
 
 template <typename T>
@@ -274,9 +307,9 @@ absl::Status RmsNormF32ToBf16(const float* x, int64_t rows, int64_t dim, const u
     return absl::InvalidArgumentError(absl::StrCat("RmsNormF32ToBf16: rows ", rows, ", dim ", dim));
   }
   if (rows == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<__nv_bfloat16>, static_cast<unsigned>(rows), kNormThreads,
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<__nv_bfloat16, 0>, static_cast<unsigned>(rows), kNormThreads,
                                              0, S(stream), const_cast<float*>(x), dim, Bf(w), eps, Bf(y), nullptr,
-                                             nullptr, 0));
+                                             nullptr, 0, SinkhornSite{}));
   return absl::OkStatus();
 }
 
@@ -288,6 +321,14 @@ absl::Status LayerNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const u
   if (rows == 0) return absl::OkStatus();
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(LayerNormKernel<__nv_bfloat16>, static_cast<unsigned>(rows), kThreads, 0,
                                              S(stream), Bf(x), dim, Bf(w), Bf(b), eps, Bf(y)));
+  return absl::OkStatus();
+}
+
+absl::Status ZeroWords(void* x, int64_t n, void* stream) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("ZeroWords: n is ", n));
+  if (n == 0) return absl::OkStatus();
+  FERRY_CUDA_RETURN_IF_ERROR(
+      LaunchDependent(ZeroKernel, GridFor(n), kThreads, 0, S(stream), static_cast<uint32_t*>(x), n));
   return absl::OkStatus();
 }
 
@@ -384,8 +425,9 @@ absl::Status RmsNormF32(const float* x, int64_t rows, int64_t dim, const float* 
     return absl::InvalidArgumentError(absl::StrCat("RmsNormF32: rows ", rows, ", dim ", dim));
   }
   if (rows == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<float>, static_cast<unsigned>(rows), kNormThreads, 0,
-                                             S(stream), const_cast<float*>(x), dim, w, eps, y, nullptr, nullptr, 0));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<float, 0>, static_cast<unsigned>(rows), kNormThreads, 0,
+                                             S(stream), const_cast<float*>(x), dim, w, eps, y, nullptr, nullptr, 0,
+                                             SinkhornSite{}));
   return absl::OkStatus();
 }
 
@@ -468,12 +510,35 @@ absl::Status MixInNorm(const char* op, const float* h, const float* pre, int64_t
   const bool fused = dim % 4 == 0 && reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0;
   if (!fused) {  // the two launches the fused one equals
     FERRY_RETURN_IF_ERROR(MhcMixIn(h, pre, rows, streams, dim, u, stream));
-    FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T>, static_cast<unsigned>(rows), kNormThreads, 0,
-                                               S(stream), u, dim, w, eps, y, nullptr, nullptr, 0));
+    FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T, 0>, static_cast<unsigned>(rows), kNormThreads, 0,
+                                               S(stream), u, dim, w, eps, y, nullptr, nullptr, 0, SinkhornSite{}));
     return absl::OkStatus();
   }
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T>, static_cast<unsigned>(rows), kNormThreads, 0,
-                                             S(stream), u, dim, w, eps, y, h, pre, static_cast<int>(streams)));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T, 0>, static_cast<unsigned>(rows), kNormThreads, 0,
+                                             S(stream), u, dim, w, eps, y, h, const_cast<float*>(pre),
+                                             static_cast<int>(streams), SinkhornSite{}));
+  return absl::OkStatus();
+}
+
+// MhcSinkhorn then MixInNorm: one launch when the mix fuses and streams == 4 (the models' hc_mult;
+// the kernel is compiled for it alone), else MhcSinkhorn's launch then MixInNorm's.
+template <typename T>
+absl::Status SinkhornMixInNorm(const char* op, const float* m, const float* scale, const float* base, float hc_eps,
+                               int64_t iters, float* pre, float* post, float* comb, const float* h, int64_t rows,
+                               int64_t streams, int64_t dim, const T* w, float eps, float* u, T* y, void* stream) {
+  constexpr int kStreams = 4;
+  const bool fused = streams == kStreams && rows >= 0 && rows <= INT_MAX && dim >= 1 && dim % 4 == 0 &&
+                     reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0 &&
+                     m != nullptr && scale != nullptr && base != nullptr && pre != nullptr && post != nullptr &&
+                     comb != nullptr;
+  if (!fused) {
+    FERRY_RETURN_IF_ERROR(MhcSinkhorn(m, rows, streams, scale, base, hc_eps, iters, pre, post, comb, stream));
+    return MixInNorm(op, h, pre, rows, streams, dim, w, eps, u, y, stream);
+  }
+  if (rows == 0) return absl::OkStatus();
+  const SinkhornSite site{m, scale, base, hc_eps, iters, post, comb};
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T, kStreams>, static_cast<unsigned>(rows),
+                                             kNormThreads, 0, S(stream), u, dim, w, eps, y, h, pre, kStreams, site));
   return absl::OkStatus();
 }
 
@@ -487,6 +552,22 @@ absl::Status MhcMixInNormToBf16(const float* h, const float* pre, int64_t rows, 
 absl::Status MhcMixInNormF32(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
                              const float* w, float eps, float* u, float* y, void* stream) {
   return MixInNorm("MhcMixInNormF32", h, pre, rows, streams, dim, w, eps, u, y, stream);
+}
+
+absl::Status MhcSinkhornMixInNormToBf16(const float* m, const float* scale, const float* base, float hc_eps,
+                                        int64_t iters, float* pre, float* post, float* comb, const float* h,
+                                        int64_t rows, int64_t streams, int64_t dim, const uint16_t* w, float eps,
+                                        float* u, uint16_t* y, void* stream) {
+  return SinkhornMixInNorm("MhcSinkhornMixInNormToBf16", m, scale, base, hc_eps, iters, pre, post, comb, h, rows,
+                           streams, dim, Bf(w), eps, u, Bf(y), stream);
+}
+
+absl::Status MhcSinkhornMixInNormF32(const float* m, const float* scale, const float* base, float hc_eps,
+                                     int64_t iters, float* pre, float* post, float* comb, const float* h,
+                                     int64_t rows, int64_t streams, int64_t dim, const float* w, float eps, float* u,
+                                     float* y, void* stream) {
+  return SinkhornMixInNorm("MhcSinkhornMixInNormF32", m, scale, base, hc_eps, iters, pre, post, comb, h, rows,
+                           streams, dim, w, eps, u, y, stream);
 }
 
 }  // namespace ferry::kernels::cuda

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/mhc_row.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -14,7 +15,7 @@ namespace {
 
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float Sigmoid(float x) { return MhcSigmoid(x); }
 
 template <int S>
 __global__ void __launch_bounds__(kThreads)
@@ -75,9 +76,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The lane-per-cell form (S * S <= 32): the same values as MhcSinkhornKernel, bit for bit (every
-// sum is gathered from the cells by shuffles and added in that kernel's order), with the
-// iterations' dependent chain S times shorter.
+// The lane-per-cell form (S * S <= 32): SinkhornRowLanes (mhc_row.cuh) on a group of lanes a row.
 template <int S>
 __global__ void __launch_bounds__(kThreads)
     MhcSinkhornLanesKernel(const float* __restrict__ m, int64_t rows, const float* __restrict__ scale,
@@ -85,47 +84,20 @@ __global__ void __launch_bounds__(kThreads)
                            float* __restrict__ post, float* __restrict__ comb) {
   PdlLaunchDependents();
   PdlWait();
-  constexpr int M = (2 + S) * S;
-  constexpr int G = S * S <= 4 ? 4 : S * S <= 8 ? 8 : S * S <= 16 ? 16 : 32;  // lanes a row
+  constexpr int M = (2 + S) * S, G = SinkhornLanes(S);
   const int64_t t = (blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x) / G;
   const int l = threadIdx.x % G, first = (threadIdx.x & 31) - l;
-  const bool live = t < rows, cell = l < S * S;
-  const int i = cell ? l / S : S - 1, k = cell ? l % S : S - 1;  // spare lanes mirror the last cell
-  const float* mt = m + (live ? t : 0) * M;
-  const float s0 = scale[0], s1 = scale[1], s2 = scale[2];
-  if (live && l < S) {
-    pre[t * S + l] = Sigmoid(__fmul_rn(mt[l], s0) + base[l]) + eps;
-    post[t * S + l] = 2.0f * Sigmoid(__fmul_rn(mt[S + l], s1) + base[S + l]);
-  }
-  float c = __fmul_rn(mt[2 * S + i * S + k], s2) + base[2 * S + i * S + k];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int kk = 0; kk < S; ++kk) mx = fmaxf(mx, __shfl_sync(0xffffffffu, c, first + i * S + kk));
-  c = expf(c - mx);
-  float sum = 0.0f;
-#pragma unroll
-  for (int kk = 0; kk < S; ++kk) sum += __shfl_sync(0xffffffffu, c, first + i * S + kk);
-  c = c / sum + eps;
-  for (int64_t it = 0; it < (iters > 1 ? iters : 1); ++it) {
-    if (it > 0) {
-      float r = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < S; ++kk) r += __shfl_sync(0xffffffffu, c, first + i * S + kk);
-      c /= r + eps;
-    }
-    float col = 0.0f;
-#pragma unroll
-    for (int ii = 0; ii < S; ++ii) col += __shfl_sync(0xffffffffu, c, first + ii * S + k);
-    c /= col + eps;
-  }
-  if (live && cell) comb[t * S * S + l] = c;
+  const bool live = t < rows;
+  const int64_t tt = live ? t : 0;
+  SinkhornRowLanes<S>(m + tt * M, scale, base, eps, iters, l, first, live, pre + tt * S, post + tt * S,
+                      comb + tt * S * S);
 }
 
 template <int S>
 absl::Status Launch(const float* m, int64_t rows, const float* scale, const float* base, float eps, int64_t iters,
                     float* pre, float* post, float* comb, void* stream) {
   if constexpr (S * S <= 32) {
-    constexpr int64_t kLanes = S * S <= 4 ? 4 : S * S <= 8 ? 8 : S * S <= 16 ? 16 : 32;
+    constexpr int64_t kLanes = SinkhornLanes(S);
     const int64_t blocks = (rows * kLanes + kThreads - 1) / kThreads;
     FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MhcSinkhornLanesKernel<S>, static_cast<unsigned>(blocks), kThreads, 0,
                                                static_cast<cudaStream_t>(stream), m, rows, scale, base, eps, iters, pre,

@@ -233,6 +233,9 @@ absl::Status LayerNormBf16(const uint16_t* x, int64_t rows, int64_t dim, const u
 // x[i] += float(y[i]) for i < n: a bf16 block output added into the float32 residual stream.
 // CPU twin: the float loop `x[i] += y[i]` (exact: one rounding, the same one).
 absl::Status AddBf16ToF32(float* x, const uint16_t* y, int64_t n, void* stream = nullptr);
+// x[0, n) <- 0 for n 4-byte words (float32 zeros, int32 zeros), as a kernel in the stream: unlike
+// a memset it lets the kernels around it overlap their launches (pdl.cuh). REQUIRES: n >= 0.
+absl::Status ZeroWords(void* x, int64_t n, void* stream = nullptr);
 
 // Element casts: out[i] = float(in[i]) (exact), and out[i] = bf16(in[i]) round-to-nearest-even
 // (NaN stays NaN), as common/dtype.h's Bf16ToF32 / F32ToBf16 (exact twins).
@@ -472,6 +475,17 @@ absl::Status MhcMixInNormToBf16(const float* h, const float* pre, int64_t rows, 
                                 const uint16_t* w, float eps, float* u, uint16_t* y, void* stream = nullptr);
 absl::Status MhcMixInNormF32(const float* h, const float* pre, int64_t rows, int64_t streams, int64_t dim,
                              const float* w, float eps, float* u, float* y, void* stream = nullptr);
+// MhcSinkhorn (m, scale, base, hc_eps, iters -> pre, post, comb), then MhcMixInNorm* with that pre:
+// bit for bit those two calls, in one launch a row when streams == 4 and MhcMixInNorm* fuses (the
+// Sinkhorn on one warp of the row's block first). REQUIRES: both calls' requirements.
+absl::Status MhcSinkhornMixInNormToBf16(const float* m, const float* scale, const float* base, float hc_eps,
+                                        int64_t iters, float* pre, float* post, float* comb, const float* h,
+                                        int64_t rows, int64_t streams, int64_t dim, const uint16_t* w, float eps,
+                                        float* u, uint16_t* y, void* stream = nullptr);
+absl::Status MhcSinkhornMixInNormF32(const float* m, const float* scale, const float* base, float hc_eps,
+                                     int64_t iters, float* pre, float* post, float* comb, const float* h,
+                                     int64_t rows, int64_t streams, int64_t dim, const float* w, float eps, float* u,
+                                     float* y, void* stream = nullptr);
 // h[r, j, d] = u[r, d] for every stream j < streams (each stream starts as the embedding). h
 // [rows, streams, dim], u [rows, dim], float32. CPU twin: model/glm5_next.cc's stream start.
 // REQUIRES: streams, dim >= 1; h and u disjoint.

@@ -106,6 +106,21 @@ inline absl::Status MixInNorm(const float* h, const float* pre, int64_t rows, in
                               const float* w, float eps, float* u, float* y) {
   return cu::MhcMixInNormF32(h, pre, rows, streams, dim, w, eps, u, y);
 }
+// An mHC site's Sinkhorn, then MixInNorm with its pre (cu::MhcSinkhornMixInNorm*: one launch).
+inline absl::Status SinkhornMixInNorm(const float* m, const float* scale, const float* base, float hc_eps,
+                                      int64_t iters, float* pre, float* post, float* comb, const float* h,
+                                      int64_t rows, int64_t streams, int64_t dim, const bf16* w, float eps, float* u,
+                                      bf16* y) {
+  return cu::MhcSinkhornMixInNormToBf16(m, scale, base, hc_eps, iters, pre, post, comb, h, rows, streams, dim, w, eps,
+                                        u, y);
+}
+inline absl::Status SinkhornMixInNorm(const float* m, const float* scale, const float* base, float hc_eps,
+                                      int64_t iters, float* pre, float* post, float* comb, const float* h,
+                                      int64_t rows, int64_t streams, int64_t dim, const float* w, float eps, float* u,
+                                      float* y) {
+  return cu::MhcSinkhornMixInNormF32(m, scale, base, hc_eps, iters, pre, post, comb, h, rows, streams, dim, w, eps, u,
+                                     y);
+}
 // The float32 residual stream normed into the activation type.
 inline absl::Status NormResidual(const float* x, int64_t rows, int64_t dim, const bf16* w, float eps, bf16* y) {
   return cu::RmsNormF32ToBf16(x, rows, dim, w, eps, y);

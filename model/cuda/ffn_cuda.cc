@@ -149,7 +149,7 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
   FERRY_ASSIGN_OR_RETURN(s.group_count, ws.Take<int32_t>(groups));
   FERRY_ASSIGN_OR_RETURN(s.n_groups, ws.Take<int32_t>(1));
   FERRY_ASSIGN_OR_RETURN(s.error, ws.Take<int32_t>(1));
-  FERRY_RETURN_IF_ERROR(cu::DeviceFill(s.error, 0, sizeof(int32_t)));
+  FERRY_RETURN_IF_ERROR(cu::ZeroWords(s.error, 1));
   return s;
 }
 

@@ -185,7 +185,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     FERRY_RETURN_IF_ERROR(act::MhcMixOut(b.h, b.post, b.comb, b.y, R, S, D));
 
     FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_ffn, Ly.post_norm.as<T>(), b));
-    FERRY_RETURN_IF_ERROR(cu::DeviceFill(b.yf, 0, static_cast<size_t>(R * D) * sizeof(float)));
+    FERRY_RETURN_IF_ERROR(cu::ZeroWords(b.yf, R * D));
     FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf, b.tap));
     FERRY_RETURN_IF_ERROR(cu::MhcMixOutF32(b.h, b.post, b.comb, b.yf, R, S, D));
     if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
@@ -214,7 +214,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
 }
 
 // An mHC site's mixing weights (b.pre, b.post, b.comb), its input b.u (float32) and that input
-// normed by `norm` into b.a: three launches (normed mixing logits, Sinkhorn, mix and norm).
+// normed by `norm` into b.a: two launches (normed mixing logits; Sinkhorn, mix and norm).
 template <typename T>
 absl::Status Glm5NextCuda::MhcIn(const Mhc& m, const T* norm, Step<T>& b) {
   const ModelConfig& c = config_;
@@ -222,9 +222,9 @@ absl::Status Glm5NextCuda::MhcIn(const Mhc& m, const T* norm, Step<T>& b) {
   // Row-invariant (not cuBLAS): the mixing weights of a token must not depend on the batch, or a
   // last-bit change can flip a bf16 rounding downstream (decode vs prefill).
   FERRY_RETURN_IF_ERROR(cu::RmsNormLinearF32RowInvariant(b.h, R, S * D, c.rms_norm_eps, m.fn.as<float>(), M, b.m));
-  FERRY_RETURN_IF_ERROR(cu::MhcSinkhorn(b.m, R, S, m.scale.as<const float>(), m.base.as<const float>(), c.hc_eps,
-                                        c.hc_sinkhorn_iters, b.pre, b.post, b.comb));
-  return act::MixInNorm(b.h, b.pre, R, S, D, norm, c.rms_norm_eps, b.u, b.a);
+  return act::SinkhornMixInNorm(b.m, m.scale.as<const float>(), m.base.as<const float>(), c.hc_eps,
+                                c.hc_sinkhorn_iters, b.pre, b.post, b.comb, b.h, R, S, D, norm, c.rms_norm_eps, b.u,
+                                b.a);
 }
 
 // KDA of b.a into b.y. Naive: the recurrence runs one token a launch, also in prefill.

@@ -401,10 +401,46 @@ Result MhcFusedCase(std::mt19937& rng, int64_t rows, int64_t S, int64_t D, int64
     HARNESS_CHECK_OK(cu::MhcMixIn(dh, dpre, rows, S, D, du2));
     HARNESS_CHECK_OK(cu::RmsNormF32(du2, rows, D, dwf, eps, dyf2));
   }
+  // The Sinkhorn folded in too (one launch when S == 4): pre, post, comb, u and y as MhcSinkhorn then
+  // MhcMixInNorm*, on the logits just made.
+  const std::vector<float> scale = {0.9f, 1.1f, 0.7f}, base = RandomF32(M, 0.5f, 0.0f, rng);
+  float* dscale = dev.Upload(scale);
+  float* dbase = dev.Upload(base);
+  float *pre1 = dev.Poisoned<float>(rows * S), *post1 = dev.Poisoned<float>(rows * S);
+  float *comb1 = dev.Poisoned<float>(rows * S * S), *pre2 = dev.Poisoned<float>(rows * S);
+  float *post2 = dev.Poisoned<float>(rows * S), *comb2 = dev.Poisoned<float>(rows * S * S);
+  float *su1 = dev.Poisoned<float>(rows * D), *su2 = dev.Poisoned<float>(rows * D);
+  float *sy1 = dev.Poisoned<float>(rows * D), *sy2 = dev.Poisoned<float>(rows * D);
+  uint16_t *sb1 = dev.Poisoned<uint16_t>(rows * D), *sb2 = dev.Poisoned<uint16_t>(rows * D);
+  if (!r.error.empty()) return r;
+  const bool sink = M == (2 + S) * S;
+  if (sink) {
+    HARNESS_CHECK_OK(cu::MhcSinkhorn(dm, rows, S, dscale, dbase, 1e-6f, 20, pre2, post2, comb2));
+    if (bf16_y) {
+      HARNESS_CHECK_OK(cu::MhcSinkhornMixInNormToBf16(dm, dscale, dbase, 1e-6f, 20, pre1, post1, comb1, dh, rows, S,
+                                                      D, dwb, eps, su1, sb1));
+      HARNESS_CHECK_OK(cu::MhcMixInNormToBf16(dh, pre2, rows, S, D, dwb, eps, su2, sb2));
+    } else {
+      HARNESS_CHECK_OK(cu::MhcSinkhornMixInNormF32(dm, dscale, dbase, 1e-6f, 20, pre1, post1, comb1, dh, rows, S, D,
+                                                   dwf, eps, su1, sy1));
+      HARNESS_CHECK_OK(cu::MhcMixInNormF32(dh, pre2, rows, S, D, dwf, eps, su2, sy2));
+    }
+  }
   HARNESS_CHECK_OK(cu::Synchronize());
   auto same = [&](const auto& a, const auto& b) {
     for (size_t i = 0; i < a.size(); ++i) r.mismatched += std::memcmp(&a[i], &b[i], sizeof(a[i])) != 0;
   };
+  if (sink) {
+    same(dev.Download(pre1, rows * S), dev.Download(pre2, rows * S));
+    same(dev.Download(post1, rows * S), dev.Download(post2, rows * S));
+    same(dev.Download(comb1, rows * S * S), dev.Download(comb2, rows * S * S));
+    same(dev.Download(su1, rows * D), dev.Download(su2, rows * D));
+    if (bf16_y) {
+      same(dev.Download(sb1, rows * D), dev.Download(sb2, rows * D));
+    } else {
+      same(dev.Download(sy1, rows * D), dev.Download(sy2, rows * D));
+    }
+  }
   const std::vector<float> m = dev.Download(dm, rows * M), m2 = dev.Download(dm2, rows * M);
   const std::vector<float> u = dev.Download(du, rows * D), u2 = dev.Download(du2, rows * D);
   same(m, m2);
@@ -421,7 +457,8 @@ Result MhcFusedCase(std::mt19937& rng, int64_t rows, int64_t S, int64_t D, int64
   if (!r.error.empty()) return r;
   r.rel_err = std::max({RelErr(m, want_m, &r.unwritten), RelErr(u, want_u, &r.unwritten),
                         RelErr(y, want_y, &r.unwritten)});
-  r.note = "fused vs unfused launches bit for bit; logits, u, y vs the CPU: the worst";
+  r.note = "fused vs unfused launches bit for bit (and the Sinkhorn folded in when M = (2+S)S); logits, u, y vs "
+           "the CPU: the worst";
   return r;
 }
 
@@ -439,12 +476,14 @@ void AddNextCases(std::vector<Case>* cases) {
       [](std::mt19937& g) { return KdaQkvCase(g, 3, 8, 128, 4, true); });
   add("kda qkv conv + qk norm in one launch, mhc streams n=5 heads=3 d=32 k=3 f32",
       [](std::mt19937& g) { return KdaQkvCase(g, 5, 3, 32, 3, false); });
-  add("mhc fused in rows=3 streams=4 dim=4096 logits=24 y=bf16",
+  add("mhc fused in (+ sinkhorn) rows=3 streams=4 dim=4096 logits=24 y=bf16",
       [](std::mt19937& g) { return MhcFusedCase(g, 3, 4, 4096, 24, true); });
-  add("mhc fused in rows=5 streams=4 dim=128 logits=24 y=f32",
+  add("mhc fused in (+ sinkhorn) rows=5 streams=4 dim=128 logits=24 y=f32",
       [](std::mt19937& g) { return MhcFusedCase(g, 5, 4, 128, 24, false); });
+  add("mhc fused in (+ sinkhorn, unfused: 3 streams) rows=2 streams=3 dim=32 logits=15 y=f32",
+      [](std::mt19937& g) { return MhcFusedCase(g, 2, 3, 32, 15, false); });
   add("mhc fused in rows=2 streams=3 dim=30 logits=15 y=f32 (unaligned widths: scalar paths)",
-      [](std::mt19937& g) { return MhcFusedCase(g, 2, 3, 30, 15, false); });
+      [](std::mt19937& g) { return MhcFusedCase(g, 2, 3, 30, 16, false); });
   add("linear_f32_row_invariant rows=49 in=512 out=24", [](std::mt19937& g) { return RowInvariantCase(g, 49, 512, 24); });
   add("linear_f32_row_invariant rows=7 in=16384 out=24", [](std::mt19937& g) { return RowInvariantCase(g, 7, 16384, 24); });
   add("expand_pool_selection kpool=4 keep=4", [](std::mt19937& g) { return ExpandCase(g, 4, 4); });
