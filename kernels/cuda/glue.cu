@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void MoeCombineKernel(const T* __restrict__ slots, const float* __restrict__ weights,
                                  const T* __restrict__ shared, int64_t top_k, int64_t dim, int64_t total,
-                                 float* __restrict__ x) {
+                                 bool assign, float* __restrict__ x) {
   PdlLaunchDependents();
   PdlWait();
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < total;
@@ -270,7 +270,7 @@ __global__ void MoeCombineKernel(const T* __restrict__ slots, const float* __res
       y = __fadd_rn(y, __fmul_rn(ToF(slots[(r * top_k + j) * dim + i]), weights[r * top_k + j]));
     }
     if (shared != nullptr) y = __fadd_rn(y, ToF(shared[e]));
-    x[e] += y;
+    x[e] = assign ? y : x[e] + y;
   }
 }
 
@@ -405,7 +405,7 @@ absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t
 }
 
 absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const uint16_t* shared, int64_t rows,
-                           int64_t top_k, int64_t dim, float* x, void* stream) {
+                           int64_t top_k, int64_t dim, float* x, void* stream, bool assign) {
   if (rows < 0 || top_k < 0 || dim < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("MoeCombineF32: rows ", rows, ", top_k ", top_k, ", dim ", dim, " (need top_k >= 0, dim >= 1)"));
@@ -415,7 +415,8 @@ absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const ui
     return absl::InvalidArgumentError("MoeCombineF32: null slots, weights or x");
   }
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MoeCombineKernel<__nv_bfloat16>, GridFor(rows * dim), kThreads, 0,
-                                             S(stream), Bf(slots), weights, Bf(shared), top_k, dim, rows * dim, x));
+                                             S(stream), Bf(slots), weights, Bf(shared), top_k, dim, rows * dim, assign,
+                                             x));
   return absl::OkStatus();
 }
 
@@ -483,7 +484,7 @@ absl::Status WritePagedRowsF32(const float* src, int64_t rows, int64_t src_strid
 }
 
 absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const float* shared, int64_t rows,
-                                int64_t top_k, int64_t dim, float* x, void* stream) {
+                                int64_t top_k, int64_t dim, float* x, void* stream, bool assign) {
   if (rows < 0 || top_k < 0 || dim < 1) {
     return absl::InvalidArgumentError(absl::StrCat("MoeCombineF32Slots: rows ", rows, ", top_k ", top_k, ", dim ", dim,
                                                    " (need top_k >= 0, dim >= 1)"));
@@ -493,7 +494,7 @@ absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const 
     return absl::InvalidArgumentError("MoeCombineF32Slots: null slots, weights or x");
   }
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MoeCombineKernel<float>, GridFor(rows * dim), kThreads, 0, S(stream),
-                                             slots, weights, shared, top_k, dim, rows * dim, x));
+                                             slots, weights, shared, top_k, dim, rows * dim, assign, x));
   return absl::OkStatus();
 }
 

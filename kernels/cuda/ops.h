@@ -319,13 +319,13 @@ absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t
 // The MoE combine, into the float32 residual stream, per row r and channel i:
 //   y = sum_{j < top_k} weights[r, j] * float(slots[(r * top_k + j), i])   (j ascending)
 //   y += float(shared[r, i])   (when shared is non-null)
-//   x[r, i] += y
+//   x[r, i] += y   (x[r, i] = y with assign: x need not be initialised)
 // slots [rows * top_k, dim] bf16 (expert outputs of each row's chosen experts, in the order
 // MoeRoute lists them), weights [rows, top_k] float32, shared [rows, dim] bf16 or null.
 // CPU twin: model::MoeForward's combine (same order of operations), then the residual add.
 // REQUIRES: top_k >= 0, dim >= 1.
 absl::Status MoeCombineF32(const uint16_t* slots, const float* weights, const uint16_t* shared, int64_t rows,
-                           int64_t top_k, int64_t dim, float* x, void* stream = nullptr);
+                           int64_t top_k, int64_t dim, float* x, void* stream = nullptr, bool assign = false);
 
 // ---- Decode-sized products (gemv.cu): memory-bound, no host round trip ----
 // LinearBf16's contract for 1 <= rows <= kGemvMaxRows, read at the memory rate: every matrix row
@@ -448,7 +448,7 @@ absl::Status WritePagedRowsF32(const float* src, int64_t rows, int64_t src_strid
 absl::Status AddF32(float* x, const float* y, int64_t n, void* stream = nullptr);
 // MoeCombineF32's contract with float32 expert outputs (slots, shared).
 absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const float* shared, int64_t rows,
-                                int64_t top_k, int64_t dim, float* x, void* stream = nullptr);
+                                int64_t top_k, int64_t dim, float* x, void* stream = nullptr, bool assign = false);
 // MlaDecodeAttention's contract (selection, softmax, empty and bad selections) with float32 queries,
 // cache and output. REQUIRES: heads >= 1, 1 <= latent <= 1024, rope >= 0, rows * heads <= INT32_MAX.
 absl::Status MlaDecodeAttentionF32(const float* q_abs, const float* q_pe, int64_t rows, int64_t heads,

@@ -171,12 +171,12 @@ inline absl::Status WritePaged(const float* src, int64_t rows, int64_t src_strid
 inline absl::Status AddResidual(float* x, const bf16* y, int64_t n) { return cu::AddBf16ToF32(x, y, n); }
 inline absl::Status AddResidual(float* x, const float* y, int64_t n) { return cu::AddF32(x, y, n); }
 inline absl::Status MoeCombine(const bf16* slots, const float* weights, const bf16* shared, int64_t rows,
-                               int64_t top_k, int64_t dim, float* x) {
-  return cu::MoeCombineF32(slots, weights, shared, rows, top_k, dim, x);
+                               int64_t top_k, int64_t dim, float* x, bool assign = false) {
+  return cu::MoeCombineF32(slots, weights, shared, rows, top_k, dim, x, nullptr, assign);
 }
 inline absl::Status MoeCombine(const float* slots, const float* weights, const float* shared, int64_t rows,
-                               int64_t top_k, int64_t dim, float* x) {
-  return cu::MoeCombineF32Slots(slots, weights, shared, rows, top_k, dim, x);
+                               int64_t top_k, int64_t dim, float* x, bool assign = false) {
+  return cu::MoeCombineF32Slots(slots, weights, shared, rows, top_k, dim, x, nullptr, assign);
 }
 inline absl::Status MlaDecode(const bf16* q_abs, const bf16* q_pe, int64_t rows, int64_t heads, int64_t latent,
                               int64_t rope, const cu::PagedCacheBf16& cache, const int32_t* sel,

@@ -61,7 +61,7 @@ absl::Status ExpertLinears(const std::vector<ExpertProblem<T>>& p, int64_t in, i
 
 // The decode dispatch (FfnAdd's first way, ffn_cuda.h): routing in s.experts / s.route_w already.
 absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
-                         const FfnScratch<uint16_t>& s, uint16_t* y, float* x) {
+                         const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign) {
   const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
   const bool shared = f.has_shared;
   const cu::MoePairs p{s.group_expert, s.group_start, s.group_count, s.n_groups, s.order, s.src_row};
@@ -72,7 +72,7 @@ absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t*
   FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, R * K + (shared ? R : 0), MI, 2 * MI, c.swiglu_limit, s.h));
   FERRY_RETURN_IF_ERROR(cu::MoeGemvBf16(f.down_table.as<const uint16_t* const>(), p, groups, R, s.h,
                                         /*gather_x=*/false, MI, D, s.slots, /*scatter_y=*/true, y));
-  return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x);
+  return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x, assign);
 }
 
 }  // namespace
@@ -155,11 +155,11 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 
 template <typename T>
 absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t R, const FfnScratch<T>& s, T* y,
-                    float* x, const DecisionTap& tap) {
+                    float* x, const DecisionTap& tap, bool assign) {
   const int64_t D = c.hidden_size;
   if (f.dense) {
     FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s.gu, s.h, y));
-    return act::AddResidual(x, y, R * D);
+    return assign ? act::ToF32(y, R * D, x) : act::AddResidual(x, y, R * D);
   }
   const int64_t E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
   FERRY_RETURN_IF_ERROR(act::LinearToF32(a, R, D, f.router.as<T>(), E, 1.0f, s.logits));
@@ -170,7 +170,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
     const bool widths_fit = c.hidden_size % 8 == 0 && MI % 8 == 0;  // MoeGemvBf16's 16-byte pieces
     if (f.gate_up_table.get() != nullptr && shared_fits && widths_fit && R <= kMoeGemvMaxRows &&
         R * K <= cu::kMoeMaxPairs) {
-      return MoeOnDevice(f, c, a, R, s, y, x);
+      return MoeOnDevice(f, c, a, R, s, y, x, assign);
     }
   }
 
@@ -225,7 +225,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
     if (!fuse_shared) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
     shared = y;
   }
-  return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x);
+  return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x, assign);
 }
 
 absl::Status FfnErrorStatus(int32_t error, int64_t n_experts) {
@@ -239,8 +239,8 @@ absl::Status FfnErrorStatus(int32_t error, int64_t n_experts) {
 template absl::StatusOr<FfnScratch<uint16_t>> TakeFfnScratch<uint16_t>(Workspace&, const ModelConfig&, int64_t);
 template absl::StatusOr<FfnScratch<float>> TakeFfnScratch<float>(Workspace&, const ModelConfig&, int64_t);
 template absl::Status FfnAdd<uint16_t>(const CudaFfn&, const ModelConfig&, const uint16_t*, int64_t,
-                                       const FfnScratch<uint16_t>&, uint16_t*, float*, const DecisionTap&);
+                                       const FfnScratch<uint16_t>&, uint16_t*, float*, const DecisionTap&, bool);
 template absl::Status FfnAdd<float>(const CudaFfn&, const ModelConfig&, const float*, int64_t, const FfnScratch<float>&,
-                                    float*, float*, const DecisionTap&);
+                                    float*, float*, const DecisionTap&, bool);
 
 }  // namespace ferry::model::cuda

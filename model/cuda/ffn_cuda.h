@@ -55,7 +55,7 @@ struct FfnScratch {
 template <typename T>
 absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t rows);
 
-// x [R, hidden] float32 += FFN(a), a [R, hidden] of type T; y [R, hidden] T is scratch.
+// x [R, hidden] float32 += FFN(a) (= with assign), a [R, hidden] of type T; y [R, hidden] T is scratch.
 // MoE dispatch, two ways:
 //  - decode-sized batches in bf16 (R <= kMoeGemvMaxRows, the shared expert absent or one expert
 //    wide): on the device alone. MoeGroupPairs orders the (row, slot) pairs by expert and
@@ -66,11 +66,12 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 //    one-expert-wide shared expert) side by side on the side streams of GroupedLinearBf16.
 // MoeCombine then sums each row's slots in model::MoeForward's order, with the shared expert.
 // `tap` (off by default) sees the routing right after MoeRoute and may pin it (decision_tap.h).
+// With `assign`, x = FFN(a) instead of x += FFN(a) (x need not be initialised; no zero fill).
 // Instantiated for uint16_t and float (ffn_cuda.cc).
 inline constexpr int64_t kMoeGemvMaxRows = 64;
 template <typename T>
 absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t rows, const FfnScratch<T>& s, T* y,
-                    float* x, const DecisionTap& tap = {});
+                    float* x, const DecisionTap& tap = {}, bool assign = false);
 
 // After a step that ran FfnAdd, given its error word (FfnScratch::error, 4 bytes; 0 when the
 // scratch has none): INTERNAL when the decode dispatch met an expert id outside [0, n_experts) (a

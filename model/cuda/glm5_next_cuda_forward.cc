@@ -185,8 +185,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     FERRY_RETURN_IF_ERROR(act::MhcMixOut(b.h, b.post, b.comb, b.y, R, S, D));
 
     FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_ffn, Ly.post_norm.as<T>(), b));
-    FERRY_RETURN_IF_ERROR(cu::ZeroWords(b.yf, R * D));
-    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf, b.tap));
+    FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf, b.tap, /*assign=*/true));
     FERRY_RETURN_IF_ERROR(cu::MhcMixOutF32(b.h, b.post, b.comb, b.yf, R, S, D));
     if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
   }

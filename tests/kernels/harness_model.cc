@@ -2,6 +2,7 @@
 // batched Linears): each against the plain loop or CPU op its contract names. Ops that only move
 // or cast values are compared exactly (every element, untouched ones included); float32
 // reductions in the CPU's order to 1e-6; bf16 outputs to 1e-2 (output rounding about 2^-9).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -313,11 +314,22 @@ Result MoeCombineCase(std::mt19937& rng, int64_t rows, int64_t top_k, int64_t di
   float* dw = dev.Upload(w);
   float* dx = dev.Upload(x);
   if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::MoeCombineF32(s, dw, h, rows, top_k, dim, dx));
-  HARNESS_CHECK_OK(cu::Synchronize());
-  std::vector<float> got = dev.Download(dx, rows * dim);
+  // And with assign into a poisoned x: the combine alone (x + it, as above, minus x's part).
+  std::vector<float> zeros(rows * dim, 0.0f), want_assign(rows * dim);
+  for (size_t i = 0; i < want_assign.size(); ++i) want_assign[i] = want[i] - x[i];
+  float* dz = dev.Upload(zeros);
+  float* da = dev.Poisoned<float>(rows * dim);
   if (!r.error.empty()) return r;
-  r.rel_err = RelErr(got, want, &r.unwritten);
+  HARNESS_CHECK_OK(cu::MoeCombineF32(s, dw, h, rows, top_k, dim, dx));
+  HARNESS_CHECK_OK(cu::MoeCombineF32(s, dw, h, rows, top_k, dim, dz));
+  HARNESS_CHECK_OK(cu::MoeCombineF32(s, dw, h, rows, top_k, dim, da, nullptr, /*assign=*/true));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  std::vector<float> got = dev.Download(dx, rows * dim), added = dev.Download(dz, rows * dim),
+                     assigned = dev.Download(da, rows * dim);
+  if (!r.error.empty()) return r;
+  for (size_t i = 0; i < added.size(); ++i) r.mismatched += std::memcmp(&added[i], &assigned[i], sizeof(float)) != 0;
+  r.rel_err = std::max(RelErr(got, want, &r.unwritten), RelErr(assigned, want_assign, &r.unwritten));
+  r.note = "add into x; assign equals the add into zeros bit for bit";
   return r;
 }
 
