@@ -113,7 +113,8 @@ int RunGemvBench() {
       {"glm-5.2 indexer wq_b", 2048, 4096, false}, {"glm-5.2 o_proj", 16384, 6144, false},
       {"glm-5.2 mlp gate_up", 6144, 24576, false}, {"glm-5.2 mlp down", 12288, 6144, false},
       {"glm-5.2 experts gate_up", 6144, 4096, true}, {"glm-5.2 experts down", 2048, 6144, true},
-      {"glm-5.3-flash kda q/k/v/o", 4096, 4096, false}, {"glm-5.3-flash kda f_a", 4096, 128, false},
+      {"glm-5.3-flash kda q/k/v", 4096, 8192, false}, {"glm-5.3-flash kda o", 8192, 4096, false},
+      {"glm-5.3-flash kda f_a", 4096, 128, false},
       {"glm-5.3-flash experts gate_up", 4096, 4096, true}, {"glm-5.3-flash experts down", 2048, 4096, true},
   };
   int failed = 0;
