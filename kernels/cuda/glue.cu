@@ -307,9 +307,9 @@ absl::Status RmsNormF32ToBf16(const float* x, int64_t rows, int64_t dim, const u
     return absl::InvalidArgumentError(absl::StrCat("RmsNormF32ToBf16: rows ", rows, ", dim ", dim));
   }
   if (rows == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<__nv_bfloat16, 0>, static_cast<unsigned>(rows), kNormThreads,
-                                             0, S(stream), const_cast<float*>(x), dim, Bf(w), eps, Bf(y), nullptr,
-                                             nullptr, 0, SinkhornSite{}));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<__nv_bfloat16, 0>, static_cast<unsigned>(rows),
+                                             kNormThreads, 0, S(stream), const_cast<float*>(x), dim, Bf(w), eps, Bf(y),
+                                             nullptr, nullptr, 0, SinkhornSite{}));
   return absl::OkStatus();
 }
 
@@ -508,7 +508,8 @@ absl::Status MixInNorm(const char* op, const float* h, const float* pre, int64_t
         absl::StrCat(op, ": rows ", rows, ", streams ", streams, ", dim ", dim, " (need 1 <= streams <= 8)"));
   }
   if (rows == 0) return absl::OkStatus();
-  const bool fused = dim % 4 == 0 && reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0;
+  const bool fused =
+      dim % 4 == 0 && reinterpret_cast<uintptr_t>(h) % 16 == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0;
   if (!fused) {  // the two launches the fused one equals
     FERRY_RETURN_IF_ERROR(MhcMixIn(h, pre, rows, streams, dim, u, stream));
     FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T, 0>, static_cast<unsigned>(rows), kNormThreads, 0,
@@ -538,8 +539,8 @@ absl::Status SinkhornMixInNorm(const char* op, const float* m, const float* scal
   }
   if (rows == 0) return absl::OkStatus();
   const SinkhornSite site{m, scale, base, hc_eps, iters, post, comb};
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T, kStreams>, static_cast<unsigned>(rows),
-                                             kNormThreads, 0, S(stream), u, dim, w, eps, y, h, pre, kStreams, site));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RmsNormF32Kernel<T, kStreams>, static_cast<unsigned>(rows), kNormThreads,
+                                             0, S(stream), u, dim, w, eps, y, h, pre, kStreams, site));
   return absl::OkStatus();
 }
 

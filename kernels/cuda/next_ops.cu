@@ -246,23 +246,26 @@ __global__ void PooledKeysKernel(PagedViewOf<T> keys, PagedViewOf<T> gates, Page
   }
 }
 
+// A block a row, its threads striding over the row's output (one thread a row wrote 2,048 ids
+// one after another: 6.6 us).
 __global__ void ExpandKernel(const int32_t* __restrict__ ids, int64_t k, const int64_t* __restrict__ pos, int64_t rows,
                              int64_t kpool, const int32_t* __restrict__ offsets, int32_t* __restrict__ sel) {
   PdlLaunchDependents();
   PdlWait();
-  FERRY_GRID_LOOP(r, rows) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t t = pos[r], n = (t + 1) / kpool;
     int32_t* out = sel + offsets[r];
     if (n <= k) {
-      for (int64_t i = 0; i <= t; ++i) out[i] = static_cast<int32_t>(i);
+      for (int64_t i = threadIdx.x; i <= t; i += blockDim.x) out[i] = static_cast<int32_t>(i);
       continue;
     }
-    int64_t at = 0;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t p = ids[r * k + j];
-      for (int64_t i = 0; i < kpool; ++i) out[at++] = static_cast<int32_t>(p * kpool + i);
+    const int32_t* row_ids = ids + r * k;
+    for (int64_t e = threadIdx.x; e < k * kpool; e += blockDim.x) {
+      out[e] = static_cast<int32_t>(row_ids[e / kpool] * kpool + e % kpool);
     }
-    for (int64_t i = n * kpool; i <= t; ++i) out[at++] = static_cast<int32_t>(i);
+    for (int64_t i = n * kpool + threadIdx.x; i <= t; i += blockDim.x) {
+      out[k * kpool + (i - n * kpool)] = static_cast<int32_t>(i);
+    }
   }
 }
 
@@ -303,8 +306,8 @@ absl::Status ConvSilu(const ConvSets<T>& sets, int n_sets, int64_t n, int64_t ch
                                                    " (need channels >= 1, 2 <= kernel <= 8)"));
   }
   if (n == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ConvSiluKernel<T>, dim3(GridFor(channels), n_sets), kThreads, 0,
-                                             S(stream), sets, n, channels, static_cast<int>(kernel)));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ConvSiluKernel<T>, dim3(GridFor(channels), n_sets), kThreads, 0, S(stream),
+                                             sets, n, channels, static_cast<int>(kernel)));
   return absl::OkStatus();
 }
 
@@ -376,7 +379,9 @@ absl::Status RowDot(const char* op, const float* x, int64_t rows, int64_t in, co
                                                    " (need in, out >= 1, rows * out <= ", INT_MAX, ")"));
   }
   if (rows == 0) return absl::OkStatus();
-  if (x == nullptr || w == nullptr || y == nullptr) return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer"));
+  if (x == nullptr || w == nullptr || y == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": null pointer"));
+  }
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RowDotKernel, static_cast<unsigned>(rows * out), kNormThreads, 0,
                                              S(stream), x, in, w, out, norm, eps, y));
   return absl::OkStatus();
@@ -433,16 +438,16 @@ absl::Status KdaConvSiluQkvF32(const float* const x[3], int64_t n, int64_t chann
 absl::Status KdaL2Norm(float* x, int64_t rows, int64_t heads, int64_t d, float scale, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaL2Norm", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, GridFor(rows * heads * 32), kThreads, 0, S(stream), x,
-                                             scale, x, scale, d, rows * heads));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, GridFor(rows * heads * 32), kThreads, 0, S(stream), x, scale,
+                                             x, scale, d, rows * heads));
   return absl::OkStatus();
 }
 
 absl::Status KdaL2NormQk(float* q, float q_scale, float* k, int64_t rows, int64_t heads, int64_t d, void* stream) {
   FERRY_RETURN_IF_ERROR(CheckRows("KdaL2NormQk", rows, heads, d));
   if (rows == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, dim3(GridFor(rows * heads * 32), 2), kThreads, 0,
-                                             S(stream), q, q_scale, k, 1.0f, d, rows * heads));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(L2NormKernel, dim3(GridFor(rows * heads * 32), 2), kThreads, 0, S(stream),
+                                             q, q_scale, k, 1.0f, d, rows * heads));
   return absl::OkStatus();
 }
 
@@ -495,8 +500,8 @@ absl::Status ExpandPoolSelection(const int32_t* pool_ids, int64_t k, const int64
         absl::StrCat("ExpandPoolSelection: rows ", rows, ", k ", k, ", kpool ", kpool, " (need k >= 0, kpool >= 1)"));
   }
   if (rows == 0) return absl::OkStatus();
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ExpandKernel, GridFor(rows), kThreads, 0, S(stream), pool_ids, k, pos,
-                                             rows, kpool, offsets, sel));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ExpandKernel, static_cast<unsigned>(std::min<int64_t>(rows, 65535)),
+                                             kThreads, 0, S(stream), pool_ids, k, pos, rows, kpool, offsets, sel));
   return absl::OkStatus();
 }
 
