@@ -108,7 +108,6 @@ absl::Status Launch(const float* m, int64_t rows, const float* scale, const floa
                                                static_cast<cudaStream_t>(stream), m, rows, scale, base, eps, iters, pre,
                                                post, comb));
   }
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
 

@@ -57,12 +57,17 @@ __global__ void __launch_bounds__(kThreads)
     for (int shift = 24; shift >= 0; shift -= 8) {
       for (int b = tid; b < 256; b += kThreads) hist[b] = 0;
       __syncthreads();
-      for (int64_t i = tid; i < n; i += kThreads) {
+      for (int64_t base = 0; base < n; base += kThreads) {
         // Warp-aggregated: the lanes with the same bin add their count once (scores of one row
-        // share their top bits, and 1024 atomics on one bin serialize).
-        const uint32_t key = Key(row[i]);
-        const int bin = (key & mask) == prefix ? static_cast<int>((key >> shift) & 255u) : -1;
-        const unsigned peers = __match_any_sync(__activemask(), bin);
+        // share their top bits, and 1024 atomics on one bin serialize). The trip count is the
+        // block's, so every lane of a warp reaches the full-mask match (lanes past n carry -1).
+        const int64_t i = base + tid;
+        int bin = -1;
+        if (i < n) {
+          const uint32_t key = Key(row[i]);
+          if ((key & mask) == prefix) bin = static_cast<int>((key >> shift) & 255u);
+        }
+        const unsigned peers = __match_any_sync(0xffffffffu, bin);
         if (bin >= 0 && (tid & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
       }
       __syncthreads();

@@ -177,9 +177,10 @@ absl::StatusOr<std::vector<void*>> StepUpload::Send(Workspace& ws, std::initiali
   }
   if (total > bytes_) {
     const size_t want = std::max(total, 2 * bytes_);
-    if (host_ != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(host_));
-    host_ = nullptr;
+    void* old = host_;
+    host_ = nullptr;  // never left pointing at freed memory, even when the free fails
     bytes_ = 0;
+    if (old != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(old));
     FERRY_ASSIGN_OR_RETURN(host_, cu::PinnedAlloc(want));
     bytes_ = want;
   }
@@ -206,9 +207,10 @@ absl::Status StepDownload::Receive(std::initializer_list<Part> parts) {
   for (const Part& p : parts) total += (p.bytes + kAlign - 1) / kAlign * kAlign;
   if (total > bytes_) {
     const size_t want = std::max(total, 2 * bytes_);
-    if (host_ != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(host_));
-    host_ = nullptr;
+    void* old = host_;
+    host_ = nullptr;  // never left pointing at freed memory, even when the free fails
     bytes_ = 0;
+    if (old != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(old));
     FERRY_ASSIGN_OR_RETURN(host_, cu::PinnedAlloc(want));
     bytes_ = want;
   }

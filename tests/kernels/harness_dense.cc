@@ -383,9 +383,10 @@ void AddDenseCases(std::vector<Case>* cases) {
                       [=](std::mt19937& rng) { return LinearCase(rng, rows, in, out, false); }});
   }
   // Decode-sized batches (GemvBf16): GLM-5.3-Flash KDA q_proj at batch 4, GLM-5.2 o_proj at 3,
+  // GLM-5.3-Flash's KDA o_proj at 2 (the two-vector kernel),
   // the indexer's key projection (few outputs: every warp of a block on one row set).
-  for (auto [rows, in, out] :
-       std::vector<std::tuple<int64_t, int64_t, int64_t>>{{4, 4096, 4096}, {3, 16384, 6144}, {1, 6144, 130}}) {
+  for (auto [rows, in, out] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {4, 4096, 4096}, {3, 16384, 6144}, {2, 8192, 4096}, {1, 6144, 130}}) {
     cases->push_back({absl::StrCat("linear_bf16 gemv rows=", rows, " in=", in, " out=", out, " (rows alone too)"),
                       [=](std::mt19937& rng) { return LinearCase(rng, rows, in, out, true); }});
   }
@@ -395,7 +396,8 @@ void AddDenseCases(std::vector<Case>* cases) {
   const std::vector<std::pair<int64_t, int64_t>> kda = {{4096, 4096}, {4096, 4096}, {4096, 4096}, {4096, 128},
                                                         {4096, 128}};
   const std::vector<std::pair<int64_t, int64_t>> dsa = {{6144, 2048}, {6144, 512}, {6144, 64}, {6144, 128}, {24, 7}};
-  for (auto [rows, shapes, name] : std::vector<std::tuple<int64_t, std::vector<std::pair<int64_t, int64_t>>, const char*>>{
+  using Shapes = std::vector<std::pair<int64_t, int64_t>>;
+  for (auto [rows, shapes, name] : std::vector<std::tuple<int64_t, Shapes, const char*>>{
            {1, kda, "kda"}, {3, kda, "kda"}, {1, dsa, "dsa+ragged"}, {6, dsa, "dsa+ragged"}}) {
     cases->push_back({absl::StrCat("linear_bf16_many rows=", rows, " ", name, " (each alone too)"),
                       [=](std::mt19937& rng) { return LinearManyCase(rng, rows, shapes); }});

@@ -480,9 +480,9 @@ void AddNextCases(std::vector<Case>* cases) {
       [](std::mt19937& g) { return MhcFusedCase(g, 3, 4, 4096, 24, true); });
   add("mhc fused in (+ sinkhorn) rows=5 streams=4 dim=128 logits=24 y=f32",
       [](std::mt19937& g) { return MhcFusedCase(g, 5, 4, 128, 24, false); });
-  add("mhc fused in (+ sinkhorn, unfused: 3 streams) rows=2 streams=3 dim=32 logits=15 y=f32",
+  add("mhc fused in (+ sinkhorn: 3 streams take the two-launch path) rows=2 streams=3 dim=32 logits=15 y=f32",
       [](std::mt19937& g) { return MhcFusedCase(g, 2, 3, 32, 15, false); });
-  add("mhc fused in rows=2 streams=3 dim=30 logits=15 y=f32 (unaligned widths: scalar paths)",
+  add("mhc fused in rows=2 streams=3 dim=30 logits=16 y=f32 (unaligned widths: scalar paths)",
       [](std::mt19937& g) { return MhcFusedCase(g, 2, 3, 30, 16, false); });
   add("linear_f32_row_invariant rows=49 in=512 out=24", [](std::mt19937& g) { return RowInvariantCase(g, 49, 512, 24); });
   add("linear_f32_row_invariant rows=7 in=16384 out=24", [](std::mt19937& g) { return RowInvariantCase(g, 7, 16384, 24); });
