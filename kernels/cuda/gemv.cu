@@ -1,4 +1,4 @@
-// Memory-bound matrix-vector products for decode-sized batches (ops.h): GemvBf16, a Linear over
+// Memory-bound matrix-vector products for decode-sized batches (gemv.h): GemvBf16, a Linear over
 // a few rows, and the sync-free MoE dispatch (MoeGroupPairs, MoeGemvBf16): the routing's (row,
 // slot) pairs are grouped by expert on the device, and each expert's matrix is streamed once per
 // pass of up to kPassVectors pairs, found through a device table of pointers. Nothing comes to the
@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
 

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 
 namespace ferry::kernels::cuda {

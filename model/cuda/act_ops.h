@@ -9,6 +9,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/device_pages.h"
 

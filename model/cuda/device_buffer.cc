@@ -154,76 +154,77 @@ absl::StatusOr<void*> Workspace::TakeBytes(size_t bytes) {
   return p;
 }
 
+PinnedStaging::~PinnedStaging() {
+  if (host_ != nullptr) (void)cu::PinnedFree(host_);
+}
+
+absl::StatusOr<char*> PinnedStaging::Reserve(size_t bytes) {
+  if (bytes > bytes_) {
+    const size_t want = std::max(bytes, 2 * bytes_);
+    void* old = host_;
+    host_ = nullptr;  // never left pointing at freed memory, even when the free fails
+    bytes_ = 0;
+    if (old != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(old));
+    FERRY_ASSIGN_OR_RETURN(host_, cu::PinnedAlloc(want));
+    bytes_ = want;
+  }
+  return static_cast<char*>(host_);
+}
+
+namespace {
+
+constexpr size_t kStageAlign = 256;
+size_t Staged(size_t bytes) { return (bytes + kStageAlign - 1) / kStageAlign * kStageAlign; }
+
+}  // namespace
+
 StepUpload::~StepUpload() {
   if (done_ != nullptr) {
     (void)cu::EventWait(done_);
     (void)cu::EventDestroy(done_);
   }
-  if (host_ != nullptr) (void)cu::PinnedFree(host_);
 }
 
 absl::StatusOr<std::vector<void*>> StepUpload::Send(Workspace& ws, std::initializer_list<Part> parts) {
-  constexpr size_t kAlign = 256;
   size_t total = 0;
   std::vector<size_t> at;
   for (const Part& p : parts) {
     at.push_back(total);
-    total += (std::max<size_t>(p.bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    total += Staged(std::max<size_t>(p.bytes, 1));
   }
   if (done_ == nullptr) {
     FERRY_ASSIGN_OR_RETURN(done_, cu::EventCreate());
   } else {
     FERRY_RETURN_IF_ERROR(cu::EventWait(done_));
   }
-  if (total > bytes_) {
-    const size_t want = std::max(total, 2 * bytes_);
-    void* old = host_;
-    host_ = nullptr;  // never left pointing at freed memory, even when the free fails
-    bytes_ = 0;
-    if (old != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(old));
-    FERRY_ASSIGN_OR_RETURN(host_, cu::PinnedAlloc(want));
-    bytes_ = want;
-  }
+  FERRY_ASSIGN_OR_RETURN(char* host, host_.Reserve(total));
   FERRY_ASSIGN_OR_RETURN(char* dev, ws.Take<char>(static_cast<int64_t>(total)));
   std::vector<void*> out;
   size_t i = 0;
   for (const Part& p : parts) {
-    if (p.bytes > 0) std::memcpy(static_cast<char*>(host_) + at[i], p.data, p.bytes);
+    if (p.bytes > 0) std::memcpy(host + at[i], p.data, p.bytes);
     out.push_back(dev + at[i]);
     ++i;
   }
-  FERRY_RETURN_IF_ERROR(cu::CopyToDeviceAsync(dev, host_, total));
+  FERRY_RETURN_IF_ERROR(cu::CopyToDeviceAsync(dev, host, total));
   FERRY_RETURN_IF_ERROR(cu::EventRecord(done_));
   return out;
 }
 
-StepDownload::~StepDownload() {
-  if (host_ != nullptr) (void)cu::PinnedFree(host_);
-}
-
 absl::Status StepDownload::Receive(std::initializer_list<Part> parts) {
-  constexpr size_t kAlign = 256;
   size_t total = 0;
-  for (const Part& p : parts) total += (p.bytes + kAlign - 1) / kAlign * kAlign;
-  if (total > bytes_) {
-    const size_t want = std::max(total, 2 * bytes_);
-    void* old = host_;
-    host_ = nullptr;  // never left pointing at freed memory, even when the free fails
-    bytes_ = 0;
-    if (old != nullptr) FERRY_RETURN_IF_ERROR(cu::PinnedFree(old));
-    FERRY_ASSIGN_OR_RETURN(host_, cu::PinnedAlloc(want));
-    bytes_ = want;
-  }
+  for (const Part& p : parts) total += Staged(p.bytes);
+  FERRY_ASSIGN_OR_RETURN(char* host, host_.Reserve(total));
   size_t at = 0;
   for (const Part& p : parts) {
-    if (p.bytes > 0) FERRY_RETURN_IF_ERROR(cu::CopyToHostAsync(static_cast<char*>(host_) + at, p.device, p.bytes));
-    at += (p.bytes + kAlign - 1) / kAlign * kAlign;
+    if (p.bytes > 0) FERRY_RETURN_IF_ERROR(cu::CopyToHostAsync(host + at, p.device, p.bytes));
+    at += Staged(p.bytes);
   }
   FERRY_RETURN_IF_ERROR(cu::Synchronize());
   at = 0;
   for (const Part& p : parts) {
-    if (p.bytes > 0) std::memcpy(p.host, static_cast<char*>(host_) + at, p.bytes);
-    at += (p.bytes + kAlign - 1) / kAlign * kAlign;
+    if (p.bytes > 0) std::memcpy(p.host, host + at, p.bytes);
+    at += Staged(p.bytes);
   }
   return absl::OkStatus();
 }

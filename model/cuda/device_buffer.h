@@ -106,6 +106,23 @@ class Workspace {
   size_t used_ = 0;    // over all blocks since Reset()
 };
 
+// Page-locked host memory that only grows: the staging of StepUpload and StepDownload.
+class PinnedStaging {
+ public:
+  PinnedStaging() = default;
+  ~PinnedStaging();
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+
+  // At least `bytes` of it (when short, max(bytes, twice the old size) anew: the old contents are
+  // dropped). Valid until the next Reserve.
+  absl::StatusOr<char*> Reserve(size_t bytes);
+
+ private:
+  void* host_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 // A step's small host inputs (tokens, positions, page tables) sent to the device in one
 // asynchronous copy from page-locked memory: a pageable cudaMemcpy waits for the device and the
 // host each time, a stall the GPU sees at every step's start.
@@ -126,8 +143,7 @@ class StepUpload {
   absl::StatusOr<std::vector<void*>> Send(Workspace& ws, std::initializer_list<Part> parts);
 
  private:
-  void* host_ = nullptr;   // pinned
-  size_t bytes_ = 0;
+  PinnedStaging host_;
   void* done_ = nullptr;  // event after the last copy
 };
 
@@ -143,7 +159,6 @@ class StepDownload {
     size_t bytes;
   };
   StepDownload() = default;
-  ~StepDownload();
   StepDownload(const StepDownload&) = delete;
   StepDownload& operator=(const StepDownload&) = delete;
 
@@ -152,8 +167,7 @@ class StepDownload {
   absl::Status Receive(std::initializer_list<Part> parts);
 
  private:
-  void* host_ = nullptr;  // pinned
-  size_t bytes_ = 0;
+  PinnedStaging host_;
 };
 
 }  // namespace ferry::model::cuda

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/act_ops.h"
 #include "model/ffn.h"

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 #include "tests/kernels/harness.h"
 

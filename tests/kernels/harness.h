@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 
 namespace ferry::harness {

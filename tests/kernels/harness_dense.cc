@@ -56,44 +56,71 @@ Result LinearCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, bool
   return r;
 }
 
+// One problem of the several-products cases: random x [rows, in] and w [out, in] on the device,
+// a poisoned y for the call under test and one for LinearBf16 alone; the CPU's product is
+// appended to *want.
+struct LinearProblemData {
+  const uint16_t* x;
+  const uint16_t* w;
+  uint16_t* y;
+  uint16_t* alone;
+  int64_t rows, in, out;
+};
+
+LinearProblemData MakeLinearProblem(Device& dev, std::mt19937& rng, int64_t rows, int64_t in, int64_t out,
+                                    std::vector<float>* want) {
+  std::vector<uint16_t> xb, wb;
+  std::vector<float> xf, wf;
+  RandomBf16(std::max<int64_t>(rows, 1) * in, 1.0f, 0.0f, rng, &xb, &xf);
+  RandomBf16(out * in, 0.05f, 0.0f, rng, &wb, &wf);
+  std::vector<float> y(rows * out);
+  if (rows > 0) cpu::Linear(xf.data(), rows, in, wf.data(), out, y.data());
+  want->insert(want->end(), y.begin(), y.end());
+  const int64_t cap = std::max<int64_t>(rows, 1) * out;
+  return {dev.Upload(xb), dev.Upload(wb), dev.Poisoned<uint16_t>(cap), dev.Poisoned<uint16_t>(cap), rows, in, out};
+}
+
+// After the call under test: each problem through LinearBf16 alone, its y equal to that bit for
+// bit (mismatched), and all of them against the CPU by norm.
+void CheckLinearProblems(Device& dev, const std::vector<LinearProblemData>& p, const std::vector<float>& want,
+                         Result* r) {
+  for (const LinearProblemData& q : p) {
+    if (q.rows > 0 && r->error.empty()) {
+      if (absl::Status st = cu::LinearBf16(q.x, q.rows, q.in, q.w, q.out, q.alone); !st.ok()) {
+        r->error = std::string(st.message());
+      }
+    }
+  }
+  if (absl::Status st = cu::Synchronize(); !st.ok() && r->error.empty()) r->error = std::string(st.message());
+  std::vector<float> got;
+  for (const LinearProblemData& q : p) {
+    const int64_t m = q.rows * q.out;
+    if (m == 0 || !r->error.empty()) continue;
+    const std::vector<uint16_t> a = dev.Download(q.y, m), b = dev.Download(q.alone, m);
+    if (!r->error.empty()) return;
+    for (int64_t i = 0; i < m; ++i) r->mismatched += a[i] != b[i];
+    const std::vector<float> f = ToF32(a);
+    got.insert(got.end(), f.begin(), f.end());
+  }
+  if (r->error.empty()) r->rel_err = RelErr(got, want, &r->unwritten);
+}
+
 // GroupedLinearBf16 over `rows_per_group` (zeros skipped): each group against the CPU, and bit for
 // bit against LinearBf16 of that group alone (mismatched counts differing elements).
 Result GroupedLinearCase(std::mt19937& rng, const std::vector<int64_t>& rows_per_group, int64_t in, int64_t out) {
   Result r;
   r.tolerance = 1e-2;
-  const int64_t n = static_cast<int64_t>(rows_per_group.size());
   Device dev(&r.error);
+  std::vector<LinearProblemData> p;
   std::vector<cu::LinearGroupBf16> groups;
-  std::vector<uint16_t*> alone;
-  std::vector<float> got_all, want_all;
-  for (int64_t g = 0; g < n; ++g) {
-    const int64_t rows = rows_per_group[g];
-    std::vector<uint16_t> xb, wb;
-    std::vector<float> xf, wf;
-    RandomBf16(std::max<int64_t>(rows, 1) * in, 1.0f, 0.0f, rng, &xb, &xf);
-    RandomBf16(out * in, 0.05f, 0.0f, rng, &wb, &wf);
-    std::vector<float> want(rows * out);
-    if (rows > 0) cpu::Linear(xf.data(), rows, in, wf.data(), out, want.data());
-    want_all.insert(want_all.end(), want.begin(), want.end());
-    groups.push_back({dev.Upload(xb), rows, dev.Upload(wb), dev.Poisoned<uint16_t>(std::max<int64_t>(rows, 1) * out)});
-    alone.push_back(dev.Poisoned<uint16_t>(std::max<int64_t>(rows, 1) * out));
+  std::vector<float> want;
+  for (int64_t rows : rows_per_group) {
+    p.push_back(MakeLinearProblem(dev, rng, rows, in, out, &want));
+    groups.push_back({p.back().x, rows, p.back().w, p.back().y});
   }
   if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::GroupedLinearBf16(groups.data(), n, in, out));
-  for (int64_t g = 0; g < n; ++g) {
-    HARNESS_CHECK_OK(cu::LinearBf16(groups[g].x, groups[g].rows, in, groups[g].w, out, alone[g]));
-  }
-  HARNESS_CHECK_OK(cu::Synchronize());
-  for (int64_t g = 0; g < n; ++g) {
-    const int64_t m = groups[g].rows * out;
-    if (m == 0) continue;
-    const std::vector<uint16_t> a = dev.Download(groups[g].y, m), b = dev.Download(alone[g], m);
-    if (!r.error.empty()) return r;
-    for (int64_t i = 0; i < m; ++i) r.mismatched += a[i] != b[i];
-    const std::vector<float> f = ToF32(a);
-    got_all.insert(got_all.end(), f.begin(), f.end());
-  }
-  r.rel_err = RelErr(got_all, want_all, &r.unwritten);
+  HARNESS_CHECK_OK(cu::GroupedLinearBf16(groups.data(), static_cast<int64_t>(groups.size()), in, out));
+  CheckLinearProblems(dev, p, want, &r);
   return r;
 }
 
@@ -104,36 +131,16 @@ Result LinearManyCase(std::mt19937& rng, int64_t rows, const std::vector<std::pa
   Result r;
   r.tolerance = 1e-2;
   Device dev(&r.error);
-  std::vector<cu::LinearProblemBf16> p;
-  std::vector<uint16_t*> alone;
-  std::vector<float> want_all;
+  std::vector<LinearProblemData> p;
+  std::vector<cu::LinearProblemBf16> many;
+  std::vector<float> want;
   for (auto [in, out] : shapes) {
-    std::vector<uint16_t> xb, wb;
-    std::vector<float> xf, wf;
-    RandomBf16(rows * in, 1.0f, 0.0f, rng, &xb, &xf);
-    RandomBf16(out * in, 0.05f, 0.0f, rng, &wb, &wf);
-    std::vector<float> want(rows * out);
-    cpu::Linear(xf.data(), rows, in, wf.data(), out, want.data());
-    want_all.insert(want_all.end(), want.begin(), want.end());
-    p.push_back({dev.Upload(xb), in, dev.Upload(wb), out, dev.Poisoned<uint16_t>(rows * out)});
-    alone.push_back(dev.Poisoned<uint16_t>(rows * out));
+    p.push_back(MakeLinearProblem(dev, rng, rows, in, out, &want));
+    many.push_back({p.back().x, in, p.back().w, out, p.back().y});
   }
   if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::LinearBf16Many(p.data(), static_cast<int64_t>(p.size()), rows));
-  for (size_t i = 0; i < p.size(); ++i) {
-    HARNESS_CHECK_OK(cu::LinearBf16(p[i].x, rows, p[i].in, p[i].w, p[i].out, alone[i]));
-  }
-  HARNESS_CHECK_OK(cu::Synchronize());
-  std::vector<float> got_all;
-  for (size_t i = 0; i < p.size(); ++i) {
-    const int64_t m = rows * p[i].out;
-    const std::vector<uint16_t> a = dev.Download(p[i].y, m), b = dev.Download(alone[i], m);
-    if (!r.error.empty()) return r;
-    for (int64_t j = 0; j < m; ++j) r.mismatched += a[j] != b[j];
-    const std::vector<float> f = ToF32(a);
-    got_all.insert(got_all.end(), f.begin(), f.end());
-  }
-  r.rel_err = RelErr(got_all, want_all, &r.unwritten);
+  HARNESS_CHECK_OK(cu::LinearBf16Many(many.data(), static_cast<int64_t>(many.size()), rows));
+  CheckLinearProblems(dev, p, want, &r);
   return r;
 }
 

@@ -333,6 +333,24 @@ Result MoeCombineCase(std::mt19937& rng, int64_t rows, int64_t top_k, int64_t di
   return r;
 }
 
+// ZeroWords on words [first, first + n) of a poisoned buffer: those become 0, every other word keeps
+// the poison (mismatched counts both kinds of error).
+Result ZeroWordsCase(int64_t total, int64_t first, int64_t n) {
+  Result r;
+  Device dev(&r.error);
+  uint32_t* d = dev.Poisoned<uint32_t>(static_cast<size_t>(total));
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::ZeroWords(d + first, n));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<uint32_t> got = dev.Download(d, static_cast<size_t>(total));
+  if (!r.error.empty()) return r;
+  for (int64_t i = 0; i < total; ++i) {
+    const bool inside = i >= first && i < first + n;
+    r.mismatched += got[static_cast<size_t>(i)] != (inside ? 0u : 0xffffffffu);
+  }
+  return r;
+}
+
 // ---- The float32-activation twins (verification precision). ----
 
 // RMSNorm in place, LayerNorm, and the float32 Linear with alpha, each against its CPU op.
@@ -514,6 +532,9 @@ void AddModelCases(std::vector<Case>* cases) {
   add("compact_selection rows=1000 k=2048", [](std::mt19937& g) { return CompactCase(g, 1000, 2048); });
   add("moe_combine_f32 rows=37 k=4 dim=128 shared", [](std::mt19937& g) { return MoeCombineCase(g, 37, 4, 128, true); });
   add("moe_combine_f32 rows=5 k=8 dim=6144", [](std::mt19937& g) { return MoeCombineCase(g, 5, 8, 6144, false); });
+  add("zero_words 70001 of 80000 from 3 (the rest untouched)",
+      [](std::mt19937&) { return ZeroWordsCase(80000, 3, 70001); });
+  add("zero_words 0 (nothing written)", [](std::mt19937&) { return ZeroWordsCase(64, 5, 0); });
   add("f32: rms_norm + layer_norm + linear rows=37 dim=128 out=96",
       [](std::mt19937& g) { return NormsAndLinearF32Case(g, 37, 128, 96); });
   add("f32: rms_norm + layer_norm + linear rows=5 dim=6144 out=2048",
