@@ -549,6 +549,9 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
                          uint16_t* out, void* stream) {
+  if (MlaWgAvailable(kLatent + rope)) {
+    return MlaDecodeWg(q_abs, q_pe, rows, heads, rope, cache, sel, sel_offsets, scale, out, stream);
+  }
   const bool wide = HeadTile(heads) == 64;
   if (!wide && rope == 0) return Launch<32, 512>(q_abs, q_pe, rows, heads, cache, sel, sel_offsets, scale, out, stream);
   if (!wide) return Launch<32, 576>(q_abs, q_pe, rows, heads, cache, sel, sel_offsets, scale, out, stream);

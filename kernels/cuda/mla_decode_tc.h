@@ -15,7 +15,8 @@ namespace ferry::kernels::cuda {
 //   thread-block cluster take tiles k, k + K, k + 2K, ... of the row each (K = kMlaTcCluster),
 //   with an online softmax over their tiles; the K partial results (max, sum, unnormalised
 //   output) are merged through distributed shared memory in rank order 0..K-1.
-// So one row's output is bitwise the same whichever other rows share the launch.
+// So one row's output is bitwise the same whichever other rows share the launch. (The sm_90a
+// form below splits the same way with tiles of 64 tokens.)
 // K = 8: at batch 8 a 16-CTA cluster would not fit in one wave (an H200 co-schedules 7 of them,
 // 112 CTAs), and measured slower at batch 8 and 64 (bench/results/h200-mla-decode.md).
 // Tiles of 32 (not 64) so that a CTA keeps two (64 heads, rope 64) or three in flight beside the
@@ -53,6 +54,20 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
 // returned true for the PagedCacheBf16 `cache` was made from, the arguments passed
 // MlaDecodeAttention's checks, rows >= 1.
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
+                         const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
+                         uint16_t* out, void* stream);
+
+// The sm_90a form of the path (mla_decode_wg.cu: wgmma, 64-token tiles, two warpgroups a CTA;
+// same split over the cluster, same contract and rounding points, its own summation order inside
+// the products). MlaDecodeTc takes it whenever this is true: the build has sm_90a code
+// (FERRY_CUDA_SM90A, set when FERRY_CUDA_ARCHS lists 90a), the current device is compute
+// capability 9.0 with the shared memory and co-resident clusters it needs, for cached rows of
+// `width` values (512 or 576), and the environment does not set FERRY_MLA_WGMMA=0 (which keeps
+// the mma.sync kernel, for comparisons). Thread safe.
+bool MlaWgAvailable(int64_t width);
+
+// Launches the sm_90a form. REQUIRES: what MlaDecodeTc requires, and MlaWgAvailable(512 + rope).
+absl::Status MlaDecodeWg(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
                          uint16_t* out, void* stream);
 

@@ -1,0 +1,483 @@
+// Sparse MLA decode on the warpgroup tensor cores of sm_90a (wgmma): the H100/H200 form of
+// MlaDecodeTc (mla_decode_tc.h). Same split, same contract and rounding points as the mma.sync
+// kernel of mla_decode_tc.cu; another summation order inside the products.
+//
+// A row's selection is cut into tiles of kTileW = 64 tokens; the kMlaTcCluster CTAs of a cluster
+// take tiles rank, rank + K, ... (online softmax over their tiles) and merge their K partials in
+// rank order through distributed shared memory, exactly as mla_decode_tc.cu does. A CTA is two
+// warpgroups (256 threads) and holds 64 heads of q (heads past `heads` are zero rows); every
+// thread copies its share of the next tiles with 16-byte cp.async into a two-stage ring, arriving
+// on the stage's mbarrier. A tile, three named barriers:
+//   S = Q K^T   warpgroup w: its 32 tokens [32 w, +32) x 64 heads, K = latent + rope, with
+//               wgmma m64n32k16 (Q and K from 128-byte-swizzled shared memory);
+//   softmax     each warpgroup its 32 tokens; the per-head maxima of both are exchanged through
+//               shared memory, so both keep the same running max; each keeps its own running
+//               sum (added at the merge); P rounded to bf16 into shared memory [64 heads x 64];
+//   O += P V    warpgroup w: latent columns [256 w, +256) of every head, wgmma m64n256k16 with V
+//               read transposed (MN-major) from the same tile (V = the latent part of K);
+//   then the stage is refilled with the tile two ahead.
+// Shared memory: q 72 KiB, two 72 KiB stages (rope 64; 64 KiB each at rope 0), P 8 KiB, a 4-tile
+// table of row offsets, the maxima; the merge reuses q, stage 0 and P's space.
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+
+#include <climits>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/mla_decode_tc.h"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kLatentW = 512;
+constexpr int kTileW = 64;      // tokens a tile
+constexpr int kHeadsW = 64;     // heads a CTA (wgmma's M)
+constexpr int kThreadsW = 256;  // two warpgroups
+constexpr int kK = kMlaTcCluster;
+constexpr int kHk = kHeadsW / kK;           // heads a CTA merges
+constexpr int kBlock = 64 * 128;            // a column block: 64 rows x 64 bf16 values
+constexpr int kTabTilesW = 4;               // tiles whose row offsets are looked up at once
+constexpr int kOStrideW = kLatentW + 8;     // bf16 a head row of the merge buffer
+static_assert(kTabTilesW * kTileW == kThreadsW, "one table entry a thread");
+
+template <int W>
+struct SmemW {
+  static constexpr int kBlocks = W / 64;                 // column blocks of a row
+  static constexpr int kStage = kBlocks * kBlock;        // a tile: 64 token rows
+  static constexpr int kQ = 0;                           // [64 heads] x kBlocks blocks
+  static constexpr int kKv = kQ + kBlocks * kBlock;      // 2 stages
+  static constexpr int kP = kKv + 2 * kStage;            // [64 heads x 64 tokens] bf16, one block
+  static constexpr int kTab = kP + kBlock;               // [kTabTilesW * 64] int64 row offsets
+  static constexpr int kRed = kTab + kTabTilesW * kTileW * 8;  // [2][64] float: per-warpgroup maxima
+  static constexpr int kFlags = kRed + 2 * 64 * 4;       // [0] bad selection, [1] bad in the cluster
+  static constexpr int kFull = kFlags + 16;              // [2] mbarriers
+  static constexpr int kBytes = kFull + 16;
+  // The merge, after the tiles: bf16 partials [K][kHk][kOStrideW] over q and stage 0; its
+  // scalars in P's block.
+  static constexpr int kRecvM = kP;                      // [K][kHk]
+  static constexpr int kRecvL = kRecvM + kK * kHk * 4;   // [K][2][kHk]
+  static constexpr int kWgt = kRecvL + 2 * kK * kHk * 4; // [kHk][K]
+  static constexpr int kInv = kWgt + kK * kHk * 4;       // [kHk]
+  static_assert(kK * kHk * kOStrideW * 2 <= kP, "merge buffer fits in q and the stages");
+  static_assert(kInv + kHk * 4 <= kP + kBlock, "merge scalars fit in P's block");
+  static_assert(kKv % 1024 == 0 && kStage % 1024 == 0 && kP % 1024 == 0, "swizzle atoms 1024-byte aligned");
+  static_assert(kBytes <= kMlaTcSmemBytes, "shared memory of a CTA");
+};
+
+// Byte offset of 16-byte chunk c (of 8 bf16) of row r in a 128-byte-swizzled matrix of column
+// blocks (wgmma.cuh).
+__device__ __forceinline__ uint32_t SwzW(int r, int c) {
+  return static_cast<uint32_t>((c >> 3) * kBlock + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+__device__ __forceinline__ void NamedSync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreadsW) : "memory");
+}
+
+__device__ __forceinline__ uint32_t PackBf16W(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// grid (rows * K, head groups of 64), cluster (K, 1, 1), 256 threads. See the file comment.
+template <int W>
+__global__ void __launch_bounds__(kThreadsW, 1)
+    MlaDecodeWgKernel(const __nv_bfloat16* __restrict__ q_abs, const __nv_bfloat16* __restrict__ q_pe, int heads,
+                      PagedView cache, const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_offsets,
+                      float scale_log2, __nv_bfloat16* __restrict__ out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = SmemW<W>;
+  constexpr int kRope = W - kLatentW;
+  constexpr int kChunks = W / 8;
+  constexpr int kSteps = W / 16;  // S: k16 steps
+  extern __shared__ __align__(1024) unsigned char smem[];
+  float* red = reinterpret_cast<float*>(smem + L::kRed);
+  int* flags = reinterpret_cast<int*>(smem + L::kFlags);
+  const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t full0 = sbase + L::kFull;
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t r = blockIdx.x / kK;
+  const int h0 = blockIdx.y * kHeadsW;
+  const int hcount = min(kHeadsW, heads - h0);
+  const int tid = threadIdx.x, wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, q4 = lane & 3;
+  const int row0 = 16 * v + g;  // this thread's heads in S, P and O: row0 and row0 + 8
+
+  const int64_t begin = sel_offsets[r], end = sel_offsets[r + 1];
+  const int n = end < begin ? 0 : static_cast<int>(end - begin);
+  const int n_tiles = (n + kTileW - 1) / kTileW;
+  const int my_tiles = rank < n_tiles ? (n_tiles - rank + kK - 1) / kK : 0;
+  if (tid == 0) {
+    if ((sbase & 1023) != 0) __trap();  // the swizzle atoms need a 1024-byte aligned base
+    flags[0] = end < begin ? 1 : 0;
+    flags[1] = 0;
+    ptx::MbarInit(full0, kThreadsW);
+    ptx::MbarInit(full0 + 8, kThreadsW);
+    ptx::MbarInitFence();
+  }
+
+  // q [64 heads x W] into the swizzled layout; rows past hcount are zero. Tile 0's mbarrier
+  // covers these copies (each thread arrives after all its earlier cp.async).
+  if (my_tiles > 0) {
+    for (int i = tid; i < kHeadsW * kChunks; i += kThreadsW) {
+      const int h = i / kChunks, c = i % kChunks;
+      const __nv_bfloat16* src = q_abs;
+      int bytes = 0;
+      if (h < hcount) {
+        const int64_t rh = r * heads + h0 + h;
+        src = c < kLatentW / 8 ? q_abs + rh * kLatentW + c * 8 : q_pe + rh * kRope + (c - kLatentW / 8) * 8;
+        bytes = 16;
+      }
+      ptx::CpAsync16(sbase + L::kQ + SwzW(h, c), src, bytes);
+    }
+  }
+  __syncthreads();  // flags and mbarriers initialised
+
+  // Row offsets of tiles it0 .. it0 + 3 (thread tid: entry tid), as in mla_decode_tc.cu:
+  // kPastEnd for a token past the row's end (zero-filled), kBad for an unaddressable one
+  // (zero-filled, the row becomes NaN).
+  constexpr int64_t kPastEnd = -1, kBad = -2;
+  int64_t* tab = reinterpret_cast<int64_t*>(smem + L::kTab);
+  auto load_table = [&](int it0) {  // REQUIRES a CTA barrier after
+    const int it = it0 + tid / kTileW;
+    const int64_t j = (rank + static_cast<int64_t>(it) * kK) * kTileW + tid % kTileW;
+    const int id = it < my_tiles && j < n ? max(sel[begin + j], -1) : INT_MIN;
+    const int64_t index = id >> cache.page_shift;
+    const int page = id < 0 || index >= cache.table_stride ? -1 : cache.page_table[r * cache.table_stride + index];
+    int64_t off = kPastEnd;
+    if (id != INT_MIN) {
+      off = id < 0 || page < 0 || page >= cache.n_pages
+                ? kBad
+                : page * cache.page_stride + (id & ((1 << cache.page_shift) - 1)) * cache.width;
+      if (off == kBad) flags[0] = 1;
+    }
+    tab[tid] = off;
+  };
+  // Thread tid copies chunks tid % 8 of every column block of token rows tid / 8 and tid / 8 + 32.
+  auto copy_tile = [&](int it) {
+    const int s = it & 1;
+    const uint32_t dst = sbase + L::kKv + s * L::kStage;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = (tid >> 3) + 32 * half;
+      const int64_t off = tab[(it % kTabTilesW) * kTileW + row];
+      const __nv_bfloat16* src = off >= 0 ? cache.arena + off : nullptr;
+#pragma unroll
+      for (int b = 0; b < L::kBlocks; ++b) {
+        const int c = 8 * b + (tid & 7);
+        ptx::CpAsync16(dst + SwzW(row, c), src != nullptr ? src + c * 8 : q_abs, src != nullptr ? 16 : 0);
+      }
+    }
+    ptx::CpAsyncMbarArrive(full0 + 8 * s);
+  };
+  if (my_tiles > 0) {
+    load_table(0);
+    __syncthreads();
+    copy_tile(0);
+    if (my_tiles > 1) copy_tile(1);
+  }
+
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  // Running max (both warpgroups hold the same) and this warpgroup's running sum, exp2 domain,
+  // of heads row0 and row0 + 8.
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+
+  for (int it = 0; it < my_tiles; ++it) {
+    const int s = it & 1;
+    const int t = rank + it * kK;
+    const uint32_t kv = sbase + L::kKv + s * L::kStage;
+    ptx::MbarWait(full0 + 8 * s, (it >> 1) & 1);
+    wgmma::ProxyFence();
+
+    // S [64 heads x 32 tokens] of this warpgroup's half of the tile.
+    float sacc[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) sacc[i] = 0.0f;
+    wgmma::Fence();
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      const uint32_t a = sbase + L::kQ + (k >> 2) * kBlock + (k & 3) * 32;
+      const uint32_t b = kv + (k >> 2) * kBlock + wg * 32 * 128 + (k & 3) * 32;
+      wgmma::WgmmaM64N32(sacc, wgmma::Desc(a, 16, 1024), wgmma::Desc(b, 16, 1024), k > 0 ? 1 : 0);
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) wgmma::Pin(sacc[i]);
+
+    // Softmax over this warpgroup's tokens; the maxima of both warpgroups combined.
+    const int valid = min(kTileW, n - t * kTileW) - 32 * wg;  // tokens of this half inside the row
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + 2 * q4 + (e & 1);
+        float& x = sacc[4 * j + e];
+        x = col < valid ? x * scale_log2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    }
+    if (q4 == 0) {
+      red[wg * 64 + row0] = mx[0];
+      red[wg * 64 + row0 + 8] = mx[1];
+    }
+    NamedSync(1);  // both halves' maxima
+    float corr[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int hr = row0 + 8 * h;
+      const float mn = fmaxf(m_run[h], fmaxf(red[hr], red[64 + hr]));
+      corr[h] = exp2f(m_run[h] - mn);
+      m_run[h] = mn;
+    }
+    float sum[2] = {0.0f, 0.0f};
+    unsigned char* pbase = smem + L::kP;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float p0 = exp2f(sacc[4 * j + 2 * h] - m_run[h]), p1 = exp2f(sacc[4 * j + 2 * h + 1] - m_run[h]);
+        sum[h] += p0 + p1;
+        const int hr = row0 + 8 * h, tok = 32 * wg + 8 * j + 2 * q4;
+        *reinterpret_cast<uint32_t*>(pbase + hr * 128 + ((((tok >> 3) ^ (hr & 7))) << 4) + (tok & 7) * 2) =
+            PackBf16W(p0, p1);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
+      sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+      l_run[h] = l_run[h] * corr[h] + sum[h];
+    }
+    wgmma::ProxyFence();
+    NamedSync(2);  // P complete
+
+    // O = O * corr + P V over latent columns [256 wg, +256).
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j] *= corr[0];
+      o[4 * j + 1] *= corr[0];
+      o[4 * j + 2] *= corr[1];
+      o[4 * j + 3] *= corr[1];
+    }
+    wgmma::Fence();
+#pragma unroll
+    for (int k = 0; k < kTileW / 16; ++k) {
+      const uint32_t a = sbase + L::kP + k * 32;
+      const uint32_t b = kv + 4 * wg * kBlock + k * 16 * 128;
+      wgmma::WgmmaM64N256T(o, wgmma::Desc(a, 16, 1024), wgmma::Desc(b, kBlock, 1024), 1);
+    }
+    wgmma::Commit();
+    wgmma::Wait<0>();
+#pragma unroll
+    for (int i = 0; i < 128; ++i) wgmma::Pin(o[i]);
+    NamedSync(3);  // both warpgroups are done with this stage and with P
+
+    const int nt = it + 2;
+    if (nt < my_tiles) {
+      if (nt % kTabTilesW == 0) {  // every copy of the tiles before nt went out: the table is free
+        load_table(nt);
+        __syncthreads();
+      }
+      copy_tile(nt);
+    }
+  }
+
+  // Merge, as in mla_decode_tc.cu: CTA k of the cluster owns heads k, k + K, ...; every CTA
+  // pushes its bf16 partial of those heads, its max and (per warpgroup) its sums into the
+  // owner's shared memory; the owner folds the K partials in rank order.
+  __nv_bfloat16* recv = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);  // [K][kHk][kOStrideW]
+  float* recv_m = reinterpret_cast<float*>(smem + L::kRecvM);             // [K][kHk]
+  float* recv_l = reinterpret_cast<float*>(smem + L::kRecvL);             // [K][2][kHk]
+  cluster.sync();
+  const bool odd = (q4 & 1) != 0;  // after the pair swap: odd lanes hold row row0 + 8, even ones row0
+  {
+    const int h = row0 + (odd ? 8 : 0);
+    __nv_bfloat16* dst = cluster.map_shared_rank(recv, h % kK) + (rank * kHk + h / kK) * kOStrideW;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const float s0 = odd ? o[4 * j] : o[4 * j + 2], s1 = odd ? o[4 * j + 1] : o[4 * j + 3];
+      const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+      uint2 val;
+      if (odd) {
+        val.x = PackBf16W(r0, r1);
+        val.y = PackBf16W(o[4 * j + 2], o[4 * j + 3]);
+      } else {
+        val.x = PackBf16W(o[4 * j], o[4 * j + 1]);
+        val.y = PackBf16W(r0, r1);
+      }
+      const int d = 256 * wg + 8 * j + 2 * (q4 & 2);
+      *reinterpret_cast<uint2*>(dst + d) = val;
+    }
+  }
+  if (q4 == 0) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int h = row0 + 8 * hh;
+      const int slot = rank * kHk + h / kK;
+      if (wg == 0) cluster.map_shared_rank(recv_m, h % kK)[slot] = m_run[hh];
+      cluster.map_shared_rank(recv_l, h % kK)[(rank * 2 + wg) * kHk + h / kK] = l_run[hh];
+    }
+  }
+  if (tid < kK && flags[0] != 0) *cluster.map_shared_rank(flags + 1, tid) = 1;
+  cluster.sync();
+
+  float* wgt = reinterpret_cast<float*>(smem + L::kWgt);
+  float* inv = reinterpret_cast<float*>(smem + L::kInv);
+  if (tid < kHk) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kK; ++c) m = fmaxf(m, recv_m[c * kHk + tid]);
+    float l = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kK; ++c) {
+      const float w = exp2f(recv_m[c * kHk + tid] - m);
+      wgt[tid * kK + c] = w;
+      l += w * (recv_l[(c * 2) * kHk + tid] + recv_l[(c * 2 + 1) * kHk + tid]);
+    }
+    inv[tid] = 1.0f / l;
+  }
+  __syncthreads();
+  const bool bad = flags[1] != 0;
+  for (int idx = tid; idx < kHk * 64; idx += kThreadsW) {
+    const int hh = idx >> 6, d = (idx & 63) * 8;
+    float acc[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kK; ++c) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(recv + (c * kHk + hh) * kOStrideW + d);
+      const __nv_bfloat162* pv = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      const float w = wgt[hh * kK + c];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = __bfloat1622float2(pv[e]);
+        acc[2 * e] += w * f.x;
+        acc[2 * e + 1] += w * f.y;
+      }
+    }
+    const int h = hh * kK + rank;
+    if (h < hcount) {
+      __align__(16) __nv_bfloat16 ov[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        ov[e] = __float2bfloat16_rn(bad ? __int_as_float(0x7fc00000) : (n == 0 ? 0.0f : acc[e] * inv[hh]));
+      }
+      *reinterpret_cast<uint4*>(out + (r * heads + h0 + h) * kLatentW + d) = *reinterpret_cast<const uint4*>(ov);
+    }
+  }
+#else
+  __trap();  // built without sm_90a: MlaWgAvailable is false, nothing launches this
+#endif
+}
+
+template <int W>
+bool AvailableW(int device) {
+  constexpr int bytes = SmemW<W>::kBytes;
+  int optin = 0, major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  if (major != 9 || minor != 0 || optin < bytes) return false;
+  auto kernel = MlaDecodeWgKernel<W>;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kK;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(kK, 1, 1);
+  cfg.blockDim = dim3(kThreadsW, 1, 1);
+  cfg.dynamicSmemBytes = bytes;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return clusters > 0;
+}
+
+}  // namespace
+
+bool MlaWgAvailable(int64_t width) {
+#if defined(FERRY_CUDA_SM90A)
+  if (const char* env = std::getenv("FERRY_MLA_WGMMA"); env != nullptr && env[0] == '0') return false;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  static std::mutex mu;
+  static auto* known = new std::map<std::pair<int, int64_t>, bool>();
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(device, width);
+  if (auto it = known->find(key); it != known->end()) return it->second;
+  bool ok = false;
+  if (width == 512) ok = AvailableW<512>(device);
+  if (width == 576) ok = AvailableW<576>(device);
+  (*known)[key] = ok;
+  return ok;
+#else
+  (void)width;
+  return false;
+#endif
+}
+
+absl::Status MlaDecodeWg(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
+                         const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
+                         uint16_t* out, void* stream) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kK;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(static_cast<unsigned>(rows * kK), static_cast<unsigned>((heads + kHeadsW - 1) / kHeadsW), 1);
+  cfg.blockDim = dim3(kThreadsW, 1, 1);
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  const float scale_log2 = scale * 1.4426950408889634f;
+  const auto* qa = reinterpret_cast<const __nv_bfloat16*>(q_abs);
+  const auto* qp = reinterpret_cast<const __nv_bfloat16*>(q_pe);
+  auto* o = reinterpret_cast<__nv_bfloat16*>(out);
+  if (rope == 0) {
+    cfg.dynamicSmemBytes = SmemW<512>::kBytes;
+    FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, MlaDecodeWgKernel<512>, qa, qp, static_cast<int>(heads),
+                                                  cache, sel, sel_offsets, scale_log2, o));
+  } else {
+    cfg.dynamicSmemBytes = SmemW<576>::kBytes;
+    FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, MlaDecodeWgKernel<576>, qa, qp, static_cast<int>(heads),
+                                                  cache, sel, sel_offsets, scale_log2, o));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ferry::kernels::cuda
