@@ -59,7 +59,7 @@ absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t ro
 
 // The sm_90a form of the path (mla_decode_wg.cu: wgmma, 64-token tiles, two warpgroups a CTA;
 // same split over the cluster, same contract and rounding points, its own summation order inside
-// the products). MlaDecodeTc takes it whenever this is true: the build has sm_90a code
+// the products). MlaDecodeTc takes it for more than 32 heads whenever this is true: the build has sm_90a code
 // (FERRY_CUDA_SM90A, set when FERRY_CUDA_ARCHS lists 90a), the current device is compute
 // capability 9.0 with the shared memory and co-resident clusters it needs, for cached rows of
 // `width` values (512 or 576), and the environment does not set FERRY_MLA_WGMMA=0 (which keeps

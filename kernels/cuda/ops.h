@@ -118,8 +118,8 @@ struct PagedCacheBf16 {
 //   and heads within its grid's limits; a device of compute capability >= 9.0 with the shared
 //   memory a block (up to 227 KiB, as on sm_90) and co-resident clusters of 8 CTAs.
 //   Each selected row is read once for all heads, the selection is cut into 32-token tiles
-//   (64-token tiles on wgmma where the build has sm_90a code and the device is 9.0:
-//   MlaWgAvailable) spread over a cluster of CTAs by the row's own length, partial results
+//   (64-token tiles on wgmma for more than 32 heads where the build has sm_90a code and the
+//   device is 9.0: MlaWgAvailable) spread over a cluster of CTAs by the row's own length, partial results
 //   merged in a fixed order (mla_decode_tc.h). Which of the two runs is fixed per device and
 //   build, so every row of every launch in a process takes the same one.
 //   Otherwise one block per (row, head), which needs no alignment beyond the REQUIRES below
