@@ -35,6 +35,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/mla_decode_tc.h"
+#include "kernels/cuda/mla_merge.cuh"
 #include "kernels/cuda/mla_decode_tc_smem.cuh"
 
 namespace ferry::kernels::cuda {
@@ -391,48 +392,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   float* wgt = reinterpret_cast<float*>(smem + L::kWgt);  // [kHk][K]: the partials' weights exp2(m_c - max)
   float* inv = reinterpret_cast<float*>(smem + L::kInv);  // [kHk]: 1 / the weighted sum
-  if (tid < kHk) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < K; ++c) m = fmaxf(m, recv_m[c * kHk + tid]);
-    float l = 0.0f;
-#pragma unroll
-    for (int c = 0; c < K; ++c) {
-      const float w = exp2f(recv_m[c * kHk + tid] - m);
-      wgt[tid * K + c] = w;
-      l += w * recv_l[c * kHk + tid];
-    }
-    inv[tid] = 1.0f / l;
-  }
-  __syncthreads();
-  const bool bad = flags[1] != 0;
-  for (int idx = tid; idx < kHk * 64; idx += kThreads) {
-    const int hh = idx >> 6, d = (idx & 63) * 8;
-    float acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < K; ++c) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(recv + (c * kHk + hh) * kOStride + d);
-      const __nv_bfloat162* v = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      const float w = wgt[hh * K + c];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = __bfloat1622float2(v[e]);
-        acc[2 * e] += w * f.x;
-        acc[2 * e + 1] += w * f.y;
-      }
-    }
-    const int h = hh * K + rank;
-    if (h < hcount) {
-      __align__(16) __nv_bfloat16 v[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        v[e] = __float2bfloat16_rn(bad ? __int_as_float(0x7fc00000) : (n == 0 ? 0.0f : acc[e] * inv[hh]));
-      }
-      *reinterpret_cast<uint4*>(out + (r * heads + h0 + h) * kLatent + d) = *reinterpret_cast<const uint4*>(v);
-    }
-  }
+  MlaMergeFold<K, kHk, kOStride, 1, kThreads>(recv, recv_m, recv_l, wgt, inv, flags[1] != 0, n, rank, hcount,
+                                              out + (r * heads + h0) * kLatent);
 }
 
 // Heads of a warp's S tile: HT = 64: 32 (2 head tiles x 4 k-slices; 256 bytes of ldmatrix an mma
@@ -457,17 +418,8 @@ bool Available(int device) {
     cudaGetLastError();
     return false;
   }
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(kCluster, 1, 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = bytes;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchConfig_t cfg = MlaClusterConfig(dim3(kCluster, 1, 1), kThreads, bytes, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();
@@ -497,18 +449,10 @@ int HeadTile(int64_t heads) { return heads <= 32 ? 32 : 64; }
 template <int HT, int W>
 absl::Status Launch(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, const PagedView& cache,
                     const int32_t* sel, const int32_t* sel_offsets, float scale, uint16_t* out, void* stream) {
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * kCluster), static_cast<unsigned>((heads + HT - 1) / HT), 1);
-  cfg.blockDim = dim3(kThreads, 1, 1);
-  cfg.dynamicSmemBytes = Smem<HT, W, kMhFor<HT>>::kBytes;
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchConfig_t cfg = MlaClusterConfig(
+      dim3(static_cast<unsigned>(rows * kCluster), static_cast<unsigned>((heads + HT - 1) / HT), 1), kThreads,
+      Smem<HT, W, kMhFor<HT>>::kBytes, stream, attr);
   const float scale_log2 = scale * 1.4426950408889634f;
   FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(
       &cfg, MlaDecodeTcKernel<HT, W, kCluster, kMhFor<HT>>, reinterpret_cast<const __nv_bfloat16*>(q_abs),

@@ -29,6 +29,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/mla_decode_tc.h"
+#include "kernels/cuda/mla_merge.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -342,48 +343,8 @@ __global__ void __launch_bounds__(kThreadsW, 1)
 
   float* wgt = reinterpret_cast<float*>(smem + L::kWgt);
   float* inv = reinterpret_cast<float*>(smem + L::kInv);
-  if (tid < kHk) {
-    float m = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < kK; ++c) m = fmaxf(m, recv_m[c * kHk + tid]);
-    float l = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kK; ++c) {
-      const float w = exp2f(recv_m[c * kHk + tid] - m);
-      wgt[tid * kK + c] = w;
-      l += w * (recv_l[(c * 2) * kHk + tid] + recv_l[(c * 2 + 1) * kHk + tid]);
-    }
-    inv[tid] = 1.0f / l;
-  }
-  __syncthreads();
-  const bool bad = flags[1] != 0;
-  for (int idx = tid; idx < kHk * 64; idx += kThreadsW) {
-    const int hh = idx >> 6, d = (idx & 63) * 8;
-    float acc[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kK; ++c) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(recv + (c * kHk + hh) * kOStrideW + d);
-      const __nv_bfloat162* pv = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      const float w = wgt[hh * kK + c];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 f = __bfloat1622float2(pv[e]);
-        acc[2 * e] += w * f.x;
-        acc[2 * e + 1] += w * f.y;
-      }
-    }
-    const int h = hh * kK + rank;
-    if (h < hcount) {
-      __align__(16) __nv_bfloat16 ov[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        ov[e] = __float2bfloat16_rn(bad ? __int_as_float(0x7fc00000) : (n == 0 ? 0.0f : acc[e] * inv[hh]));
-      }
-      *reinterpret_cast<uint4*>(out + (r * heads + h0 + h) * kLatentW + d) = *reinterpret_cast<const uint4*>(ov);
-    }
-  }
+  MlaMergeFold<kK, kHk, kOStrideW, 2, kThreadsW>(recv, recv_m, recv_l, wgt, inv, flags[1] != 0, n, rank, hcount,
+                                                 out + (r * heads + h0) * kLatentW);
 #else
   __trap();  // built without sm_90a: MlaWgAvailable is false, nothing launches this
 #endif
@@ -405,17 +366,8 @@ bool AvailableW(int device) {
     cudaGetLastError();
     return false;
   }
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kK;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(kK, 1, 1);
-  cfg.blockDim = dim3(kThreadsW, 1, 1);
-  cfg.dynamicSmemBytes = bytes;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  cudaLaunchConfig_t cfg = MlaClusterConfig(dim3(kK, 1, 1), kThreadsW, bytes, nullptr, attr);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
     cudaGetLastError();
@@ -453,27 +405,19 @@ bool MlaWgAvailable(int64_t width) {
 absl::Status MlaDecodeWg(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
                          uint16_t* out, void* stream) {
-  cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kK;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(static_cast<unsigned>(rows * kK), static_cast<unsigned>((heads + kHeadsW - 1) / kHeadsW), 1);
-  cfg.blockDim = dim3(kThreadsW, 1, 1);
-  cfg.stream = static_cast<cudaStream_t>(stream);
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
+  const int bytes = rope == 0 ? SmemW<512>::kBytes : SmemW<576>::kBytes;
+  cudaLaunchConfig_t cfg = MlaClusterConfig(
+      dim3(static_cast<unsigned>(rows * kK), static_cast<unsigned>((heads + kHeadsW - 1) / kHeadsW), 1), kThreadsW,
+      bytes, stream, attr);
   const float scale_log2 = scale * 1.4426950408889634f;
   const auto* qa = reinterpret_cast<const __nv_bfloat16*>(q_abs);
   const auto* qp = reinterpret_cast<const __nv_bfloat16*>(q_pe);
   auto* o = reinterpret_cast<__nv_bfloat16*>(out);
   if (rope == 0) {
-    cfg.dynamicSmemBytes = SmemW<512>::kBytes;
     FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, MlaDecodeWgKernel<512>, qa, qp, static_cast<int>(heads),
                                                   cache, sel, sel_offsets, scale_log2, o));
   } else {
-    cfg.dynamicSmemBytes = SmemW<576>::kBytes;
     FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&cfg, MlaDecodeWgKernel<576>, qa, qp, static_cast<int>(heads),
                                                   cache, sel, sel_offsets, scale_log2, o));
   }
