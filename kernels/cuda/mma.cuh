@@ -1,6 +1,7 @@
 // The PTX the tensor-core kernels share (mla_decode_tc.cu, indexer_tc.cu): asynchronous 16-byte
 // copies global -> shared, ldmatrix, and the bf16 m16n8k16 mma with float32 accumulation
-// (device code only; sm_80 and up); mbarriers that cp.async copies arrive on (sm_90 and up).
+// (device code only; sm_80 and up); mbarriers that cp.async and bulk copies complete on, and named
+// barriers (sm_90 and up).
 #pragma once
 
 #include <cstdint>
@@ -58,6 +59,25 @@ __device__ __forceinline__ void MbarInit(uint32_t bar, int count) {
 __device__ __forceinline__ void MbarInitFence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// One plain arrival on `bar` (release).
+__device__ __forceinline__ void MbarArrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// One arrival on `bar` that also expects `bytes` more bytes of asynchronous copies this phase.
+__device__ __forceinline__ void MbarArriveExpectTx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// `bytes` (a multiple of 16, both addresses 16-byte aligned) from global `src` to shared `dst` by
+// the copy engine, counted on mbarrier `bar` as they land (sm_90 and up).
+__device__ __forceinline__ void BulkCopy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+// Named barrier `id` (1..15) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void NamedBarrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 // Waits until the phase of parity `parity` has completed (acquire).
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {

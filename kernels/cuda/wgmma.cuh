@@ -1,7 +1,8 @@
-// The warpgroup matrix multiply of sm_90a (wgmma.mma_async), for mla_decode_wg.cu: shared-memory
-// matrix descriptors for the 128-byte-swizzled layouts, the two instruction shapes it uses, and
-// the fences around them. Device code only, and only meaningful when compiled for sm_90a
-// (__CUDA_ARCH_FEAT_SM90_ALL); other targets must not call these.
+// The warpgroup matrix multiply of sm_90a (wgmma.mma_async), for mla_decode_wg.cu and
+// linear_fp8.cu: shared-memory matrix descriptors for the 128-byte-swizzled layouts, the
+// instruction shapes they use, and the fences around them. Device code only, and only
+// meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); other targets must not call
+// these.
 //
 // Layouts (PTX ISA, "Shared Memory Matrix Layout"), bf16, 128-byte swizzle: a matrix is stored as
 // column blocks of 64 values (128 bytes) a row; inside a block, row r's 16-byte chunk c sits at
@@ -86,5 +87,134 @@ __device__ __forceinline__ void WgmmaM64N256T(float (&d)[128], uint64_t a, uint6
         "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(a), "l"(b), "r"(accumulate));
 }
+
+// The wgmma forms over a width N = 16, 32, ..., 128 chosen at run time (linear_fp8.cu): the
+// accumulator is d[0, N / 2) of a 64-register array. An asm operand list is fixed text, so the
+// lists are spelled in blocks of 8 registers (FERRY_WG_S*: the "%i" names, FERRY_WG_D*: the
+// operands; FERRY_WG_SU* / DU*: the first k blocks) and each width is one line below.
+#define FERRY_WG_S0 "%0,%1,%2,%3,%4,%5,%6,%7"
+#define FERRY_WG_S1 "%8,%9,%10,%11,%12,%13,%14,%15"
+#define FERRY_WG_S2 "%16,%17,%18,%19,%20,%21,%22,%23"
+#define FERRY_WG_S3 "%24,%25,%26,%27,%28,%29,%30,%31"
+#define FERRY_WG_S4 "%32,%33,%34,%35,%36,%37,%38,%39"
+#define FERRY_WG_S5 "%40,%41,%42,%43,%44,%45,%46,%47"
+#define FERRY_WG_S6 "%48,%49,%50,%51,%52,%53,%54,%55"
+#define FERRY_WG_S7 "%56,%57,%58,%59,%60,%61,%62,%63"
+#define FERRY_WG_D0 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), \
+    "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define FERRY_WG_D1 "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), \
+    "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+#define FERRY_WG_D2 "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), \
+    "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+#define FERRY_WG_D3 "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), \
+    "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FERRY_WG_D4 "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), \
+    "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
+#define FERRY_WG_D5 "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), \
+    "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define FERRY_WG_D6 "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), \
+    "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+#define FERRY_WG_D7 "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), \
+    "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define FERRY_WG_SU1 FERRY_WG_S0
+#define FERRY_WG_DU1 FERRY_WG_D0
+#define FERRY_WG_SU2 FERRY_WG_SU1 "," FERRY_WG_S1
+#define FERRY_WG_DU2 FERRY_WG_DU1, FERRY_WG_D1
+#define FERRY_WG_SU3 FERRY_WG_SU2 "," FERRY_WG_S2
+#define FERRY_WG_DU3 FERRY_WG_DU2, FERRY_WG_D2
+#define FERRY_WG_SU4 FERRY_WG_SU3 "," FERRY_WG_S3
+#define FERRY_WG_DU4 FERRY_WG_DU3, FERRY_WG_D3
+#define FERRY_WG_SU5 FERRY_WG_SU4 "," FERRY_WG_S4
+#define FERRY_WG_DU5 FERRY_WG_DU4, FERRY_WG_D4
+#define FERRY_WG_SU6 FERRY_WG_SU5 "," FERRY_WG_S5
+#define FERRY_WG_DU6 FERRY_WG_DU5, FERRY_WG_D5
+#define FERRY_WG_SU7 FERRY_WG_SU6 "," FERRY_WG_S6
+#define FERRY_WG_DU7 FERRY_WG_DU6, FERRY_WG_D6
+#define FERRY_WG_SU8 FERRY_WG_SU7 "," FERRY_WG_S7
+#define FERRY_WG_DU8 FERRY_WG_DU7, FERRY_WG_D7
+
+// d (+)= A B, m64nNk16: A [64 x 16] and B [N x 16], both K-major, from shared-memory descriptors
+// (accumulate == 0 overwrites d).
+template <int N>
+__device__ __forceinline__ void WgmmaM64NK(float (&d)[64], uint64_t a, uint64_t b, int accumulate);
+// d (+)= A B, m64nNk16 with A [64 x 16] from registers (each warp its 16 rows as the
+// mma.m16n8k16 A fragment: a[0] = row l / 4, columns 2 (l % 4) + {0, 1}; a[1] the same 8 rows
+// down; a[2] and a[3] those 8 columns right) and B [N x 16] K-major from a descriptor. `a` must
+// stay unchanged until the wgmma has completed (Wait).
+template <int N>
+__device__ __forceinline__ void WgmmaM64NKRegA(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate);
+
+// The specializations: IA, IB, IACC are the operand numbers after the N / 2 accumulators (the
+// descriptors and the accumulate flag); AREGS the four A registers' names.
+#define FERRY_WGMMA_SS(N, IA, IB, IACC, NAMES, ...)                                                          \
+  template <>                                                                                                \
+  __device__ __forceinline__ void WgmmaM64NK<N>(float(&d)[64], uint64_t a, uint64_t b, int accumulate) {    \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IACC ", 0;\n"                                         \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" NAMES "}, %" #IA ", %" #IB       \
+                 ", p, 1, 1, 0, 0;\n}\n"                                                                      \
+                 : __VA_ARGS__                                                                               \
+                 : "l"(a), "l"(b), "r"(accumulate));                                                         \
+  }
+#define FERRY_WGMMA_RS(N, AREGS, IB, IACC, NAMES, ...)                                                       \
+  template <>                                                                                                \
+  __device__ __forceinline__ void WgmmaM64NKRegA<N>(float(&d)[64], const uint32_t(&a)[4], uint64_t b,       \
+                                                    int accumulate) {                                        \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IACC ", 0;\n"                                         \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 {" NAMES "}, {" AREGS "}, %" #IB   \
+                 ", p, 1, 1, 0;\n}\n"                                                                         \
+                 : __VA_ARGS__                                                                               \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));                     \
+  }
+FERRY_WGMMA_SS(16, 8, 9, 10, FERRY_WG_SU1, FERRY_WG_DU1)
+FERRY_WGMMA_SS(32, 16, 17, 18, FERRY_WG_SU2, FERRY_WG_DU2)
+FERRY_WGMMA_SS(48, 24, 25, 26, FERRY_WG_SU3, FERRY_WG_DU3)
+FERRY_WGMMA_SS(64, 32, 33, 34, FERRY_WG_SU4, FERRY_WG_DU4)
+FERRY_WGMMA_SS(80, 40, 41, 42, FERRY_WG_SU5, FERRY_WG_DU5)
+FERRY_WGMMA_SS(96, 48, 49, 50, FERRY_WG_SU6, FERRY_WG_DU6)
+FERRY_WGMMA_SS(112, 56, 57, 58, FERRY_WG_SU7, FERRY_WG_DU7)
+FERRY_WGMMA_SS(128, 64, 65, 66, FERRY_WG_SU8, FERRY_WG_DU8)
+FERRY_WGMMA_RS(16, "%8,%9,%10,%11", 12, 13, FERRY_WG_SU1, FERRY_WG_DU1)
+FERRY_WGMMA_RS(32, "%16,%17,%18,%19", 20, 21, FERRY_WG_SU2, FERRY_WG_DU2)
+FERRY_WGMMA_RS(48, "%24,%25,%26,%27", 28, 29, FERRY_WG_SU3, FERRY_WG_DU3)
+FERRY_WGMMA_RS(64, "%32,%33,%34,%35", 36, 37, FERRY_WG_SU4, FERRY_WG_DU4)
+FERRY_WGMMA_RS(80, "%40,%41,%42,%43", 44, 45, FERRY_WG_SU5, FERRY_WG_DU5)
+FERRY_WGMMA_RS(96, "%48,%49,%50,%51", 52, 53, FERRY_WG_SU6, FERRY_WG_DU6)
+FERRY_WGMMA_RS(112, "%56,%57,%58,%59", 60, 61, FERRY_WG_SU7, FERRY_WG_DU7)
+FERRY_WGMMA_RS(128, "%64,%65,%66,%67", 68, 69, FERRY_WG_SU8, FERRY_WG_DU8)
+
+#undef FERRY_WGMMA_SS
+#undef FERRY_WGMMA_RS
+#undef FERRY_WG_S0
+#undef FERRY_WG_D0
+#undef FERRY_WG_S1
+#undef FERRY_WG_D1
+#undef FERRY_WG_S2
+#undef FERRY_WG_D2
+#undef FERRY_WG_S3
+#undef FERRY_WG_D3
+#undef FERRY_WG_S4
+#undef FERRY_WG_D4
+#undef FERRY_WG_S5
+#undef FERRY_WG_D5
+#undef FERRY_WG_S6
+#undef FERRY_WG_D6
+#undef FERRY_WG_S7
+#undef FERRY_WG_D7
+#undef FERRY_WG_SU1
+#undef FERRY_WG_DU1
+#undef FERRY_WG_SU2
+#undef FERRY_WG_DU2
+#undef FERRY_WG_SU3
+#undef FERRY_WG_DU3
+#undef FERRY_WG_SU4
+#undef FERRY_WG_DU4
+#undef FERRY_WG_SU5
+#undef FERRY_WG_DU5
+#undef FERRY_WG_SU6
+#undef FERRY_WG_DU6
+#undef FERRY_WG_SU7
+#undef FERRY_WG_DU7
+#undef FERRY_WG_SU8
+#undef FERRY_WG_DU8
 
 }  // namespace ferry::kernels::cuda::wgmma

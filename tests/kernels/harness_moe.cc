@@ -1,6 +1,9 @@
 // ferry-kernel-check cases for the decode MoE dispatch: MoeGroupPairs (the expert-ordered pair
 // list, exactly against a CPU counting sort) and MoeGemvBf16 (each pair's product against
-// cpu::Linear by norm, and bit for bit against the same row dispatched alone: batch invariance).
+// cpu::Linear by norm, and bit for bit against the same row dispatched alone: batch invariance);
+// PackFp8 (exactly, against a host packing) and GroupedLinearFp8 (the prefill experts over E4M3
+// weights) against cpu::Linear over the weights upcast as the loader does, with the same
+// batch-invariance check.
 #include <algorithm>
 #include <random>
 #include <string>
@@ -8,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/linear_fp8.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -187,6 +191,136 @@ Result MoeGemvCase(std::mt19937& rng, const MoeShape& s) {
   return r;
 }
 
+struct Fp8Shape {
+  int64_t in, out;
+  std::vector<int64_t> rows;  // one problem each
+};
+
+// The packed layout of linear_fp8.h on the host: tiles of 128 x 64 (zero outside), each in the
+// order of the kernel's A register fragments: for thread t (warpgroup t / 128, warp (t % 128) /
+// 32, lane l), k16 step kk and register r = 0..3, the two bytes of mma.m16n8k16's A fragment
+// register r.
+std::vector<uint8_t> PackFp8Host(const std::vector<uint8_t>& w, int64_t out, int64_t in) {
+  const int64_t kb_count = (in + cu::kFp8TileCols - 1) / cu::kFp8TileCols;
+  const int64_t tile = cu::kFp8TileRows * cu::kFp8TileCols;
+  std::vector<uint8_t> packed(static_cast<size_t>(cu::Fp8PackedBytes(out, in)), 0);
+  for (int64_t t = 0; t < static_cast<int64_t>(packed.size()) / tile; ++t) {
+    const int64_t ob = t / kb_count, kb = t % kb_count;
+    for (int thread = 0; thread < 256; ++thread) {
+      const int lane = thread % 32, row0 = 64 * (thread / 128) + 16 * ((thread % 128) / 32) + lane / 4;
+      for (int kk = 0; kk < 4; ++kk) {
+        for (int reg = 0; reg < 4; ++reg) {
+          for (int half = 0; half < 2; ++half) {
+            const int64_t row = ob * cu::kFp8TileRows + row0 + 8 * (reg % 2);
+            const int64_t col = kb * cu::kFp8TileCols + 16 * kk + 2 * (lane % 4) + half + 8 * (reg / 2);
+            const size_t at = static_cast<size_t>(t * tile + thread * 32 + kk * 8 + reg * 2 + half);
+            packed[at] = row < out && col < in ? w[static_cast<size_t>(row * in + col)] : 0;
+          }
+        }
+      }
+    }
+  }
+  return packed;
+}
+
+// Random E4M3 bytes (never the NaN codes 0x7f / 0xff) and block scales; *upcast gets
+// bf16_rn(float(e4m3) * scale) as float, the loader's weight.
+void RandomFp8(int64_t out, int64_t in, std::mt19937& rng, std::vector<uint8_t>* w, std::vector<float>* scale,
+               std::vector<float>* upcast) {
+  const int64_t srows = (out + cu::kFp8BlockRows - 1) / cu::kFp8BlockRows;
+  const int64_t scols = (in + cu::kFp8BlockCols - 1) / cu::kFp8BlockCols;
+  std::uniform_int_distribution<int> byte(0, 253);
+  std::uniform_real_distribution<float> sd(0.5e-3f, 2e-3f);
+  w->resize(static_cast<size_t>(out * in));
+  scale->resize(static_cast<size_t>(srows * scols));
+  upcast->resize(w->size());
+  for (float& v : *scale) v = sd(rng);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      int b = byte(rng);
+      if (b >= 0x7f) ++b;  // skip 0x7f; 0xff is past the range
+      const size_t k = static_cast<size_t>(o * in + i);
+      (*w)[k] = static_cast<uint8_t>(b);
+      const float s = (*scale)[static_cast<size_t>((o / cu::kFp8BlockRows) * scols + i / cu::kFp8BlockCols)];
+      (*upcast)[k] = Bf16ToF32(F32ToBf16(F8E4M3ToF32(static_cast<uint8_t>(b)) * s));
+    }
+  }
+}
+
+Result GroupedFp8Case(std::mt19937& rng, const Fp8Shape& s) {
+  Result r;
+  r.tolerance = 1e-2;
+  if (!cu::GroupedLinearFp8Available()) {
+    r.note = "skipped: GroupedLinearFp8 needs sm_90a code and a compute capability 9.0 device";
+    return r;
+  }
+  Device dev(&r.error);
+  const size_t n = s.rows.size();
+  const size_t packed_bytes = static_cast<size_t>(cu::Fp8PackedBytes(s.out, s.in));
+  std::vector<std::vector<float>> wf(n), xf(n);
+  std::vector<std::vector<uint8_t>> want_packed(n);
+  std::vector<cu::LinearGroupFp8> g(n);
+  for (size_t p = 0; p < n; ++p) {
+    std::vector<uint8_t> wb;
+    std::vector<float> scale;
+    RandomFp8(s.out, s.in, rng, &wb, &scale, &wf[p]);
+    want_packed[p] = PackFp8Host(wb, s.out, s.in);
+    std::vector<uint16_t> xb;
+    RandomBf16(static_cast<size_t>(s.rows[p] * s.in), 1.0f, 0.0f, rng, &xb, &xf[p]);
+    uint8_t* packed = dev.Poisoned<uint8_t>(packed_bytes);
+    const uint8_t* row_major = dev.Upload(wb);
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::PackFp8(row_major, s.out, s.in, packed));
+    g[p] = {dev.Upload(xb), s.rows[p], packed, dev.Upload(scale),
+            dev.Poisoned<uint16_t>(static_cast<size_t>(s.rows[p] * s.out))};
+  }
+  if (!r.error.empty()) return r;
+  // The packing, exactly (every byte: the tiles and their zero padding).
+  for (size_t p = 0; p < n; ++p) {
+    const std::vector<uint8_t> got = dev.Download(g[p].w, packed_bytes);
+    long differ = 0;
+    for (size_t i = 0; i < packed_bytes; ++i) differ += got[i] != want_packed[p][i];
+    r.mismatched += differ;
+    if (differ > 0) r.note = absl::StrCat(differ, " packed bytes differ from the host's packing");
+  }
+  HARNESS_CHECK_OK(cu::GroupedLinearFp8(g.data(), static_cast<int64_t>(n), s.in, s.out));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  std::vector<float> got, want;
+  std::vector<std::vector<uint16_t>> ys(n);
+  for (size_t p = 0; p < n; ++p) {
+    ys[p] = dev.Download(g[p].y, static_cast<size_t>(s.rows[p] * s.out));
+    std::vector<float> ref(static_cast<size_t>(s.rows[p] * s.out));
+    if (s.rows[p] > 0) cpu::Linear(xf[p].data(), s.rows[p], s.in, wf[p].data(), s.out, ref.data());
+    const std::vector<float> y = ToF32(ys[p]);
+    got.insert(got.end(), y.begin(), y.end());
+    want.insert(want.end(), ref.begin(), ref.end());
+  }
+  r.rel_err = RelErr(got, want, &r.unwritten);
+
+  // Batch invariance: the largest problem's last row alone, as a problem of one row, gives its bits.
+  const size_t big = static_cast<size_t>(std::max_element(s.rows.begin(), s.rows.end()) - s.rows.begin());
+  if (s.rows[big] > 0) {
+    cu::LinearGroupFp8 one = g[big];
+    one.x += (s.rows[big] - 1) * s.in;
+    one.rows = 1;
+    one.y = dev.Poisoned<uint16_t>(static_cast<size_t>(s.out));
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::GroupedLinearFp8(&one, 1, s.in, s.out));
+    HARNESS_CHECK_OK(cu::Synchronize());
+    const std::vector<uint16_t> a = dev.Download(one.y, static_cast<size_t>(s.out));
+    long differ = 0;
+    for (int64_t o = 0; o < s.out; ++o) differ += a[o] != ys[big][(s.rows[big] - 1) * s.out + o];
+    r.mismatched += differ;
+    if (differ > 0) r.note = absl::StrCat(differ, " outputs of the last row differ from it alone");
+  }
+  // Bad shapes are refused with the numbers, nothing launched.
+  if (cu::GroupedLinearFp8(g.data(), static_cast<int64_t>(n), s.in + 8, s.out).ok()) {
+    ++r.mismatched;
+    r.note += " in % 16 != 0 was accepted";
+  }
+  return r;
+}
+
 }  // namespace
 
 void AddMoeCases(std::vector<Case>* cases) {
@@ -202,6 +336,16 @@ void AddMoeCases(std::vector<Case>* cases) {
     cases->push_back({absl::StrCat("moe_gemv rows=", s.rows, " k=", s.top_k, " experts=", s.n_experts, " in=", s.in,
                                    " out=", s.out, s.shared ? " shared" : "", s.bad_id ? " bad-id" : ""),
                       [s](std::mt19937& rng) { return MoeGemvCase(rng, s); }});
+  }
+  const Fp8Shape fp8[] = {
+      {2048, 1024, {70, 0, 1, 130, 17, 64}},  // ragged experts: empty, one row, two row tiles
+      {272, 200, {5, 128, 129}},              // in and out past the blocks (in % 64 = 16, out % 128 = 72)
+      {16, 8, {3}},                           // the smallest widths
+      {6144, 4096, {84, 23}},                 // GLM-5.2 gate_up
+  };
+  for (const Fp8Shape& s : fp8) {
+    cases->push_back({absl::StrCat("grouped_linear_fp8 in=", s.in, " out=", s.out, " problems=", s.rows.size()),
+                      [s](std::mt19937& rng) { return GroupedFp8Case(rng, s); }});
   }
 }
 

@@ -1,0 +1,60 @@
+// Linear layers whose weights stay FP8 (E4M3 with float32 block scales, the official FP8
+// releases' format) on the device: half the bytes of the bf16 upcast, read once and widened in
+// shared memory. The MoE layer's experts are the users: at prefill their weights are most of the
+// bytes a step moves.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace ferry::kernels::cuda {
+
+// The scale blocks of the FP8 weights (checkpoint.h: [128, 128] in every release so far).
+inline constexpr int64_t kFp8BlockRows = 128;
+inline constexpr int64_t kFp8BlockCols = 128;
+
+// The device layout of an E4M3 matrix W [out, in] for GroupedLinearFp8 ("packed"): tiles of
+// 128 rows x 64 columns, each 8 KiB contiguous, ordered by row block then column block, zero past
+// `out` and `in`. A tile is one pipeline step of a block, so a block's weights arrive as one
+// sequential stream of 8 KiB copies (row-major rows read 64 bytes at a time measured at under
+// half the bandwidth). Inside a tile the bytes are in the order the kernel's threads hold them
+// as wgmma A fragments: 32 bytes a thread t (warpgroup t / 128, warp (t % 128) / 32, lane l),
+// 8 a k16 step kk, 2 a register r of the mma.m16n8k16 A fragment: row 64 (t / 128) +
+// 16 ((t % 128) / 32) + l / 4 + 8 (r % 2), columns 16 kk + 2 (l % 4) + {0, 1} + 8 (r / 2).
+inline constexpr int64_t kFp8TileRows = 128;
+inline constexpr int64_t kFp8TileCols = 64;
+int64_t Fp8PackedBytes(int64_t out, int64_t in);
+// packed [Fp8PackedBytes(out, in)] = the layout above of row-major `w` [out, in] (device).
+// CPU twin: the index map (exact). REQUIRES: out, in >= 1; packed disjoint from w.
+absl::Status PackFp8(const uint8_t* w, int64_t out, int64_t in, uint8_t* packed, void* stream = nullptr);
+
+// One problem of GroupedLinearFp8: y [rows, out] = x [rows, in] · W^T, x and y dense row-major,
+// W [out, in] E4M3 `w` packed as above with `scale` float32 [ceil(out / 128), ceil(in / 128)].
+struct LinearGroupFp8 {
+  const uint16_t* x = nullptr;  // bf16
+  int64_t rows = 0;
+  const uint8_t* w = nullptr;   // packed
+  const float* scale = nullptr;
+  uint16_t* y = nullptr;  // bf16
+};
+
+// Whether GroupedLinearFp8 runs here: built with sm_90a code (FERRY_CUDA_SM90A) and the current
+// device is compute capability 9.0 with the shared memory it needs. Elsewhere callers keep the
+// weights upcast to bf16 (the loader's way).
+bool GroupedLinearFp8Available();
+
+// For each of `n` problems sharing `in` and `out` (a MoE layer's experts, each over the rows
+// routed to it), in one launch: weight element (o, i) is used as
+//   bf16_rn(float(e4m3 w[o, i]) * scale[o / 128][i / 128])
+// (exactly the bf16 weight the loader's upcast would hold), the products accumulate in float32
+// and y is rounded to bf16 once. Each y row depends only on its own x row and W (no split over
+// `in` between blocks), so a problem's result does not depend on the others or on its row count.
+// CPU twin: cpu::Linear over the upcast weights. groups: a host array; rows == 0 is skipped.
+// REQUIRES: GroupedLinearFp8Available(); in % 16 == 0, out % 8 == 0; x, w and y 16-byte aligned;
+// the y's disjoint from each other and from every x, w, scale. Errors: INVALID_ARGUMENT naming
+// the numbers otherwise (nothing launched).
+absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t in, int64_t out,
+                              void* stream = nullptr);
+
+}  // namespace ferry::kernels::cuda
