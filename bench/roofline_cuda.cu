@@ -2,6 +2,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +51,13 @@ __global__ void FillF32Kernel(float* dst, int64_t n, uint64_t seed, float scale,
   }
 }
 
+__global__ void FillFp8Kernel(uint8_t* dst, int64_t n, uint64_t seed, float scale) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    dst[i] = __nv_cvt_float_to_fp8(scale * HashUniform(seed, static_cast<uint64_t>(i)), __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
 int FillBlocks(int64_t n) {
   const int64_t want = (n + 255) / 256;
   return static_cast<int>(want < 65536 ? (want < 1 ? 1 : want) : 65536);
@@ -73,6 +81,13 @@ absl::Status StreamRead(const void* src, size_t bytes, uint32_t* sink) {
 absl::Status FillRandomBf16(uint16_t* dst, int64_t n, uint64_t seed, float scale, float offset) {
   if (n <= 0) return absl::OkStatus();
   FillBf16Kernel<<<FillBlocks(n), 256>>>(reinterpret_cast<__nv_bfloat16*>(dst), n, seed, scale, offset);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status FillRandomFp8(uint8_t* dst, int64_t n, uint64_t seed, float scale) {
+  if (n <= 0) return absl::OkStatus();
+  FillFp8Kernel<<<FillBlocks(n), 256>>>(dst, n, seed, scale);
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

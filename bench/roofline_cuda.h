@@ -23,6 +23,8 @@ absl::Status StreamRead(const void* src, size_t bytes, uint32_t* sink);
 // same seed, no state. Never zeros: METHOD.md saw a bf16 GEMM run 13% faster on them.
 absl::Status FillRandomBf16(uint16_t* dst, int64_t n, uint64_t seed, float scale, float offset = 0.0f);
 absl::Status FillRandomF32(float* dst, int64_t n, uint64_t seed, float scale, float offset = 0.0f);
+// dst[i] = E4M3(scale * u(seed, i)), saturating (FP8 weights; scale <= 448 / sqrt(3) keeps them finite).
+absl::Status FillRandomFp8(uint8_t* dst, int64_t n, uint64_t seed, float scale);
 
 // One bf16 GEMM of the expert comparison (section 2d): y [rows, out] = x [rows, in] · w [out, in]^T.
 struct GemmProblem {

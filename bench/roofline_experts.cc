@@ -1,7 +1,8 @@
 // Section 2d: the routed experts' GEMMs of one MoE layer alone (both projections, no routing or
-// activation), three ways: one cuBLAS call an expert in turn (the dispatch before
+// activation), four ways: one cuBLAS call an expert in turn (the dispatch before
 // GroupedLinearBf16), GroupedLinearBf16's side streams (FfnAdd today), and one
-// cublasGemmGroupedBatchedEx call a projection. Which way to take next for the prefill MoE.
+// cublasGemmGroupedBatchedEx call a projection; then the same GEMMs over E4M3 weights with
+// 128 x 128 block scales (GroupedLinearFp8, one launch a projection: half the weight bytes).
 #include <algorithm>
 #include <random>
 
@@ -10,6 +11,7 @@
 #include "bench/roofline.h"
 #include "bench/roofline_cuda.h"
 #include "common/status.h"
+#include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 
 namespace ferry::bench {
@@ -64,8 +66,22 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
   FERRY_RETURN_IF_ERROR(FillRandomBf16(w_down, E * D * MI, o.seed + 61, 0.02f));
   FERRY_RETURN_IF_ERROR(FillRandomBf16(x, slots * D, o.seed + 62, 1.0f));
   FERRY_RETURN_IF_ERROR(FillRandomBf16(h, slots * MI, o.seed + 63, 1.0f));
+  // The FP8 copies: E4M3 weights (random bytes stand for linear_fp8.h's packed layout; no padding
+  // at these widths) and their 128 x 128 block scales.
+  const int64_t up_scales = ((2 * MI + 127) / 128) * ((D + 127) / 128);
+  const int64_t down_scales = ((D + 127) / 128) * ((MI + 127) / 128);
+  const int64_t up_packed = cu::Fp8PackedBytes(2 * MI, D), down_packed = cu::Fp8PackedBytes(D, MI);
+  FERRY_ASSIGN_OR_RETURN(uint8_t* q_up, b.Take<uint8_t>(E * up_packed));
+  FERRY_ASSIGN_OR_RETURN(uint8_t* q_down, b.Take<uint8_t>(E * down_packed));
+  FERRY_ASSIGN_OR_RETURN(float* s_up, b.Take<float>(E * up_scales));
+  FERRY_ASSIGN_OR_RETURN(float* s_down, b.Take<float>(E * down_scales));
+  FERRY_RETURN_IF_ERROR(FillRandomFp8(q_up, E * up_packed, o.seed + 64, 100.0f));
+  FERRY_RETURN_IF_ERROR(FillRandomFp8(q_down, E * down_packed, o.seed + 65, 100.0f));
+  FERRY_RETURN_IF_ERROR(FillRandomF32(s_up, E * up_scales, o.seed + 66, 1e-4f, 2e-4f));
+  FERRY_RETURN_IF_ERROR(FillRandomF32(s_down, E * down_scales, o.seed + 67, 1e-4f, 2e-4f));
   std::vector<GemmProblem> up, down;
   std::vector<cu::LinearGroupBf16> gup, gdown;
+  std::vector<cu::LinearGroupFp8> fup, fdown;
   int64_t j0 = 0, used = 0;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = rows[static_cast<size_t>(e)];
@@ -74,10 +90,14 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
     down.push_back({h + j0 * MI, n, w_down + e * D * MI, y + j0 * D});
     gup.push_back({up.back().x, n, up.back().w, up.back().y});
     gdown.push_back({down.back().x, n, down.back().w, down.back().y});
+    fup.push_back({up.back().x, n, q_up + e * up_packed, s_up + e * up_scales, up.back().y});
+    fdown.push_back({down.back().x, n, q_down + e * down_packed, s_down + e * down_scales, down.back().y});
     j0 += n;
   }
   const double flops = 2.0 * slots * (2 * MI * D + D * MI);
-  const double bytes = 2.0 * used * (2 * MI * D + D * MI) + 2.0 * slots * (D + 2 * MI + MI + D);
+  const double activations = 2.0 * slots * (D + 2 * MI + MI + D);
+  const double bytes = 2.0 * used * (2 * MI * D + D * MI) + activations;
+  const double fp8_bytes = used * (2 * MI * D + D * MI + 4.0 * (up_scales + down_scales)) + activations;
   auto serial = [&]() -> absl::Status {
     for (const GemmProblem& p : up) FERRY_RETURN_IF_ERROR(cu::LinearBf16(p.x, p.rows, D, p.w, 2 * MI, p.y));
     for (const GemmProblem& p : down) FERRY_RETURN_IF_ERROR(cu::LinearBf16(p.x, p.rows, MI, p.w, D, p.y));
@@ -91,16 +111,28 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
     FERRY_RETURN_IF_ERROR(GroupedBatchedGemmBf16(up, D, 2 * MI, ptrs));
     return GroupedBatchedGemmBf16(down, MI, D, ptrs);
   };
+  auto fp8 = [&]() -> absl::Status {
+    FERRY_RETURN_IF_ERROR(cu::GroupedLinearFp8(fup.data(), E, D, 2 * MI));
+    return cu::GroupedLinearFp8(fdown.data(), E, MI, D);
+  };
   const std::string base = absl::StrCat(m.name, " ", tokens, tokens == 1 ? " token" : " tokens");
   for (const auto& [label, fn] : std::vector<std::pair<std::string, std::function<absl::Status()>>>{
-           {"one call an expert", serial}, {"8 side streams", streams}, {"cublasGemmGroupedBatchedEx", grouped}}) {
+           {"one call an expert", serial},
+           {"8 side streams", streams},
+           {"cublasGemmGroupedBatchedEx", grouped},
+           {"fp8 weights, GroupedLinearFp8", fp8}}) {
     Row r(absl::StrCat(base, ", ", label));
+    const bool is_fp8 = label.rfind("fp8", 0) == 0;
+    if (is_fp8 && !cu::GroupedLinearFp8Available()) {
+      t->rows.push_back(Row::Failed(r.name, "GroupedLinearFp8 needs sm_90a code and a compute capability 9.0 device"));
+      continue;
+    }
     absl::StatusOr<std::vector<double>> ms = TimeEvents(fn, std::min(o.warmup, 2), o.reps);
     if (!ms.ok()) {
       t->rows.push_back(Row::Failed(r.name, std::string(ms.status().message())));
       continue;
     }
-    r.bytes = bytes;
+    r.bytes = is_fp8 ? fp8_bytes : bytes;
     r.flops = flops;
     r.ms = Median(*ms);
     r.ms_min = Min(*ms);
@@ -115,10 +147,11 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
 
 Table ExpertGemmTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c) {
   Table t;
-  t.title = "2d. The routed experts' GEMMs alone (gate_up then down of every expert with rows), three dispatches";
+  t.title = "2d. The routed experts' GEMMs alone (gate_up then down of every expert with rows), four dispatches";
   t.explanation =
       "Rows an expert from uniform random top-8 routing of the tokens; no routing, activation or combine. FLOPs = 2 x "
-      "slots x 3 x hidden x moe_inter; bytes = the weights of every expert with rows + the activations in and out. "
+      "slots x 3 x hidden x moe_inter; bytes = the weights of every expert with rows (bf16, or E4M3 + float32 scales "
+      "for the fp8 rows) + the activations in and out. "
       "Events around the host calls (each dispatch's host cost shows when the GPU waits for it).";
   std::mt19937_64 rng(o.seed + 70);
   std::vector<int64_t> sizes = {1, 64};
