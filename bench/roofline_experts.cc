@@ -1,8 +1,9 @@
 // Section 2d: the routed experts' GEMMs of one MoE layer alone (both projections, no routing or
-// activation), four ways: one cuBLAS call an expert in turn (the dispatch before
+// activation), five ways: one cuBLAS call an expert in turn (the dispatch before
 // GroupedLinearBf16), GroupedLinearBf16's side streams (FfnAdd today), and one
 // cublasGemmGroupedBatchedEx call a projection; then the same GEMMs over E4M3 weights with
-// 128 x 128 block scales (GroupedLinearFp8, one launch a projection: half the weight bytes).
+// 128 x 128 block scales, half the weight bytes: GroupedLinearFp8 (bf16 activations, W8A16) and
+// QuantizeActFp8 + GroupedLinearW8A8 (the FP8 releases' W8A8), one launch a projection.
 #include <algorithm>
 #include <random>
 
@@ -79,9 +80,20 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
   FERRY_RETURN_IF_ERROR(FillRandomFp8(q_down, E * down_packed, o.seed + 65, 100.0f));
   FERRY_RETURN_IF_ERROR(FillRandomF32(s_up, E * up_scales, o.seed + 66, 1e-4f, 2e-4f));
   FERRY_RETURN_IF_ERROR(FillRandomF32(s_down, E * down_scales, o.seed + 67, 1e-4f, 2e-4f));
+  // W8A8: the same weights packed for GroupedLinearW8A8 and the activations quantized per call.
+  const int64_t up_packed8 = cu::Fp8W8A8PackedBytes(2 * MI, D), down_packed8 = cu::Fp8W8A8PackedBytes(D, MI);
+  FERRY_ASSIGN_OR_RETURN(uint8_t* p_up, b.Take<uint8_t>(E * up_packed8));
+  FERRY_ASSIGN_OR_RETURN(uint8_t* p_down, b.Take<uint8_t>(E * down_packed8));
+  FERRY_RETURN_IF_ERROR(FillRandomFp8(p_up, E * up_packed8, o.seed + 68, 100.0f));
+  FERRY_RETURN_IF_ERROR(FillRandomFp8(p_down, E * down_packed8, o.seed + 69, 100.0f));
+  FERRY_ASSIGN_OR_RETURN(uint8_t* qx, b.Take<uint8_t>(slots * D));
+  FERRY_ASSIGN_OR_RETURN(uint8_t* qh, b.Take<uint8_t>(slots * MI));
+  FERRY_ASSIGN_OR_RETURN(float* sx, b.Take<float>(slots * ((D + 127) / 128)));
+  FERRY_ASSIGN_OR_RETURN(float* sh, b.Take<float>(slots * ((MI + 127) / 128)));
   std::vector<GemmProblem> up, down;
   std::vector<cu::LinearGroupBf16> gup, gdown;
   std::vector<cu::LinearGroupFp8> fup, fdown;
+  std::vector<cu::LinearGroupW8A8> qup, qdown;
   int64_t j0 = 0, used = 0;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = rows[static_cast<size_t>(e)];
@@ -92,6 +104,8 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
     gdown.push_back({down.back().x, n, down.back().w, down.back().y});
     fup.push_back({up.back().x, n, q_up + e * up_packed, s_up + e * up_scales, up.back().y});
     fdown.push_back({down.back().x, n, q_down + e * down_packed, s_down + e * down_scales, down.back().y});
+    qup.push_back({qx + j0 * D, sx + j0, n, p_up + e * up_packed8, s_up + e * up_scales, up.back().y});
+    qdown.push_back({qh + j0 * MI, sh + j0, n, p_down + e * down_packed8, s_down + e * down_scales, down.back().y});
     j0 += n;
   }
   const double flops = 2.0 * slots * (2 * MI * D + D * MI);
@@ -115,16 +129,23 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
     FERRY_RETURN_IF_ERROR(cu::GroupedLinearFp8(fup.data(), E, D, 2 * MI));
     return cu::GroupedLinearFp8(fdown.data(), E, MI, D);
   };
+  auto w8a8 = [&]() -> absl::Status {
+    FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(x, slots, D, qx, sx, slots));
+    FERRY_RETURN_IF_ERROR(cu::GroupedLinearW8A8(qup.data(), E, D, 2 * MI, slots));
+    FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(h, slots, MI, qh, sh, slots));
+    return cu::GroupedLinearW8A8(qdown.data(), E, MI, D, slots);
+  };
   const std::string base = absl::StrCat(m.name, " ", tokens, tokens == 1 ? " token" : " tokens");
   for (const auto& [label, fn] : std::vector<std::pair<std::string, std::function<absl::Status()>>>{
            {"one call an expert", serial},
            {"8 side streams", streams},
            {"cublasGemmGroupedBatchedEx", grouped},
-           {"fp8 weights, GroupedLinearFp8", fp8}}) {
+           {"fp8 weights, GroupedLinearFp8", fp8},
+           {"fp8 W8A8, QuantizeActFp8 + GroupedLinearW8A8", w8a8}}) {
     Row r(absl::StrCat(base, ", ", label));
     const bool is_fp8 = label.rfind("fp8", 0) == 0;
     if (is_fp8 && !cu::GroupedLinearFp8Available()) {
-      t->rows.push_back(Row::Failed(r.name, "GroupedLinearFp8 needs sm_90a code and a compute capability 9.0 device"));
+      t->rows.push_back(Row::Failed(r.name, "the FP8 kernels need sm_90a code and a compute capability 9.0 device"));
       continue;
     }
     absl::StatusOr<std::vector<double>> ms = TimeEvents(fn, std::min(o.warmup, 2), o.reps);
@@ -147,7 +168,7 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
 
 Table ExpertGemmTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c) {
   Table t;
-  t.title = "2d. The routed experts' GEMMs alone (gate_up then down of every expert with rows), four dispatches";
+  t.title = "2d. The routed experts' GEMMs alone (gate_up then down of every expert with rows), five dispatches";
   t.explanation =
       "Rows an expert from uniform random top-8 routing of the tokens; no routing, activation or combine. FLOPs = 2 x "
       "slots x 3 x hidden x moe_inter; bytes = the weights of every expert with rows (bf16, or E4M3 + float32 scales "

@@ -2,6 +2,7 @@
 // Byte layouts are little-endian, as safetensors stores them.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -87,6 +88,25 @@ inline float F8E4M3ToF32(uint8_t b) {
     std::memcpy(&v, &u, sizeof(v));
   }
   return sign ? -v : v;
+}
+
+// float32 -> OCP FP8 E4M3, rounded to nearest even, saturating to +-448 (the GPU's
+// cvt.rn.satfinite.e4m3x2.f32); NaN -> 0x7f.
+inline uint8_t F32ToF8E4M3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  const float a = std::fabs(f);
+  if (a >= 448.0f) return sign | 0x7e;
+  if (a < 0.015625f) {  // below 2^-6: subnormal steps of 2^-9 (8 steps round up to 2^-6, code 8)
+    return sign | static_cast<uint8_t>(std::nearbyint(a * 512.0f));
+  }
+  int e = 0;
+  const float m = std::frexp(a, &e);  // a = m 2^e, m in [0.5, 1)
+  int exponent = e - 1;               // a = (2 m) 2^exponent, 2 m in [1, 2)
+  int mant = static_cast<int>(std::nearbyint((2.0f * m - 1.0f) * 8.0f));
+  if (mant == 8) mant = 0, ++exponent;
+  if (exponent > 8 || (exponent == 8 && mant > 6)) return sign | 0x7e;
+  return sign | static_cast<uint8_t>((exponent + 7) << 3 | mant);
 }
 
 }  // namespace ferry

@@ -1,8 +1,11 @@
 // Dense float32 ops: dot, linear, norms, RoPE, SwiGLU, absorbed MLA attention.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/ops.h"
+
+#include "common/dtype.h"
 
 namespace ferry::kernels::cpu {
 namespace {
@@ -48,6 +51,38 @@ float Dot(const float* a, const float* b, int64_t n) {
   }
   for (int j = 0; i + j < n; ++j) s[j] += a[i + j] * b[i + j];
   return Combine8(s);
+}
+
+void QuantizeActFp8(const float* x, int64_t rows, int64_t in, uint8_t* q, float* s, int64_t scale_stride) {
+  const int64_t groups = (in + 127) / 128;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = g * 128, c1 = std::min(in, c0 + 128);
+      float amax = 0.0f;
+      for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(x[r * in + c]));
+      const float scale = amax / 448.0f;
+      s[g * scale_stride + r] = scale;
+      for (int64_t c = c0; c < c1; ++c) q[r * in + c] = scale > 0.0f ? F32ToF8E4M3(x[r * in + c] / scale) : 0;
+    }
+  }
+}
+
+void LinearW8A8(const uint8_t* qx, const float* sx, int64_t rows, int64_t in, const uint8_t* qw, const float* sw,
+                int64_t out, float* y) {
+  const int64_t groups = (in + 127) / 128;
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t n = 0; n < out; ++n) {
+      float acc = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        float part = 0.0f;
+        for (int64_t k = g * 128; k < std::min(in, g * 128 + 128); ++k) {
+          part += F8E4M3ToF32(qx[t * in + k]) * F8E4M3ToF32(qw[n * in + k]);
+        }
+        acc += part * (sx[g * rows + t] * sw[(n / 128) * groups + g]);
+      }
+      y[t * out + n] = acc;
+    }
+  }
 }
 
 void Linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y) {

@@ -22,6 +22,21 @@ float Dot(const float* a, const float* b, int64_t n);
 // REQUIRES: y does not alias x or w.
 void Linear(const float* x, int64_t rows, int64_t in, const float* w, int64_t out, float* y);
 
+// The dynamic activation quantization of the FP8 releases (W8A8, as transformers' fine-grained
+// FP8 act_quant): for each row and group g of 128 columns (the last one shorter when in % 128),
+// s = max |x| / 448 and q = E4M3(x / s) (nearest even, saturating); a group of zeros gets s = 0
+// and q = 0 (transformers would make the row NaN there and then zero). q [rows, in] row-major;
+// s[g * scale_stride + row] (groups major, so a step of 128 columns reads its rows' scales in a
+// row). REQUIRES: scale_stride >= rows.
+void QuantizeActFp8(const float* x, int64_t rows, int64_t in, uint8_t* q, float* s, int64_t scale_stride);
+
+// y[T, N] = sum over 128-column groups g of (sum_{k in g} qx[t, k] qw[n, k]) * sx[g][t] * sw[n / 128][g]:
+// the W8A8 block-FP8 product of the FP8 releases (transformers' w8a8_block_fp8_matmul), qx and
+// sx from QuantizeActFp8 (scale stride `rows`), qw [N, K] E4M3 row-major with its 128 x 128 block
+// scales sw [ceil(N / 128), ceil(K / 128)]. The inner sums in float32 in column order.
+void LinearW8A8(const uint8_t* qx, const float* sx, int64_t rows, int64_t in, const uint8_t* qw, const float* sw,
+                int64_t out, float* y);
+
 // y[T, D] = x * rsqrt(mean(x^2) + eps) * w, per row. y may alias x.
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* w, float eps, float* y);
 

@@ -112,6 +112,38 @@ __device__ __forceinline__ void StepMmaN(int n16, float (&d)[64], const uint32_t
 }
 #endif
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The multiplying warpgroups' accumulators (d[4 j + e] = D[16 v + l / 4 + 8 (e / 2)][8 j +
+// 2 (l % 4) + e % 2] of warpgroup g's 64 rows) -> y rows [0, nv) x columns [o0, o0 + 128) of a
+// row-major [rows][out] bf16 matrix: transposed through shared memory (rows padded to 272
+// bytes), then 16-byte stores by all threads. Starts and ends with a block barrier.
+__device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv, int tid, int o0, int out,
+                                          uint8_t* smem, __nv_bfloat16* y) {
+  __syncthreads();
+  if (tid < kMulThreads) {
+    const int wg = tid / 128, v = (tid % 128) / 32, l = tid % 32;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      if (8 * j < n16) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = wg * 64 + 16 * v + l / 4 + 8 * (e / 2), col = 8 * j + 2 * (l % 4) + (e % 2);
+          *reinterpret_cast<__nv_bfloat16*>(smem + col * Smem::kOutRow + row * 2) = __float2bfloat16_rn(d[4 * j + e]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+  for (int c = tid; c < nv * (kBlockOut / 8); c += kThreads) {
+    const int t = c / (kBlockOut / 8), ch = c % (kBlockOut / 8), o = o0 + ch * 8;
+    if (o < out) {
+      *reinterpret_cast<uint4*>(y + static_cast<size_t>(t) * out + o) =
+          *reinterpret_cast<const uint4*>(smem + t * Smem::kOutRow + ch * 16);
+    }
+  }
+}
+#endif
+
 __global__ void __launch_bounds__(kThreads, 1)
     GroupedLinearFp8Kernel(const __grid_constant__ Problems p, int tiles, int in, int out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -240,34 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kt < steps) step(kt, a0, a1);
     wgmma::Wait<0>();
   }
-  __syncthreads();
-
-  // d[4 j + e] = D[16 v + l / 4 + 8 (e / 2)][8 j + 2 (l % 4) + e % 2] of a multiplying
-  // warpgroup's 64 rows: transposed through shared memory into y's row-major [rows][out] tile,
-  // then 16-byte stores.
-  if (tid < kMulThreads) {
-    const int wg = tid / 128, v = (tid % 128) / 32, l = tid % 32;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      if (8 * j < n16) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = wg * 64 + 16 * v + l / 4 + 8 * (e / 2), col = 8 * j + 2 * (l % 4) + (e % 2);
-          *reinterpret_cast<__nv_bfloat16*>(smem + col * Smem::kOutRow + row * 2) =
-              __float2bfloat16_rn(d[4 * j + e]);
-        }
-      }
-    }
-  }
-  __syncthreads();
-  __nv_bfloat16* y = p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out;
-  for (int c = tid; c < nv * (kBlockOut / 8); c += kThreads) {
-    const int t = c / (kBlockOut / 8), ch = c % (kBlockOut / 8), o = o0 + ch * 8;
-    if (o < out) {
-      *reinterpret_cast<uint4*>(y + static_cast<size_t>(t) * out + o) =
-          *reinterpret_cast<const uint4*>(smem + t * Smem::kOutRow + ch * 16);
-    }
-  }
+  StoreTile(d, n16, nv, tid, o0, out, smem, p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out);
 #else
   __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
 #endif
@@ -291,6 +296,209 @@ __global__ void PackFp8Kernel(const uint8_t* w, int64_t out, int64_t in, int64_t
     int r = 0, c = 0;
     PackedSource(static_cast<int>(i % Smem::kW8), &r, &c);
     const int64_t row = ob * kBlockOut + r, col = kb * kStep + c;
+    packed[i] = row < out && col < in ? w[row * in + col] : 0;
+  }
+}
+
+// ---- W8A8 ----
+
+constexpr int kStep8 = 128;          // a W8A8 step: one 128 x 128 tile, one scale group of x
+constexpr int kW8Stages = 8;         // 16 KiB tiles in flight
+constexpr int kX8Bytes = 80 * 1024;  // the x ring: stages of n16 rows of 128 bytes + their scales
+static_assert(kStep8 == kFp8BlockCols);
+
+struct Smem8 {
+  static constexpr int kTile = kBlockOut * kStep8;
+  static constexpr int kWAt = kX8Bytes;
+  static constexpr int kBarAt = kWAt + kW8Stages * kTile;
+  static constexpr int kBars = 2 * kMaxXStages + 2 * kW8Stages;
+  static constexpr int kScaleAt = kBarAt + 8 * kBars;
+  static constexpr int kBytes = kScaleAt + 4 * kMaxScales + 1024;
+};
+static_assert(Smem8::kWAt % 1024 == 0 && kBlockRows * Smem::kOutRow <= kX8Bytes);
+static_assert(kX8Bytes >= 4 * (kBlockRows * kStep8 + 1024));
+
+struct Problems8 {
+  const uint8_t* qx[kMaxProblems];
+  const float* sx[kMaxProblems];
+  const uint8_t* w[kMaxProblems];
+  const float* scale[kMaxProblems];
+  __nv_bfloat16* y[kMaxProblems];
+  int rows[kMaxProblems];
+};
+
+// 4 bytes global -> shared (cp.async.ca), zero-filled when src_bytes is 0.
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// One step's four k32 steps of E4M3 wgmma at width N into d (overwritten).
+template <int N>
+__device__ __forceinline__ void StepMma8(float (&d)[64], uint32_t a, uint32_t b) {
+#pragma unroll
+  for (int kk = 0; kk < kStep8 / 32; ++kk) {
+    wgmma::WgmmaM64NK32E4M3<N>(d, wgmma::Desc(a + kk * 32, 16, 1024), wgmma::Desc(b + kk * 32, 16, 1024), kk);
+  }
+}
+__device__ __forceinline__ void StepMma8N(int n16, float (&d)[64], uint32_t a, uint32_t b) {
+  switch (n16 >> 4) {
+    case 1: StepMma8<16>(d, a, b); break;
+    case 2: StepMma8<32>(d, a, b); break;
+    case 3: StepMma8<48>(d, a, b); break;
+    case 4: StepMma8<64>(d, a, b); break;
+    case 5: StepMma8<80>(d, a, b); break;
+    case 6: StepMma8<96>(d, a, b); break;
+    case 7: StepMma8<112>(d, a, b); break;
+    default: StepMma8<128>(d, a, b); break;
+  }
+}
+#endif
+
+// The W8A8 block: the W8A16 kernel's roles and rings, but the W tile (16 KiB, pre-swizzled) and
+// the x rows (E4M3, with their group scales) go to wgmma as they are: no widening. A step's
+// product lands in `part`, and acc += part * (w scale * x scale of the column) once it is done.
+__global__ void __launch_bounds__(kThreads, 1)
+    GroupedLinearW8A8Kernel(const __grid_constant__ Problems8 p, int tiles, int in, int out, int scale_stride) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const int prob = static_cast<int>(blockIdx.y) / tiles, tile = static_cast<int>(blockIdx.y) % tiles;
+  const int left = p.rows[prob] - tile * kBlockRows;
+  if (left <= 0) return;
+  const int nv = min(left, kBlockRows), n16 = (nv + 15) & ~15;
+  const int steps = (in + kStep8 - 1) / kStep8;
+  const int ob = static_cast<int>(blockIdx.x), o0 = ob * kBlockOut;
+  const uint8_t* x = p.qx[prob] + static_cast<size_t>(tile) * kBlockRows * in;
+  const float* sx = p.sx[prob] + static_cast<size_t>(tile) * kBlockRows;
+  const uint8_t* w = p.w[prob] + static_cast<size_t>(ob) * steps * Smem8::kTile;
+  const float* wscale = p.scale[prob] + static_cast<size_t>(ob) * steps;
+  const int tid = static_cast<int>(threadIdx.x);
+  // An x stage: n16 rows of 128 bytes (swizzled), then the rows' scales (1 KiB keeps alignment).
+  const int x_rows_bytes = n16 * 128, x_stage_bytes = x_rows_bytes + 1024;
+  const int x_stages = min(kMaxXStages, kX8Bytes / x_stage_bytes);
+
+  extern __shared__ uint8_t smem_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t base = (raw + 1023u) & ~1023u;
+  uint8_t* smem = smem_raw + (base - raw);
+  const uint32_t x_full = base + Smem8::kBarAt, x_empty = x_full + 8 * kMaxXStages;
+  const uint32_t w_full = x_empty + 8 * kMaxXStages, w_empty = w_full + 8 * kW8Stages;
+  float* wscales = reinterpret_cast<float*>(smem + Smem8::kScaleAt);
+  for (int i = tid; i < steps; i += kThreads) wscales[i] = wscale[i];
+  if (tid == 0) {
+    for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_full + 8 * i, kXCopyThreads);
+    for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_empty + 8 * i, kMulThreads);
+    for (int i = 0; i < kW8Stages; ++i) ptx::MbarInit(w_full + 8 * i, 1);
+    for (int i = 0; i < kW8Stages; ++i) ptx::MbarInit(w_empty + 8 * i, kMulThreads);
+    ptx::MbarInitFence();
+  }
+  __syncthreads();
+
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+
+  if (tid >= kMulThreads) {
+    const int ct = tid - kMulThreads;
+    if (ct == 0) {
+      for (int kt = 0; kt < steps; ++kt) {
+        const int st = kt % kW8Stages;
+        if (kt >= kW8Stages) ptx::MbarWait(w_empty + 8 * st, ((kt / kW8Stages) - 1) & 1);
+        ptx::MbarArriveExpectTx(w_full + 8 * st, Smem8::kTile);
+        ptx::BulkCopy(base + static_cast<uint32_t>(Smem8::kWAt + st * Smem8::kTile),
+                      w + static_cast<size_t>(kt) * Smem8::kTile, Smem8::kTile, w_full + 8 * st);
+      }
+    } else if (ct >= 32) {
+      const int xt = ct - 32;
+      int st = 0, phase = 0;
+      for (int kt = 0; kt < steps; ++kt) {
+        if (kt >= x_stages) ptx::MbarWait(x_empty + 8 * st, phase ^ 1);
+        const uint32_t stage = base + static_cast<uint32_t>(st * x_stage_bytes);
+        const int k0 = kt * kStep8;
+        for (int c = xt; c < n16 * 8; c += kXCopyThreads) {
+          const int r = c >> 3, ch = c & 7, k = k0 + ch * 16;
+          const bool ok = r < nv && k < in;
+          ptx::CpAsync16(stage + r * 128 + ((ch ^ (r & 7)) << 4),
+                         ok ? static_cast<const void*>(x + static_cast<size_t>(r) * in + k) : p.qx[prob], ok ? 16 : 0);
+        }
+        for (int r = xt; r < n16; r += kXCopyThreads) {
+          const bool ok = r < nv;
+          CpAsync4(stage + x_rows_bytes + 4 * r,
+                   ok ? static_cast<const void*>(sx + static_cast<size_t>(kt) * scale_stride + r) : p.sx[prob],
+                   ok ? 4 : 0);
+        }
+        ptx::CpAsyncMbarArrive(x_full + 8 * st);
+        if (++st == x_stages) st = 0, phase ^= 1;
+      }
+    }
+  } else {
+    const int wg = tid / 128, l = tid % 32;
+    float part[64];
+    int xs = 0, x_phase = 0;
+    for (int kt = 0; kt < steps; ++kt) {
+      const int ws = kt % kW8Stages;
+      ptx::MbarWait(x_full + 8 * xs, x_phase);
+      ptx::MbarWait(w_full + 8 * ws, (kt / kW8Stages) & 1);
+      wgmma::ProxyFence();
+      wgmma::Fence();
+      const uint32_t stage = base + static_cast<uint32_t>(xs * x_stage_bytes);
+      StepMma8N(n16, part, base + static_cast<uint32_t>(Smem8::kWAt + ws * Smem8::kTile + wg * 64 * 128), stage);
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      ptx::MbarArrive(w_empty + 8 * ws);
+      const float* scale_x = reinterpret_cast<const float*>(smem + xs * x_stage_bytes + x_rows_bytes);
+      const float s_w = wscales[kt];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        if (8 * j < n16) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[4 * j + e] += part[4 * j + e] * (s_w * scale_x[8 * j + 2 * (l % 4) + (e % 2)]);
+        }
+      }
+      ptx::MbarArrive(x_empty + 8 * xs);
+      if (++xs == x_stages) xs = 0, x_phase ^= 1;
+    }
+  }
+  StoreTile(acc, n16, nv, tid, o0, out, smem, p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out);
+#else
+  __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
+#endif
+}
+
+// One warp a (row, group of 128 columns), four columns a lane: cpu::QuantizeActFp8.
+__global__ void QuantizeActFp8Kernel(const __nv_bfloat16* x, int64_t rows, int64_t in, uint8_t* q, float* s,
+                                     int64_t scale_stride) {
+  const int64_t groups = (in + 127) / 128;
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (item >= rows * groups) return;
+  const int64_t r = item / groups, g = item % groups, c0 = g * 128 + lane * 4;
+  float v[4];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[i] = c0 + i < in ? __bfloat162float(x[r * in + c0 + i]) : 0.0f;
+    amax = fmaxf(amax, fabsf(v[i]));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float scale = amax / 448.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (c0 + i < in) {
+      q[r * in + c0 + i] = scale > 0.0f ? __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0;
+    }
+  }
+  if (lane == 0) s[g * scale_stride + r] = scale;
+}
+
+// packed (W8A8 layout) byte i <- w, zero outside.
+__global__ void PackFp8W8A8Kernel(const uint8_t* w, int64_t out, int64_t in, int64_t bytes, uint8_t* packed) {
+  const int64_t kb_count = (in + kStep8 - 1) / kStep8;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / Smem8::kTile, ob = t / kb_count, kb = t % kb_count;
+    const int q = static_cast<int>(i % Smem8::kTile), r = q / 128, chunk = ((q % 128) / 16) ^ (r & 7);
+    const int64_t row = ob * kBlockOut + r, col = kb * kStep8 + chunk * 16 + q % 16;
     packed[i] = row < out && col < in ? w[row * in + col] : 0;
   }
 }
@@ -329,9 +537,11 @@ bool GroupedLinearFp8Available() {
   bool ok = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-            major == 9 && minor == 0 && optin >= Smem::kBytes &&
+            major == 9 && minor == 0 && optin >= std::max(Smem::kBytes, Smem8::kBytes) &&
             cudaFuncSetAttribute(GroupedLinearFp8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 Smem::kBytes) == cudaSuccess;
+                                 Smem::kBytes) == cudaSuccess &&
+            cudaFuncSetAttribute(GroupedLinearW8A8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 Smem8::kBytes) == cudaSuccess;
   if (!ok) cudaGetLastError();
   (*known)[device] = ok;
   return ok;
@@ -340,59 +550,144 @@ bool GroupedLinearFp8Available() {
 #endif
 }
 
-absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t in, int64_t out, void* stream) {
+namespace {
+
+// The checks and launches the grouped kernels share: every problem with rows gets
+// fill(slot, problem) in the launch's table (kMaxProblems at a time), then launch(count, tiles).
+// usable(problem) says whether its pointers are non-null and aligned.
+template <typename Group, typename Usable, typename Fill, typename Launch>
+absl::Status RunGrouped(const char* name, const Group* groups, int64_t n, int64_t in, int64_t out, Usable usable,
+                        Fill fill, Launch launch) {
   if (n < 0 || in < 16 || in % 16 != 0 || out < 8 || out % 8 != 0 || in > kMaxScales * kFp8BlockCols ||
       out > INT_MAX / kBlockRows) {
-    return absl::InvalidArgumentError(absl::StrCat("GroupedLinearFp8: ", n, " problems of in ", in, ", out ", out,
+    return absl::InvalidArgumentError(absl::StrCat(name, ": ", n, " problems of in ", in, ", out ", out,
                                                    "; need in a multiple of 16 up to ", kMaxScales * kFp8BlockCols,
                                                    ", out a multiple of 8"));
   }
   int64_t max_rows = 0;
   for (int64_t i = 0; i < n; ++i) {
-    const LinearGroupFp8& g = groups[i];
-    if (g.rows < 0 || g.rows > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat("GroupedLinearFp8: problem ", i, " has ", g.rows, " rows"));
+    if (groups[i].rows < 0 || groups[i].rows > INT_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": problem ", i, " has ", groups[i].rows, " rows"));
     }
-    if (g.rows == 0) continue;
-    if (g.x == nullptr || g.w == nullptr || g.scale == nullptr || g.y == nullptr || !Aligned16(g.x) ||
-        !Aligned16(g.w) || !Aligned16(g.y)) {
-      return absl::InvalidArgumentError(absl::StrCat("GroupedLinearFp8: problem ", i,
-                                                     " has a null or not 16-byte-aligned x, w, scale or y"));
+    if (groups[i].rows == 0) continue;
+    if (!usable(groups[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": problem ", i, " has a null pointer or a matrix not 16-byte aligned"));
     }
-    max_rows = std::max(max_rows, g.rows);
+    max_rows = std::max(max_rows, groups[i].rows);
   }
   if (max_rows == 0) return absl::OkStatus();
   if (!GroupedLinearFp8Available()) {
-    return absl::FailedPreconditionError("GroupedLinearFp8: needs sm_90a code and a compute capability 9.0 device");
+    return absl::FailedPreconditionError(absl::StrCat(name, ": needs sm_90a code and a compute capability 9.0 device"));
   }
   const int tiles = static_cast<int>((max_rows + kBlockRows - 1) / kBlockRows);
-  if (tiles > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("GroupedLinearFp8: ", max_rows, " rows in one problem"));
-  }
+  if (tiles > 65535) return absl::InvalidArgumentError(absl::StrCat(name, ": ", max_rows, " rows in one problem"));
   const int per_launch = std::min(kMaxProblems, 65535 / tiles);
-  const dim3 grid_x(static_cast<unsigned>((out + kBlockOut - 1) / kBlockOut));
-  Problems pr{};
   int count = 0;
-  auto launch = [&]() -> absl::Status {
-    const dim3 grid(grid_x.x, static_cast<unsigned>(count * tiles));
-    GroupedLinearFp8Kernel<<<grid, kThreads, Smem::kBytes, static_cast<cudaStream_t>(stream)>>>(
-        pr, tiles, static_cast<int>(in), static_cast<int>(out));
-    FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-    count = 0;
-    return absl::OkStatus();
-  };
   for (int64_t i = 0; i < n; ++i) {
-    const LinearGroupFp8& g = groups[i];
-    if (g.rows == 0) continue;
-    pr.x[count] = reinterpret_cast<const __nv_bfloat16*>(g.x);
-    pr.w[count] = g.w;
-    pr.scale[count] = g.scale;
-    pr.y[count] = reinterpret_cast<__nv_bfloat16*>(g.y);
-    pr.rows[count] = static_cast<int>(g.rows);
-    if (++count == per_launch) FERRY_RETURN_IF_ERROR(launch());
+    if (groups[i].rows == 0) continue;
+    fill(count, groups[i]);
+    if (++count == per_launch) {
+      FERRY_RETURN_IF_ERROR(launch(count, tiles));
+      count = 0;
+    }
   }
-  if (count > 0) FERRY_RETURN_IF_ERROR(launch());
+  if (count > 0) FERRY_RETURN_IF_ERROR(launch(count, tiles));
   return absl::OkStatus();
+}
+
+dim3 Grid(int64_t out, int count, int tiles) {
+  return dim3(static_cast<unsigned>((out + kBlockOut - 1) / kBlockOut), static_cast<unsigned>(count * tiles));
+}
+
+}  // namespace
+
+absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t in, int64_t out, void* stream) {
+  Problems pr{};
+  return RunGrouped(
+      "GroupedLinearFp8", groups, n, in, out,
+      [](const LinearGroupFp8& g) {
+        return g.x != nullptr && g.w != nullptr && g.scale != nullptr && g.y != nullptr && Aligned16(g.x) &&
+               Aligned16(g.w) && Aligned16(g.y);
+      },
+      [&](int slot, const LinearGroupFp8& g) {
+        pr.x[slot] = reinterpret_cast<const __nv_bfloat16*>(g.x);
+        pr.w[slot] = g.w;
+        pr.scale[slot] = g.scale;
+        pr.y[slot] = reinterpret_cast<__nv_bfloat16*>(g.y);
+        pr.rows[slot] = static_cast<int>(g.rows);
+      },
+      [&](int count, int tiles) -> absl::Status {
+        GroupedLinearFp8Kernel<<<Grid(out, count, tiles), kThreads, Smem::kBytes, static_cast<cudaStream_t>(stream)>>>(
+            pr, tiles, static_cast<int>(in), static_cast<int>(out));
+        FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+        return absl::OkStatus();
+      });
+}
+
+int64_t Fp8W8A8PackedBytes(int64_t out, int64_t in) {
+  return (out + kBlockOut - 1) / kBlockOut * kBlockOut * ((in + kStep8 - 1) / kStep8 * kStep8);
+}
+
+absl::Status PackFp8W8A8(const uint8_t* w, int64_t out, int64_t in, uint8_t* packed, void* stream) {
+  if (out < 1 || in < 1 || w == nullptr || packed == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("PackFp8W8A8: a ", out, " x ", in, " matrix (or a null pointer)"));
+  }
+  const int64_t bytes = Fp8W8A8PackedBytes(out, in);
+  const int blocks = static_cast<int>(std::min<int64_t>((bytes + 255) / 256, 8192));
+  PackFp8W8A8Kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(w, out, in, bytes, packed);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t* q, float* s, int64_t scale_stride,
+                            void* stream) {
+  if (rows < 0 || in < 1 || scale_stride < rows || (rows > 0 && (x == nullptr || q == nullptr || s == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", rows, " rows of ", in,
+                                                   " columns with a scale stride of ", scale_stride));
+  }
+  if (rows == 0) return absl::OkStatus();
+  const int64_t warps = rows * ((in + 127) / 128);
+  const int64_t blocks = (warps + 7) / 8;
+  if (blocks > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", warps, " groups"));
+  QuantizeActFp8Kernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      reinterpret_cast<const __nv_bfloat16*>(x), rows, in, q, s, scale_stride);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
+                               void* stream) {
+  Problems8 pr{};
+  for (int64_t i = 0; i < n; ++i) {
+    if (groups[i].rows > scale_stride) {
+      return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: problem ", i, " has ", groups[i].rows,
+                                                     " rows, past the scale stride ", scale_stride));
+    }
+  }
+  if (scale_stride > INT_MAX) return absl::InvalidArgumentError("GroupedLinearW8A8: scale stride past INT_MAX");
+  return RunGrouped(
+      "GroupedLinearW8A8", groups, n, in, out,
+      [](const LinearGroupW8A8& g) {
+        return g.qx != nullptr && g.sx != nullptr && g.w != nullptr && g.scale != nullptr && g.y != nullptr &&
+               Aligned16(g.qx) && Aligned16(g.w) && Aligned16(g.y);
+      },
+      [&](int slot, const LinearGroupW8A8& g) {
+        pr.qx[slot] = g.qx;
+        pr.sx[slot] = g.sx;
+        pr.w[slot] = g.w;
+        pr.scale[slot] = g.scale;
+        pr.y[slot] = reinterpret_cast<__nv_bfloat16*>(g.y);
+        pr.rows[slot] = static_cast<int>(g.rows);
+      },
+      [&](int count, int tiles) -> absl::Status {
+        GroupedLinearW8A8Kernel<<<Grid(out, count, tiles), kThreads, Smem8::kBytes,
+                                  static_cast<cudaStream_t>(stream)>>>(pr, tiles, static_cast<int>(in),
+                                                                       static_cast<int>(out),
+                                                                       static_cast<int>(scale_stride));
+        FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace ferry::kernels::cuda

@@ -57,4 +57,39 @@ bool GroupedLinearFp8Available();
 absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t in, int64_t out,
                               void* stream = nullptr);
 
+// W8A8, the FP8 releases' own numerics (transformers' fine-grained FP8, vLLM and SGLang run them
+// so): the activations quantized per row in groups of 128 columns, then a block-FP8 product.
+
+// cpu::QuantizeActFp8 on the device, x bf16 (bits equal to the CPU twin's on x's float values).
+// REQUIRES: rows >= 0, in >= 1, scale_stride >= rows; q and s disjoint from x.
+absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t* q, float* s, int64_t scale_stride,
+                            void* stream = nullptr);
+
+// The device layout of an E4M3 matrix W [out, in] for GroupedLinearW8A8: tiles of 128 rows x 128
+// columns (16 KiB, one scale block), ordered by row block then column block, zero past `out` and
+// `in`; inside a tile row r's 16-byte chunk c sits at r * 128 + 16 (c ^ (r % 8)) (the 128-byte
+// swizzle wgmma reads).
+int64_t Fp8W8A8PackedBytes(int64_t out, int64_t in);
+absl::Status PackFp8W8A8(const uint8_t* w, int64_t out, int64_t in, uint8_t* packed, void* stream = nullptr);
+
+// One problem of GroupedLinearW8A8: y [rows, out] = cpu::LinearW8A8 of (qx, sx) and W (packed as
+// above, `scale` its 128 x 128 block scales), y bf16 row-major; sx holds group g of row r at
+// sx[g * scale_stride + r] (QuantizeActFp8's layout: a problem's rows are a slice of a buffer's).
+struct LinearGroupW8A8 {
+  const uint8_t* qx = nullptr;
+  const float* sx = nullptr;
+  int64_t rows = 0;
+  const uint8_t* w = nullptr;  // packed
+  const float* scale = nullptr;
+  uint16_t* y = nullptr;
+};
+
+// All problems in one launch (sm_90a wgmma e4m3 x e4m3, float32 accumulation a group, the two
+// scales applied to each group's partial sum). Batch invariant as GroupedLinearFp8. CPU twin:
+// cpu::LinearW8A8. REQUIRES: GroupedLinearFp8Available(); in % 16 == 0, out % 8 == 0; qx, w and
+// y 16-byte aligned; scale_stride >= every problem's rows. Errors: INVALID_ARGUMENT with the
+// numbers (nothing launched).
+absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
+                               void* stream = nullptr);
+
 }  // namespace ferry::kernels::cuda

@@ -143,6 +143,10 @@ __device__ __forceinline__ void WgmmaM64NK(float (&d)[64], uint64_t a, uint64_t 
 // stay unchanged until the wgmma has completed (Wait).
 template <int N>
 __device__ __forceinline__ void WgmmaM64NKRegA(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate);
+// d (+)= A B, m64nNk32 over E4M3: A [64 x 32] and B [N x 32] (bytes), both K-major, from
+// shared-memory descriptors (a k32 step advances a descriptor by 32 bytes, as bf16's k16).
+template <int N>
+__device__ __forceinline__ void WgmmaM64NK32E4M3(float (&d)[64], uint64_t a, uint64_t b, int accumulate);
 
 // The specializations: IA, IB, IACC are the operand numbers after the N / 2 accumulators (the
 // descriptors and the accumulate flag); AREGS the four A registers' names.
@@ -165,6 +169,15 @@ __device__ __forceinline__ void WgmmaM64NKRegA(float (&d)[64], const uint32_t (&
                  : __VA_ARGS__                                                                               \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));                     \
   }
+#define FERRY_WGMMA_SS8(N, IA, IB, IACC, NAMES, ...)                                                         \
+  template <>                                                                                                \
+  __device__ __forceinline__ void WgmmaM64NK32E4M3<N>(float(&d)[64], uint64_t a, uint64_t b, int accumulate) { \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #IACC ", 0;\n"                                         \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 {" NAMES "}, %" #IA ", %" #IB       \
+                 ", p, 1, 1;\n}\n"                                                                            \
+                 : __VA_ARGS__                                                                               \
+                 : "l"(a), "l"(b), "r"(accumulate));                                                         \
+  }
 FERRY_WGMMA_SS(16, 8, 9, 10, FERRY_WG_SU1, FERRY_WG_DU1)
 FERRY_WGMMA_SS(32, 16, 17, 18, FERRY_WG_SU2, FERRY_WG_DU2)
 FERRY_WGMMA_SS(48, 24, 25, 26, FERRY_WG_SU3, FERRY_WG_DU3)
@@ -181,8 +194,17 @@ FERRY_WGMMA_RS(80, "%40,%41,%42,%43", 44, 45, FERRY_WG_SU5, FERRY_WG_DU5)
 FERRY_WGMMA_RS(96, "%48,%49,%50,%51", 52, 53, FERRY_WG_SU6, FERRY_WG_DU6)
 FERRY_WGMMA_RS(112, "%56,%57,%58,%59", 60, 61, FERRY_WG_SU7, FERRY_WG_DU7)
 FERRY_WGMMA_RS(128, "%64,%65,%66,%67", 68, 69, FERRY_WG_SU8, FERRY_WG_DU8)
+FERRY_WGMMA_SS8(16, 8, 9, 10, FERRY_WG_SU1, FERRY_WG_DU1)
+FERRY_WGMMA_SS8(32, 16, 17, 18, FERRY_WG_SU2, FERRY_WG_DU2)
+FERRY_WGMMA_SS8(48, 24, 25, 26, FERRY_WG_SU3, FERRY_WG_DU3)
+FERRY_WGMMA_SS8(64, 32, 33, 34, FERRY_WG_SU4, FERRY_WG_DU4)
+FERRY_WGMMA_SS8(80, 40, 41, 42, FERRY_WG_SU5, FERRY_WG_DU5)
+FERRY_WGMMA_SS8(96, 48, 49, 50, FERRY_WG_SU6, FERRY_WG_DU6)
+FERRY_WGMMA_SS8(112, 56, 57, 58, FERRY_WG_SU7, FERRY_WG_DU7)
+FERRY_WGMMA_SS8(128, 64, 65, 66, FERRY_WG_SU8, FERRY_WG_DU8)
 
 #undef FERRY_WGMMA_SS
+#undef FERRY_WGMMA_SS8
 #undef FERRY_WGMMA_RS
 #undef FERRY_WG_S0
 #undef FERRY_WG_D0

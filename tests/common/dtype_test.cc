@@ -61,5 +61,25 @@ TEST_CASE("fp8 e4m3 conversion", "[dtype]") {
   }
 }
 
+TEST_CASE("float32 -> fp8 e4m3: nearest even, saturating", "[dtype]") {
+  // Every finite code comes back from its own value (both signs).
+  for (int b = 0; b < 256; ++b) {
+    if ((b & 0x7f) == 0x7f) continue;
+    CHECK(F32ToF8E4M3(F8E4M3ToF32(static_cast<uint8_t>(b))) == b);
+  }
+  // Halfway between neighbours goes to the even code; just past it to the upper one.
+  for (int b = 0; b < 0x7e; ++b) {
+    const float lo = F8E4M3ToF32(static_cast<uint8_t>(b)), hi = F8E4M3ToF32(static_cast<uint8_t>(b + 1));
+    const float mid = 0.5f * (lo + hi);
+    CHECK(F32ToF8E4M3(mid) == ((b & 1) == 0 ? b : b + 1));
+    CHECK(F32ToF8E4M3(std::nextafter(mid, hi)) == b + 1);
+    CHECK(F32ToF8E4M3(-std::nextafter(mid, lo)) == (0x80 | b));
+  }
+  CHECK(F32ToF8E4M3(1000.0f) == 0x7e);   // past 448: saturates
+  CHECK(F32ToF8E4M3(-1e30f) == 0xfe);
+  CHECK(F32ToF8E4M3(std::ldexp(1.0f, -11)) == 0x00);  // a quarter of the smallest subnormal
+  CHECK(F32ToF8E4M3(std::nanf("")) == 0x7f);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -4,6 +4,7 @@
 #include <random>
 #include <vector>
 
+#include "common/dtype.h"
 #include "tests/catch.h"
 
 namespace ferry::kernels::cpu {
@@ -222,6 +223,61 @@ TEST_CASE("SwiGlu with and without the clamp", "[ops]") {
   CHECK(out[0] == silu(-20.0f) * 3.0f);    // gate clamped only from above
   CHECK(out[1] == silu(0.5f) * -10.0f);    // up clamped to [-10, 10]
   CHECK(out[2] == silu(10.0f) * 2.0f);
+}
+
+TEST_CASE("QuantizeActFp8: a group's largest value maps to 448; zeros stay zero", "[cpu][fp8]") {
+  // Two rows of 200 columns: groups [0, 128) and [128, 200).
+  std::vector<float> x(400, 0.0f);
+  for (int c = 0; c < 128; ++c) x[c] = 0.01f * static_cast<float>(c - 64);  // row 0, group 0: max |x| 0.64
+  for (int c = 128; c < 200; ++c) x[c] = 3.0f;                              // row 0, group 1: constant
+  // row 1, group 0: zeros; group 1: one value
+  x[200 + 130] = -5.0f;
+  std::vector<uint8_t> q(400);
+  std::vector<float> s(2 * 3, -1.0f);  // groups major, stride 3
+  QuantizeActFp8(x.data(), 2, 200, q.data(), s.data(), 3);
+  CHECK(s[0 * 3 + 0] == 0.64f / 448.0f);
+  CHECK(s[1 * 3 + 0] == 3.0f / 448.0f);
+  CHECK(s[0 * 3 + 1] == 0.0f);
+  CHECK(s[1 * 3 + 1] == 5.0f / 448.0f);
+  CHECK(s[2] == -1.0f);  // past the rows: untouched
+  CHECK(q[0] == 0xfe);    // -0.64 -> -448
+  CHECK(q[128] == 0x7e);  // 3 -> 448
+  CHECK(q[200] == 0);     // the zero group
+  CHECK(q[200 + 130] == 0xfe);
+  CHECK(q[200 + 131] == 0);
+  // Every quantized value is within half a step (1/16 relative) of x / s.
+  for (int c = 1; c < 128; ++c) {
+    const float v = F8E4M3ToF32(q[c]) * s[0];
+    CHECK(std::fabs(v - x[c]) <= std::fabs(x[c]) / 16.0f + 1e-6f);
+  }
+}
+
+TEST_CASE("LinearW8A8 is Linear over the dequantized operands", "[cpu][fp8]") {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 0x7e);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const int64_t rows = 3, in = 300, out = 130, groups = 3;
+  std::vector<float> x(rows * in);
+  for (float& v : x) v = u(rng);
+  std::vector<uint8_t> qx(rows * in), qw(out * in);
+  std::vector<float> sx(groups * rows), sw(2 * groups), xd(rows * in), wd(out * in), want(rows * out), got(rows * out);
+  QuantizeActFp8(x.data(), rows, in, qx.data(), sx.data(), rows);
+  for (auto& b : qw) b = static_cast<uint8_t>(byte(rng) | (u(rng) < 0 ? 0x80 : 0));
+  for (float& v : sw) v = 1e-3f * (1.0f + u(rng) * 0.5f);
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t k = 0; k < in; ++k) xd[t * in + k] = F8E4M3ToF32(qx[t * in + k]) * sx[(k / 128) * rows + t];
+  }
+  for (int64_t n = 0; n < out; ++n) {
+    for (int64_t k = 0; k < in; ++k) wd[n * in + k] = F8E4M3ToF32(qw[n * in + k]) * sw[(n / 128) * groups + k / 128];
+  }
+  Linear(xd.data(), rows, in, wd.data(), out, want.data());
+  LinearW8A8(qx.data(), sx.data(), rows, in, qw.data(), sw.data(), out, got.data());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  CHECK(std::sqrt(num / den) < 1e-5);
 }
 
 }  // namespace

@@ -321,6 +321,139 @@ Result GroupedFp8Case(std::mt19937& rng, const Fp8Shape& s) {
   return r;
 }
 
+
+// QuantizeActFp8 against cpu::QuantizeActFp8, every byte and scale exactly; a group of zeros and
+// groups of very different sizes included.
+Result QuantizeActCase(std::mt19937& rng, int64_t rows, int64_t in) {
+  Result r;
+  Device dev(&r.error);
+  std::vector<uint16_t> xb;
+  std::vector<float> xf;
+  RandomBf16(static_cast<size_t>(rows * in), 1.0f, 0.0f, rng, &xb, &xf);
+  for (int64_t row = 0; row < rows; ++row) {  // rows of different magnitudes
+    const float m = std::ldexp(1.0f, static_cast<int>(row % 7) * 3 - 9);
+    for (int64_t c = 0; c < in; ++c) xb[row * in + c] = F32ToBf16(xf[row * in + c] * m);
+  }
+  for (int64_t c = 0; c < std::min<int64_t>(in, 128); ++c) xb[c] = 0;  // row 0's first group: zeros
+  xf = ToF32(xb);
+  const int64_t groups = (in + 127) / 128, stride = rows + 3;
+  std::vector<uint8_t> want_q(static_cast<size_t>(rows * in));
+  std::vector<float> want_s(static_cast<size_t>(groups * stride), 0.0f);
+  cpu::QuantizeActFp8(xf.data(), rows, in, want_q.data(), want_s.data(), stride);
+  const uint16_t* d_x = dev.Upload(xb);
+  uint8_t* d_q = dev.Poisoned<uint8_t>(want_q.size());
+  float* d_s = dev.Upload(std::vector<float>(want_s.size(), 0.0f));
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::QuantizeActFp8(d_x, rows, in, d_q, d_s, stride));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<uint8_t> q = dev.Download(d_q, want_q.size());
+  const std::vector<float> sc = dev.Download(d_s, want_s.size());
+  for (size_t i = 0; i < q.size(); ++i) r.mismatched += q[i] != want_q[i];
+  for (size_t i = 0; i < sc.size(); ++i) r.mismatched += sc[i] != want_s[i];
+  if (want_s[0] != 0.0f) r.note = "the zero group's scale is not 0";
+  return r;
+}
+
+// PackFp8W8A8's tiles on the host: 128 x 128, row r's 16-byte chunk c at r * 128 + 16 (c ^ r % 8).
+std::vector<uint8_t> PackW8A8Host(const std::vector<uint8_t>& w, int64_t out, int64_t in) {
+  const int64_t kb_count = (in + 127) / 128;
+  std::vector<uint8_t> packed(static_cast<size_t>(cu::Fp8W8A8PackedBytes(out, in)), 0);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t i = 0; i < in; ++i) {
+      const int64_t tile = (o / 128) * kb_count + i / 128, r = o % 128, c = (i % 128) / 16;
+      packed[static_cast<size_t>(tile * 16384 + r * 128 + ((c ^ (r % 8)) * 16) + i % 16)] =
+          w[static_cast<size_t>(o * in + i)];
+    }
+  }
+  return packed;
+}
+
+// GroupedLinearW8A8 against cpu::LinearW8A8 over the same quantized x (cpu::QuantizeActFp8 of a
+// shared buffer, each problem a slice of its rows) and packed weights; PackFp8W8A8 exactly; the
+// last row of the largest problem alone gives its bits.
+Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
+  Result r;
+  r.tolerance = 1e-2;
+  if (!cu::GroupedLinearFp8Available()) {
+    r.note = "skipped: GroupedLinearW8A8 needs sm_90a code and a compute capability 9.0 device";
+    return r;
+  }
+  Device dev(&r.error);
+  const size_t n = s.rows.size();
+  int64_t total = 0;
+  for (int64_t rows : s.rows) total += rows;
+  std::vector<uint16_t> xb;
+  std::vector<float> xf;
+  RandomBf16(static_cast<size_t>(std::max<int64_t>(total, 1) * s.in), 1.0f, 0.0f, rng, &xb, &xf);
+  const int64_t groups = (s.in + 127) / 128, stride = std::max<int64_t>(total, 1);
+  std::vector<uint8_t> qx(static_cast<size_t>(stride * s.in));
+  std::vector<float> sx(static_cast<size_t>(groups * stride));
+  cpu::QuantizeActFp8(xf.data(), total, s.in, qx.data(), sx.data(), stride);
+  const uint8_t* d_qx = dev.Upload(qx);
+  const float* d_sx = dev.Upload(sx);
+  std::vector<cu::LinearGroupW8A8> g(n);
+  std::vector<std::vector<uint8_t>> wq(n);
+  std::vector<std::vector<float>> ws(n);
+  const size_t packed_bytes = static_cast<size_t>(cu::Fp8W8A8PackedBytes(s.out, s.in));
+  long pack_differ = 0;
+  int64_t j0 = 0;
+  for (size_t p = 0; p < n; ++p) {
+    std::vector<float> unused;
+    RandomFp8(s.out, s.in, rng, &wq[p], &ws[p], &unused);
+    uint8_t* packed = dev.Poisoned<uint8_t>(packed_bytes);
+    const uint8_t* row_major = dev.Upload(wq[p]);
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::PackFp8W8A8(row_major, s.out, s.in, packed));
+    const std::vector<uint8_t> got = dev.Download(packed, packed_bytes), want = PackW8A8Host(wq[p], s.out, s.in);
+    for (size_t i = 0; i < packed_bytes; ++i) pack_differ += got[i] != want[i];
+    g[p] = {d_qx + j0 * s.in, d_sx + j0, s.rows[p], packed, dev.Upload(ws[p]),
+            dev.Poisoned<uint16_t>(static_cast<size_t>(s.rows[p] * s.out))};
+    j0 += s.rows[p];
+  }
+  if (!r.error.empty()) return r;
+  r.mismatched += pack_differ;
+  if (pack_differ > 0) r.note = absl::StrCat(pack_differ, " packed bytes differ from the host's packing");
+  HARNESS_CHECK_OK(cu::GroupedLinearW8A8(g.data(), static_cast<int64_t>(n), s.in, s.out, stride));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  std::vector<float> got, want;
+  std::vector<std::vector<uint16_t>> ys(n);
+  j0 = 0;
+  for (size_t p = 0; p < n; ++p) {
+    const int64_t rows = s.rows[p];
+    ys[p] = dev.Download(g[p].y, static_cast<size_t>(rows * s.out));
+    // The problem's own scales, stride = its rows (cpu::LinearW8A8's layout).
+    std::vector<float> sxp(static_cast<size_t>(groups * std::max<int64_t>(rows, 1)));
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      for (int64_t t = 0; t < rows; ++t) sxp[gi * rows + t] = sx[gi * stride + j0 + t];
+    }
+    std::vector<float> ref(static_cast<size_t>(rows * s.out));
+    if (rows > 0) cpu::LinearW8A8(qx.data() + j0 * s.in, sxp.data(), rows, s.in, wq[p].data(), ws[p].data(), s.out,
+                                  ref.data());
+    const std::vector<float> y = ToF32(ys[p]);
+    got.insert(got.end(), y.begin(), y.end());
+    want.insert(want.end(), ref.begin(), ref.end());
+    j0 += rows;
+  }
+  r.rel_err = RelErr(got, want, &r.unwritten);
+  const size_t big = static_cast<size_t>(std::max_element(s.rows.begin(), s.rows.end()) - s.rows.begin());
+  if (s.rows[big] > 0) {
+    cu::LinearGroupW8A8 one = g[big];
+    one.qx += (s.rows[big] - 1) * s.in;
+    one.sx += s.rows[big] - 1;
+    one.rows = 1;
+    one.y = dev.Poisoned<uint16_t>(static_cast<size_t>(s.out));
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::GroupedLinearW8A8(&one, 1, s.in, s.out, stride));
+    HARNESS_CHECK_OK(cu::Synchronize());
+    const std::vector<uint16_t> a = dev.Download(one.y, static_cast<size_t>(s.out));
+    long differ = 0;
+    for (int64_t o = 0; o < s.out; ++o) differ += a[o] != ys[big][(s.rows[big] - 1) * s.out + o];
+    r.mismatched += differ;
+    if (differ > 0) r.note += absl::StrCat(" ", differ, " outputs of the last row differ from it alone");
+  }
+  return r;
+}
+
 }  // namespace
 
 void AddMoeCases(std::vector<Case>* cases) {
@@ -346,6 +479,12 @@ void AddMoeCases(std::vector<Case>* cases) {
   for (const Fp8Shape& s : fp8) {
     cases->push_back({absl::StrCat("grouped_linear_fp8 in=", s.in, " out=", s.out, " problems=", s.rows.size()),
                       [s](std::mt19937& rng) { return GroupedFp8Case(rng, s); }});
+    cases->push_back({absl::StrCat("grouped_linear_w8a8 in=", s.in, " out=", s.out, " problems=", s.rows.size()),
+                      [s](std::mt19937& rng) { return GroupedW8A8Case(rng, s); }});
+  }
+  for (const auto& [rows, in] : std::vector<std::pair<int64_t, int64_t>>{{9, 6144}, {3, 200}, {2, 16}}) {
+    cases->push_back({absl::StrCat("quantize_act_fp8 rows=", rows, " in=", in),
+                      [rows, in](std::mt19937& rng) { return QuantizeActCase(rng, rows, in); }});
   }
 }
 
