@@ -115,11 +115,21 @@ __device__ __forceinline__ void StepMmaN(int n16, float (&d)[64], const uint32_t
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The multiplying warpgroups' accumulators (d[4 j + e] = D[16 v + l / 4 + 8 (e / 2)][8 j +
 // 2 (l % 4) + e % 2] of warpgroup g's 64 rows) -> y rows [0, nv) x columns [o0, o0 + 128) of a
-// row-major [rows][out] bf16 matrix: transposed through shared memory (rows padded to 272
-// bytes), then 16-byte stores by all threads. Starts and ends with a block barrier.
+// row-major [rows][out] bf16 matrix: transposed through the `staging` tile (rows padded to 272
+// bytes), then 16-byte stores. kBlock: the whole block takes part (block barriers, all threads
+// store); otherwise only the multiplying warpgroups call it (named barrier 1) while the copy
+// warps run on. Starts and ends with its barrier.
+template <bool kBlock>
 __device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv, int tid, int o0, int out,
-                                          uint8_t* smem, __nv_bfloat16* y) {
-  __syncthreads();
+                                          uint8_t* staging, __nv_bfloat16* y) {
+  auto sync = [] {
+    if (kBlock) {
+      __syncthreads();
+    } else {
+      ptx::NamedBarrier(1, kMulThreads);
+    }
+  };
+  sync();  // the staging tile is free (the rings' last reads, or the previous item's stores)
   if (tid < kMulThreads) {
     const int wg = tid / 128, v = (tid % 128) / 32, l = tid % 32;
 #pragma unroll
@@ -128,17 +138,19 @@ __device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv,
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = wg * 64 + 16 * v + l / 4 + 8 * (e / 2), col = 8 * j + 2 * (l % 4) + (e % 2);
-          *reinterpret_cast<__nv_bfloat16*>(smem + col * Smem::kOutRow + row * 2) = __float2bfloat16_rn(d[4 * j + e]);
+          *reinterpret_cast<__nv_bfloat16*>(staging + col * Smem::kOutRow + row * 2) =
+              __float2bfloat16_rn(d[4 * j + e]);
         }
       }
     }
   }
-  __syncthreads();
-  for (int c = tid; c < nv * (kBlockOut / 8); c += kThreads) {
+  sync();
+  const int threads = kBlock ? kThreads : kMulThreads;
+  for (int c = tid; c < nv * (kBlockOut / 8); c += threads) {
     const int t = c / (kBlockOut / 8), ch = c % (kBlockOut / 8), o = o0 + ch * 8;
     if (o < out) {
       *reinterpret_cast<uint4*>(y + static_cast<size_t>(t) * out + o) =
-          *reinterpret_cast<const uint4*>(smem + t * Smem::kOutRow + ch * 16);
+          *reinterpret_cast<const uint4*>(staging + t * Smem::kOutRow + ch * 16);
     }
   }
 }
@@ -272,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kt < steps) step(kt, a0, a1);
     wgmma::Wait<0>();
   }
-  StoreTile(d, n16, nv, tid, o0, out, smem, p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out);
+  StoreTile<true>(d, n16, nv, tid, o0, out, smem, p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out);
 #else
   __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
 #endif
@@ -303,22 +315,25 @@ __global__ void PackFp8Kernel(const uint8_t* w, int64_t out, int64_t in, int64_t
 // ---- W8A8 ----
 
 constexpr int kStep8 = 128;          // a W8A8 step: one 128 x 128 tile, one scale group of x
-constexpr int kW8Stages = 8;         // 16 KiB tiles in flight
-constexpr int kX8Bytes = 80 * 1024;  // the x ring: stages of n16 rows of 128 bytes + their scales
+constexpr int kW8Stages = 6;         // 16 KiB tiles in flight
+constexpr int kX8Bytes = 72 * 1024;  // the x ring: stages of n16max rows of 128 bytes + their scales
 static_assert(kStep8 == kFp8BlockCols);
 
+// The W8A8 block's shared memory: the x ring, the W ring, the output tile of the item just
+// finished (its own, so the rings keep streaming the next item meanwhile), the mbarriers.
 struct Smem8 {
   static constexpr int kTile = kBlockOut * kStep8;
   static constexpr int kWAt = kX8Bytes;
-  static constexpr int kBarAt = kWAt + kW8Stages * kTile;
+  static constexpr int kOutAt = kWAt + kW8Stages * kTile;
+  static constexpr int kBarAt = kOutAt + (kBlockRows * Smem::kOutRow + 1023) / 1024 * 1024;
   static constexpr int kBars = 2 * kMaxXStages + 2 * kW8Stages;
-  static constexpr int kScaleAt = kBarAt + 8 * kBars;
-  static constexpr int kBytes = kScaleAt + 4 * kMaxScales + 1024;
+  static constexpr int kBytes = kBarAt + 8 * kBars + 1024;
 };
-static_assert(Smem8::kWAt % 1024 == 0 && kBlockRows * Smem::kOutRow <= kX8Bytes);
+static_assert(Smem8::kWAt % 1024 == 0 && Smem8::kOutAt % 1024 == 0);
 static_assert(kX8Bytes >= 4 * (kBlockRows * kStep8 + 1024));
 
 struct Problems8 {
+  int first_tile[kMaxProblems];  // the problem's first 128-row tile among all problems' tiles
   const uint8_t* qx[kMaxProblems];
   const float* sx[kMaxProblems];
   const uint8_t* w[kMaxProblems];
@@ -355,25 +370,33 @@ __device__ __forceinline__ void StepMma8N(int n16, float (&d)[64], uint32_t a, u
 }
 #endif
 
-// The W8A8 block: the W8A16 kernel's roles and rings, but the W tile (16 KiB, pre-swizzled) and
-// the x rows (E4M3, with their group scales) go to wgmma as they are: no widening. A step's
-// product lands in `part`, and acc += part * (w scale * x scale of the column) once it is done.
+// The W8A8 kernel: persistent blocks, each taking items (problem, 128-row tile, 128-column block
+// of out) in turn, item = blockIdx.x + k gridDim.x, the column blocks of one tile consecutive (its
+// x stays in L2). The roles and rings of the W8A16 kernel, but the W tile (16 KiB, pre-swizzled)
+// and the x rows (E4M3, with their group scales) go to wgmma as they are: no widening; the rings
+// run on across items, so the next item's tiles stream in while one is finished and stored. A
+// step's product lands in `part`, and acc += part * (w scale * x scale of the column) once done.
+struct Item8 {
+  int prob, tile, ob;
+};
+__device__ __forceinline__ Item8 DecodeItem(const Problems8& p, int count, int obs, int item) {
+  const int pt = item / obs;
+  int lo = 0, hi = count - 1;  // the last problem whose first tile is <= pt
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.first_tile[mid] <= pt) lo = mid; else hi = mid - 1;
+  }
+  return {lo, pt - p.first_tile[lo], item % obs};
+}
+
 __global__ void __launch_bounds__(kThreads, 1)
-    GroupedLinearW8A8Kernel(const __grid_constant__ Problems8 p, int tiles, int in, int out, int scale_stride) {
+    GroupedLinearW8A8Kernel(const __grid_constant__ Problems8 p, int count, int items, int n16max, int in, int out,
+                            int scale_stride) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const int prob = static_cast<int>(blockIdx.y) / tiles, tile = static_cast<int>(blockIdx.y) % tiles;
-  const int left = p.rows[prob] - tile * kBlockRows;
-  if (left <= 0) return;
-  const int nv = min(left, kBlockRows), n16 = (nv + 15) & ~15;
-  const int steps = (in + kStep8 - 1) / kStep8;
-  const int ob = static_cast<int>(blockIdx.x), o0 = ob * kBlockOut;
-  const uint8_t* x = p.qx[prob] + static_cast<size_t>(tile) * kBlockRows * in;
-  const float* sx = p.sx[prob] + static_cast<size_t>(tile) * kBlockRows;
-  const uint8_t* w = p.w[prob] + static_cast<size_t>(ob) * steps * Smem8::kTile;
-  const float* wscale = p.scale[prob] + static_cast<size_t>(ob) * steps;
+  const int obs = (out + kBlockOut - 1) / kBlockOut, steps = (in + kStep8 - 1) / kStep8;
   const int tid = static_cast<int>(threadIdx.x);
-  // An x stage: n16 rows of 128 bytes (swizzled), then the rows' scales (1 KiB keeps alignment).
-  const int x_rows_bytes = n16 * 128, x_stage_bytes = x_rows_bytes + 1024;
+  // An x stage: n16max rows of 128 bytes (swizzled), then the rows' scales (1 KiB keeps alignment).
+  const int x_rows_bytes = n16max * 128, x_stage_bytes = x_rows_bytes + 1024;
   const int x_stages = min(kMaxXStages, kX8Bytes / x_stage_bytes);
 
   extern __shared__ uint8_t smem_raw[];
@@ -382,8 +405,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem = smem_raw + (base - raw);
   const uint32_t x_full = base + Smem8::kBarAt, x_empty = x_full + 8 * kMaxXStages;
   const uint32_t w_full = x_empty + 8 * kMaxXStages, w_empty = w_full + 8 * kW8Stages;
-  float* wscales = reinterpret_cast<float*>(smem + Smem8::kScaleAt);
-  for (int i = tid; i < steps; i += kThreads) wscales[i] = wscale[i];
   if (tid == 0) {
     for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_full + 8 * i, kXCopyThreads);
     for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_empty + 8 * i, kMulThreads);
@@ -393,72 +414,90 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-
   if (tid >= kMulThreads) {
     const int ct = tid - kMulThreads;
     if (ct == 0) {
-      for (int kt = 0; kt < steps; ++kt) {
-        const int st = kt % kW8Stages;
-        if (kt >= kW8Stages) ptx::MbarWait(w_empty + 8 * st, ((kt / kW8Stages) - 1) & 1);
-        ptx::MbarArriveExpectTx(w_full + 8 * st, Smem8::kTile);
-        ptx::BulkCopy(base + static_cast<uint32_t>(Smem8::kWAt + st * Smem8::kTile),
-                      w + static_cast<size_t>(kt) * Smem8::kTile, Smem8::kTile, w_full + 8 * st);
+      int g = 0;  // W tiles copied so far (all items)
+      for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
+        const Item8 it = DecodeItem(p, count, obs, item);
+        const uint8_t* w = p.w[it.prob] + static_cast<size_t>(it.ob) * steps * Smem8::kTile;
+        for (int kt = 0; kt < steps; ++kt, ++g) {
+          const int st = g % kW8Stages;
+          if (g >= kW8Stages) ptx::MbarWait(w_empty + 8 * st, ((g / kW8Stages) - 1) & 1);
+          ptx::MbarArriveExpectTx(w_full + 8 * st, Smem8::kTile);
+          ptx::BulkCopy(base + static_cast<uint32_t>(Smem8::kWAt + st * Smem8::kTile),
+                        w + static_cast<size_t>(kt) * Smem8::kTile, Smem8::kTile, w_full + 8 * st);
+        }
       }
     } else if (ct >= 32) {
       const int xt = ct - 32;
-      int st = 0, phase = 0;
-      for (int kt = 0; kt < steps; ++kt) {
-        if (kt >= x_stages) ptx::MbarWait(x_empty + 8 * st, phase ^ 1);
-        const uint32_t stage = base + static_cast<uint32_t>(st * x_stage_bytes);
-        const int k0 = kt * kStep8;
-        for (int c = xt; c < n16 * 8; c += kXCopyThreads) {
-          const int r = c >> 3, ch = c & 7, k = k0 + ch * 16;
-          const bool ok = r < nv && k < in;
-          ptx::CpAsync16(stage + r * 128 + ((ch ^ (r & 7)) << 4),
-                         ok ? static_cast<const void*>(x + static_cast<size_t>(r) * in + k) : p.qx[prob], ok ? 16 : 0);
+      int st = 0, phase = 0, g = 0;
+      for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
+        const Item8 it = DecodeItem(p, count, obs, item);
+        const int nv = min(p.rows[it.prob] - it.tile * kBlockRows, kBlockRows), n16 = (nv + 15) & ~15;
+        const uint8_t* x = p.qx[it.prob] + static_cast<size_t>(it.tile) * kBlockRows * in;
+        const float* sx = p.sx[it.prob] + static_cast<size_t>(it.tile) * kBlockRows;
+        for (int kt = 0; kt < steps; ++kt, ++g) {
+          if (g >= x_stages) ptx::MbarWait(x_empty + 8 * st, phase ^ 1);
+          const uint32_t stage = base + static_cast<uint32_t>(st * x_stage_bytes);
+          const int k0 = kt * kStep8;
+          for (int c = xt; c < n16 * 8; c += kXCopyThreads) {
+            const int r = c >> 3, ch = c & 7, k = k0 + ch * 16;
+            const bool ok = r < nv && k < in;
+            ptx::CpAsync16(stage + r * 128 + ((ch ^ (r & 7)) << 4),
+                           ok ? static_cast<const void*>(x + static_cast<size_t>(r) * in + k) : p.qx[it.prob],
+                           ok ? 16 : 0);
+          }
+          for (int r = xt; r < n16; r += kXCopyThreads) {
+            const bool ok = r < nv;
+            CpAsync4(stage + x_rows_bytes + 4 * r,
+                     ok ? static_cast<const void*>(sx + static_cast<size_t>(kt) * scale_stride + r) : p.sx[it.prob],
+                     ok ? 4 : 0);
+          }
+          ptx::CpAsyncMbarArrive(x_full + 8 * st);
+          if (++st == x_stages) st = 0, phase ^= 1;
         }
-        for (int r = xt; r < n16; r += kXCopyThreads) {
-          const bool ok = r < nv;
-          CpAsync4(stage + x_rows_bytes + 4 * r,
-                   ok ? static_cast<const void*>(sx + static_cast<size_t>(kt) * scale_stride + r) : p.sx[prob],
-                   ok ? 4 : 0);
-        }
-        ptx::CpAsyncMbarArrive(x_full + 8 * st);
-        if (++st == x_stages) st = 0, phase ^= 1;
       }
     }
   } else {
     const int wg = tid / 128, l = tid % 32;
-    float part[64];
-    int xs = 0, x_phase = 0;
-    for (int kt = 0; kt < steps; ++kt) {
-      const int ws = kt % kW8Stages;
-      ptx::MbarWait(x_full + 8 * xs, x_phase);
-      ptx::MbarWait(w_full + 8 * ws, (kt / kW8Stages) & 1);
-      wgmma::ProxyFence();
-      wgmma::Fence();
-      const uint32_t stage = base + static_cast<uint32_t>(xs * x_stage_bytes);
-      StepMma8N(n16, part, base + static_cast<uint32_t>(Smem8::kWAt + ws * Smem8::kTile + wg * 64 * 128), stage);
-      wgmma::Commit();
-      wgmma::Wait<0>();
-      ptx::MbarArrive(w_empty + 8 * ws);
-      const float* scale_x = reinterpret_cast<const float*>(smem + xs * x_stage_bytes + x_rows_bytes);
-      const float s_w = wscales[kt];
+    float acc[64], part[64];
+    int xs = 0, x_phase = 0, g = 0;
+    for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
+      const Item8 it = DecodeItem(p, count, obs, item);
+      const int nv = min(p.rows[it.prob] - it.tile * kBlockRows, kBlockRows), n16 = (nv + 15) & ~15;
+      const float* wscale = p.scale[it.prob] + static_cast<size_t>(it.ob) * steps;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        if (8 * j < n16) {
+      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+      for (int kt = 0; kt < steps; ++kt, ++g) {
+        const int ws = g % kW8Stages;
+        const float s_w = __ldg(wscale + kt);
+        ptx::MbarWait(x_full + 8 * xs, x_phase);
+        ptx::MbarWait(w_full + 8 * ws, (g / kW8Stages) & 1);
+        wgmma::ProxyFence();
+        wgmma::Fence();
+        const uint32_t stage = base + static_cast<uint32_t>(xs * x_stage_bytes);
+        StepMma8N(n16, part, base + static_cast<uint32_t>(Smem8::kWAt + ws * Smem8::kTile + wg * 64 * 128), stage);
+        wgmma::Commit();
+        wgmma::Wait<0>();
+        ptx::MbarArrive(w_empty + 8 * ws);
+        const float* scale_x = reinterpret_cast<const float*>(smem + xs * x_stage_bytes + x_rows_bytes);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[4 * j + e] += part[4 * j + e] * (s_w * scale_x[8 * j + 2 * (l % 4) + (e % 2)]);
+        for (int j = 0; j < 16; ++j) {
+          if (8 * j < n16) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              acc[4 * j + e] += part[4 * j + e] * (s_w * scale_x[8 * j + 2 * (l % 4) + (e % 2)]);
+            }
+          }
         }
+        ptx::MbarArrive(x_empty + 8 * xs);
+        if (++xs == x_stages) xs = 0, x_phase ^= 1;
       }
-      ptx::MbarArrive(x_empty + 8 * xs);
-      if (++xs == x_stages) xs = 0, x_phase ^= 1;
+      StoreTile<false>(acc, n16, nv, tid, it.ob * kBlockOut, out, smem + Smem8::kOutAt,
+                       p.y[it.prob] + static_cast<size_t>(it.tile) * kBlockRows * out);
     }
   }
-  StoreTile(acc, n16, nv, tid, o0, out, smem, p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out);
 #else
   __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
 #endif
@@ -658,7 +697,6 @@ absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t
 
 absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
                                void* stream) {
-  Problems8 pr{};
   for (int64_t i = 0; i < n; ++i) {
     if (groups[i].rows > scale_stride) {
       return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: problem ", i, " has ", groups[i].rows,
@@ -666,6 +704,8 @@ absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t
     }
   }
   if (scale_stride > INT_MAX) return absl::InvalidArgumentError("GroupedLinearW8A8: scale stride past INT_MAX");
+  Problems8 pr{};
+  int64_t tiles_so_far = 0, max_rows = 0;
   return RunGrouped(
       "GroupedLinearW8A8", groups, n, in, out,
       [](const LinearGroupW8A8& g) {
@@ -673,6 +713,9 @@ absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t
                Aligned16(g.qx) && Aligned16(g.w) && Aligned16(g.y);
       },
       [&](int slot, const LinearGroupW8A8& g) {
+        pr.first_tile[slot] = static_cast<int>(tiles_so_far);
+        tiles_so_far += (g.rows + kBlockRows - 1) / kBlockRows;
+        max_rows = std::max(max_rows, g.rows);
         pr.qx[slot] = g.qx;
         pr.sx[slot] = g.sx;
         pr.w[slot] = g.w;
@@ -680,11 +723,19 @@ absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t
         pr.y[slot] = reinterpret_cast<__nv_bfloat16*>(g.y);
         pr.rows[slot] = static_cast<int>(g.rows);
       },
-      [&](int count, int tiles) -> absl::Status {
-        GroupedLinearW8A8Kernel<<<Grid(out, count, tiles), kThreads, Smem8::kBytes,
-                                  static_cast<cudaStream_t>(stream)>>>(pr, tiles, static_cast<int>(in),
-                                                                       static_cast<int>(out),
-                                                                       static_cast<int>(scale_stride));
+      [&](int count, int) -> absl::Status {
+        const int64_t items = tiles_so_far * ((out + kBlockOut - 1) / kBlockOut);
+        const int n16max = static_cast<int>(std::min<int64_t>((max_rows + 15) / 16 * 16, kBlockRows));
+        tiles_so_far = 0;
+        max_rows = 0;
+        if (items > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: ", items, " items"));
+        int device = 0, sms = 0;
+        FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+        FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+        const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, sms));
+        GroupedLinearW8A8Kernel<<<grid, kThreads, Smem8::kBytes, static_cast<cudaStream_t>(stream)>>>(
+            pr, count, static_cast<int>(items), n16max, static_cast<int>(in), static_cast<int>(out),
+            static_cast<int>(scale_stride));
         FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
         return absl::OkStatus();
       });
