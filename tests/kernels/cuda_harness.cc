@@ -85,9 +85,10 @@ int main(int argc, char** argv) {
     }
   }
   const auto cases = ferry::harness::AllCases();
+  const int host_failed = ferry::harness::RunFp8HostChecks();
   if (ferry::kernels::cuda::DeviceCount() == 0) {
     printf("ferry-kernel-check: no CUDA device: skipped %zu device cases\n", cases.size());
-    return 0;
+    return host_failed == 0 ? 0 : 1;
   }
   if (bench_mla) return ferry::harness::RunMlaBench() == 0 ? 0 : 1;
   if (bench_indexer) return ferry::harness::RunIndexerBench() == 0 ? 0 : 1;
@@ -110,5 +111,5 @@ int main(int argc, char** argv) {
     (ok ? passed : failed)++;
   }
   printf("kernels: %d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  return failed == 0 && host_failed == 0 ? 0 : 1;
 }

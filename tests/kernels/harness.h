@@ -139,6 +139,9 @@ void AddSelectCases(std::vector<Case>* cases);     // harness_select.cc
 void AddModelCases(std::vector<Case>* cases);      // harness_model.cc
 void AddNextCases(std::vector<Case>* cases);       // harness_next.cc
 void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
+// Host-side checks (no device needed): the FP8 ops' argument errors and layout sizes; prints
+// what failed, returns the count (harness_moe.cc).
+int RunFp8HostChecks();
 
 // ferry-kernel-check --bench-mla (bench_mla.cu): MlaDecodeAttention's GB/s at the model shapes
 // against the measured read bandwidth; prints a table, returns 0 when every point ran.

@@ -5,10 +5,12 @@
 // weights) against cpu::Linear over the weights upcast as the loader does, with the same
 // batch-invariance check.
 #include <algorithm>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/linear_fp8.h"
@@ -455,6 +457,46 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
 }
 
 }  // namespace
+
+// The FP8 ops' argument checks and layout sizes: host-side, so they run without a device too.
+int RunFp8HostChecks() {
+  int failed = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      printf("host check FAILED: %s\n", what.c_str());
+      ++failed;
+    }
+  };
+  auto refused = [&](const absl::Status& st, const std::string& needle, const std::string& what) {
+    expect(absl::IsInvalidArgument(st) && std::string(st.message()).find(needle) != std::string::npos,
+           absl::StrCat(what, ": got ", st.ToString()));
+  };
+  expect(cu::Fp8PackedBytes(200, 272) == 256 * 320, "Fp8PackedBytes(200, 272)");
+  expect(cu::Fp8W8A8PackedBytes(200, 272) == 256 * 384, "Fp8W8A8PackedBytes(200, 272)");
+  alignas(16) static uint16_t x[64];
+  alignas(16) static uint8_t w[64];
+  alignas(16) static float scale[4];
+  alignas(16) static uint16_t y[64];
+  cu::LinearGroupFp8 g{x, 1, w, scale, y};
+  refused(cu::GroupedLinearFp8(&g, 1, 24, 8), "in 24", "GroupedLinearFp8 in % 16 != 0");
+  refused(cu::GroupedLinearFp8(&g, 1, 16, 12), "out 12", "GroupedLinearFp8 out % 8 != 0");
+  cu::LinearGroupFp8 bad = g;
+  bad.y = y + 1;  // 2-byte aligned
+  refused(cu::GroupedLinearFp8(&bad, 1, 16, 8), "problem 0", "GroupedLinearFp8 misaligned y");
+  bad = g;
+  bad.rows = -3;
+  refused(cu::GroupedLinearFp8(&bad, 1, 16, 8), "-3 rows", "GroupedLinearFp8 negative rows");
+  bad.rows = 0;
+  expect(cu::GroupedLinearFp8(&bad, 1, 16, 8).ok(), "GroupedLinearFp8 with no rows does nothing");
+  alignas(16) static uint8_t qx[64];
+  cu::LinearGroupW8A8 q{qx, scale, 5, w, scale, y};
+  refused(cu::GroupedLinearW8A8(&q, 1, 16, 8, 4), "past the scale stride 4", "GroupedLinearW8A8 rows > stride");
+  refused(cu::QuantizeActFp8(x, 6, 32, qx, scale, 5), "scale stride of 5", "QuantizeActFp8 stride < rows");
+  refused(cu::PackFp8(w, 0, 16, qx), "0 x 16", "PackFp8 of no rows");
+  refused(cu::PackFp8W8A8(w, 8, 0, qx), "8 x 0", "PackFp8W8A8 of no columns");
+  printf("fp8 host checks: %s\n", failed == 0 ? "all passed" : "FAILED");
+  return failed;
+}
 
 void AddMoeCases(std::vector<Case>* cases) {
   const MoeShape shapes[] = {
