@@ -166,8 +166,8 @@ absl::StatusOr<Checkpoint> Checkpoint::FromHost(nlohmann::json config, std::vect
   return ck;
 }
 
-absl::StatusOr<const void*> Checkpoint::Bf16Data(absl::string_view name,
-                                                 const std::vector<int64_t>& expected_shape) const {
+absl::StatusOr<const Checkpoint::Entry*> Checkpoint::Shaped(absl::string_view name,
+                                                            const std::vector<int64_t>& expected_shape) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {
     return absl::NotFoundError(absl::StrCat(dir_, ": tensor '", name, "' is missing"));
@@ -178,8 +178,53 @@ absl::StatusOr<const void*> Checkpoint::Bf16Data(absl::string_view name,
                                                    t.ShapeString(), " but the config implies [",
                                                    absl::StrJoin(expected_shape, ", "), "]"));
   }
-  if (t.dtype != DType::kBF16) return nullptr;
-  return static_cast<const void*>(it->second.data);
+  return &it->second;
+}
+
+absl::StatusOr<const void*> Checkpoint::Bf16Data(absl::string_view name,
+                                                 const std::vector<int64_t>& expected_shape) const {
+  FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
+  if (e->info->dtype != DType::kBF16) return nullptr;
+  return static_cast<const void*>(e->data);
+}
+
+absl::StatusOr<std::vector<float>> Checkpoint::Fp8Scales(absl::string_view name, const std::string& path,
+                                                         int64_t rows, int64_t cols) const {
+  std::string scale_name(name);
+  scale_name += "_scale_inv";
+  const int64_t srows = (rows + fp8_block_rows_ - 1) / fp8_block_rows_;
+  const int64_t scols = (cols + fp8_block_cols_ - 1) / fp8_block_cols_;
+  auto sit = tensors_.find(scale_name);
+  if (sit == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(path, ": FP8 tensor '", name, "' has no '",
+                                            scale_name, "' block scales"));
+  }
+  const TensorInfo& s = *sit->second.info;
+  if (s.shape != std::vector<int64_t>{srows, scols} ||
+      (s.dtype != DType::kF32 && s.dtype != DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        PathOf(sit->second), ": '", scale_name, "' is ", DTypeName(s.dtype), " ",
+        s.ShapeString(), "; expected F32 or BF16 [", srows, ", ", scols, "] for ", fp8_block_rows_,
+        "x", fp8_block_cols_, " blocks of ", rows, " x ", cols));
+  }
+  std::vector<float> scales(static_cast<size_t>(srows * scols));
+  ConvertRun(s.dtype, sit->second.data, 0, srows * scols, scales.data());
+  return scales;
+}
+
+absl::StatusOr<Checkpoint::Fp8Tensor> Checkpoint::Fp8Data(absl::string_view name,
+                                                          const std::vector<int64_t>& expected_shape) const {
+  FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
+  Fp8Tensor out;
+  out.block_rows = fp8_block_rows_;
+  out.block_cols = fp8_block_cols_;
+  const TensorInfo& t = *e->info;
+  if (t.dtype != DType::kF8E4M3) return out;
+  const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
+  const int64_t cols = rows == 0 ? 0 : t.numel() / rows;
+  FERRY_ASSIGN_OR_RETURN(out.scales, Fp8Scales(name, PathOf(*e), rows, cols));
+  out.bytes = e->data;
+  return out;
 }
 
 const TensorInfo* Checkpoint::Find(absl::string_view name) const {
@@ -201,17 +246,9 @@ std::vector<std::string> Checkpoint::TensorNames() const {
 absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
                                                        const std::vector<int64_t>& expected_shape,
                                                        const Slice& slice) const {
-  auto it = tensors_.find(name);
-  if (it == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat(dir_, ": tensor '", name, "' is missing"));
-  }
-  const std::string& path = PathOf(it->second);
-  const TensorInfo& t = *it->second.info;
-  if (t.shape != expected_shape) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": tensor '", name, "' has shape ", t.ShapeString(), " but the config implies [",
-        absl::StrJoin(expected_shape, ", "), "]"));
-  }
+  FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
+  const std::string& path = PathOf(*e);
+  const TensorInfo& t = *e->info;
   if (!IsFloatWeightType(t.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' has dtype ",
                                                    DTypeName(t.dtype),
@@ -228,32 +265,15 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
   }
   std::vector<float> out(static_cast<size_t>((r1 - r0) * (c1 - c0)));
   loaded_bytes_ += static_cast<int64_t>(out.size() * sizeof(float));
-  const uint8_t* src = it->second.data;
+  const uint8_t* src = e->data;
   for (int64_t r = r0; r < r1; ++r) {
     ConvertRun(t.dtype, src, r * cols + c0, c1 - c0, out.data() + (r - r0) * (c1 - c0));
   }
   if (t.dtype != DType::kF8E4M3) return out;
 
   // FP8: multiply each element by its block's scale.
-  std::string scale_name(name);
-  scale_name += "_scale_inv";
-  const int64_t srows = (rows + fp8_block_rows_ - 1) / fp8_block_rows_;
+  FERRY_ASSIGN_OR_RETURN(const std::vector<float> scales, Fp8Scales(name, path, rows, cols));
   const int64_t scols = (cols + fp8_block_cols_ - 1) / fp8_block_cols_;
-  auto sit = tensors_.find(scale_name);
-  if (sit == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat(path, ": FP8 tensor '", name, "' has no '",
-                                            scale_name, "' block scales"));
-  }
-  const TensorInfo& s = *sit->second.info;
-  if (s.shape != std::vector<int64_t>{srows, scols} ||
-      (s.dtype != DType::kF32 && s.dtype != DType::kBF16)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        PathOf(sit->second), ": '", scale_name, "' is ", DTypeName(s.dtype), " ",
-        s.ShapeString(), "; expected F32 or BF16 [", srows, ", ", scols, "] for ", fp8_block_rows_,
-        "x", fp8_block_cols_, " blocks of ", rows, " x ", cols));
-  }
-  std::vector<float> scales(static_cast<size_t>(srows * scols));
-  ConvertRun(s.dtype, sit->second.data, 0, srows * scols, scales.data());
   for (int64_t r = r0; r < r1; ++r) {
     float* row = out.data() + (r - r0) * (c1 - c0);
     const float* srow = scales.data() + (r / fp8_block_rows_) * scols;

@@ -81,6 +81,20 @@ class Checkpoint {
   // shape.
   absl::StatusOr<const void*> Bf16Data(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
 
+  // An FP8 tensor as stored, for a backend that keeps FP8 weights (kernels/cuda/linear_fp8.h packs
+  // them): its E4M3 bytes, row-major [rows, cols] (cols = the product of the other dims; valid
+  // while this Checkpoint lives, no alignment promised: copy them) and its block scales upcast to
+  // float32, [ceil(rows / block_rows), ceil(cols / block_cols)].
+  struct Fp8Tensor {
+    const uint8_t* bytes = nullptr;
+    std::vector<float> scales;
+    int64_t block_rows = 128, block_cols = 128;
+  };
+  // Tensor `name` of exactly `expected_shape` as an Fp8Tensor when it is stored F8_E4M3; bytes ==
+  // nullptr when it is stored in another dtype (use LoadF32 or Bf16Data). Errors as LoadF32's,
+  // the scale tensor included.
+  absl::StatusOr<Fp8Tensor> Fp8Data(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
+
  private:
   // A tensor's description and bytes; `path` names the file holding it (null for a FromHost
   // tensor: PathOf gives the checkpoint's label).
@@ -90,6 +104,13 @@ class Checkpoint {
     const uint8_t* data;
   };
   const std::string& PathOf(const Entry& e) const { return e.path != nullptr ? *e.path : dir_; }
+  // Tensor `name`'s entry when its shape is `expected_shape`: NOT_FOUND naming the tensor when it
+  // is absent, INVALID_ARGUMENT naming the file and both shapes otherwise.
+  absl::StatusOr<const Entry*> Shaped(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
+  // The float32 block scales `name`_scale_inv of an FP8 tensor of rows x cols stored in `path`:
+  // NOT_FOUND when absent, INVALID_ARGUMENT naming the file for another dtype or shape.
+  absl::StatusOr<std::vector<float>> Fp8Scales(absl::string_view name, const std::string& path, int64_t rows,
+                                               int64_t cols) const;
 
   std::string dir_;
   nlohmann::json config_;

@@ -105,6 +105,20 @@ TEST_CASE("checkpoint: fp8 e4m3 weights with block scales", "[checkpoint]") {
   auto part = ck->LoadF32("layer.weight", {3, 5}, Slice{2, 3, 3, 5});
   REQUIRE(part.ok());
   CHECK(*part == std::vector<float>{5, 9});
+  // As stored, for a backend that keeps FP8: the bytes and the scales.
+  auto raw = ck->Fp8Data("layer.weight", {3, 5});
+  REQUIRE(raw.ok());
+  REQUIRE(raw->bytes != nullptr);
+  CHECK(std::string(reinterpret_cast<const char*>(raw->bytes), 15) == w.bytes);
+  CHECK(raw->scales == scales);
+  CHECK(raw->block_rows == 2);
+  CHECK(raw->block_cols == 2);
+  auto wrong_shape = ck->Fp8Data("layer.weight", {5, 3});
+  REQUIRE_FALSE(wrong_shape.ok());
+  CHECK(Contains(std::string(wrong_shape.status().message()), "has shape [3, 5] but the config implies [5, 3]"));
+  auto scale_itself = ck->Fp8Data("layer.weight_scale_inv", {2, 3});  // stored F32: no FP8 bytes
+  REQUIRE(scale_itself.ok());
+  CHECK(scale_itself->bytes == nullptr);
 
   SECTION("a missing scale tensor is named") {
     TempDir d2;
@@ -115,6 +129,10 @@ TEST_CASE("checkpoint: fp8 e4m3 weights with block scales", "[checkpoint]") {
     auto bad = ck2->LoadF32("layer.weight", {3, 5});
     REQUIRE_FALSE(bad.ok());
     CHECK(Contains(std::string(bad.status().message()), "has no 'layer.weight_scale_inv' block scales"));
+    auto bad_raw = ck2->Fp8Data("layer.weight", {3, 5});
+    REQUIRE_FALSE(bad_raw.ok());
+    CHECK(absl::IsNotFound(bad_raw.status()));
+    CHECK(Contains(std::string(bad_raw.status().message()), "has no 'layer.weight_scale_inv' block scales"));
   }
   SECTION("a scale tensor of the wrong shape is named") {
     TempDir d3;
