@@ -31,6 +31,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/linear_fp8_shared.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -38,20 +39,13 @@ namespace ferry::kernels::cuda {
 
 namespace {
 
-constexpr int kMulThreads = 256;     // warpgroups 0 and 1: 64 weight rows each
-constexpr int kCopyThreads = 128;    // warpgroup 2: warp 8 copies W, warps 9-11 copy x
-constexpr int kXCopyThreads = 96;
-constexpr int kThreads = kMulThreads + kCopyThreads;
-constexpr int kBlockOut = 128;       // weight rows a block: one scale block, one packed tile's rows
-constexpr int kBlockRows = 128;      // x rows a block at most (wgmma's largest N used here)
+using namespace fp8;  // NOLINT: the shared block shape
+
 constexpr int kXChunks = (kBlockRows * 8 + kXCopyThreads - 1) / kXCopyThreads;  // 16-byte x chunks a copy thread
 constexpr int kStep = 64;            // the `in` slice of a step: one packed tile, one 128-byte bf16 row
 constexpr int kWStages = 12;         // packed W tiles in flight
 constexpr int kXBytes = 96 * 1024;   // the x ring: as many stages of n16 rows as fit, up to 32
-constexpr int kMaxXStages = 32;
-constexpr int kMaxScales = 256;      // scale blocks along `in` a block keeps: in <= 32768
-constexpr int kMaxProblems = 256;
-static_assert(kFp8BlockCols % kStep == 0 && kFp8BlockRows == kBlockOut);
+static_assert(kFp8BlockCols % kStep == 0);
 static_assert(kFp8TileRows == kBlockOut && kFp8TileCols == kStep && kBlockOut * kStep == kMulThreads * 32);
 
 // Shared memory, from a 1024-byte-aligned base: the x ring (stages of [n16 x 64] bf16, swizzled,
@@ -65,10 +59,9 @@ struct Smem {
   static constexpr int kBars = 2 * kMaxXStages + 2 * kWStages;
   static constexpr int kScaleAt = kBarAt + 8 * kBars;
   static constexpr int kBytes = kScaleAt + 4 * kMaxScales + 1024;  // + the alignment slack
-  static constexpr int kOutRow = kBlockOut * 2 + 16;
 };
 static_assert(Smem::kWAt % 1024 == 0 && kXBytes >= kBlockRows * kStep * 2 * 4);
-static_assert(kBlockRows * Smem::kOutRow <= Smem::kBarAt);
+static_assert(kBlockRows * kOutRow <= Smem::kBarAt);
 
 // One launch's problems (a kernel parameter: 9 KiB, under the 32 KiB limit of CUDA 12.1+).
 struct Problems {
@@ -98,62 +91,9 @@ __device__ __forceinline__ void StepMma(float (&d)[64], const uint32_t (&a)[16],
     wgmma::WgmmaM64NKRegA<N>(d, frag, wgmma::Desc(b + kk * 32, 16, 1024), 1);
   }
 }
-__device__ __forceinline__ void StepMmaN(int n16, float (&d)[64], const uint32_t (&a)[16], uint32_t b) {
-  switch (n16 >> 4) {
-    case 1: StepMma<16>(d, a, b); break;
-    case 2: StepMma<32>(d, a, b); break;
-    case 3: StepMma<48>(d, a, b); break;
-    case 4: StepMma<64>(d, a, b); break;
-    case 5: StepMma<80>(d, a, b); break;
-    case 6: StepMma<96>(d, a, b); break;
-    case 7: StepMma<112>(d, a, b); break;
-    default: StepMma<128>(d, a, b); break;
-  }
-}
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The multiplying warpgroups' accumulators (d[4 j + e] = D[16 v + l / 4 + 8 (e / 2)][8 j +
-// 2 (l % 4) + e % 2] of warpgroup g's 64 rows) -> y rows [0, nv) x columns [o0, o0 + 128) of a
-// row-major [rows][out] bf16 matrix: transposed through the `staging` tile (rows padded to 272
-// bytes), then 16-byte stores. kBlock: the whole block takes part (block barriers, all threads
-// store); otherwise only the multiplying warpgroups call it (named barrier 1) while the copy
-// warps run on. Starts and ends with its barrier.
-template <bool kBlock>
-__device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv, int tid, int o0, int out,
-                                          uint8_t* staging, __nv_bfloat16* y) {
-  auto sync = [] {
-    if (kBlock) {
-      __syncthreads();
-    } else {
-      ptx::NamedBarrier(1, kMulThreads);
-    }
-  };
-  sync();  // the staging tile is free (the rings' last reads, or the previous item's stores)
-  if (tid < kMulThreads) {
-    const int wg = tid / 128, v = (tid % 128) / 32, l = tid % 32;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      if (8 * j < n16) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = wg * 64 + 16 * v + l / 4 + 8 * (e / 2), col = 8 * j + 2 * (l % 4) + (e % 2);
-          *reinterpret_cast<__nv_bfloat16*>(staging + col * Smem::kOutRow + row * 2) =
-              __float2bfloat16_rn(d[4 * j + e]);
-        }
-      }
-    }
-  }
-  sync();
-  const int threads = kBlock ? kThreads : kMulThreads;
-  for (int c = tid; c < nv * (kBlockOut / 8); c += threads) {
-    const int t = c / (kBlockOut / 8), ch = c % (kBlockOut / 8), o = o0 + ch * 8;
-    if (o < out) {
-      *reinterpret_cast<uint4*>(y + static_cast<size_t>(t) * out + o) =
-          *reinterpret_cast<const uint4*>(staging + t * Smem::kOutRow + ch * 16);
-    }
-  }
-}
 #endif
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -266,7 +206,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::MbarWait(x_full + 8 * xs, x_phase);
       wgmma::ProxyFence();
       wgmma::Fence();
-      StepMmaN(n16, d, a_now, base + static_cast<uint32_t>(xs * x_stage_bytes));
+      const uint32_t b = base + static_cast<uint32_t>(xs * x_stage_bytes);
+      WithWidth(n16, [&](auto width) { StepMma<decltype(width)::value>(d, a_now, b); });
       wgmma::Commit();
       wgmma::Wait<1>();  // step kt - 1's wgmma is done: its x stage and its registers (a_next) are free
       if (prev_xs >= 0) ptx::MbarArrive(x_empty + 8 * prev_xs);
@@ -290,275 +231,25 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Where packed byte q of a tile comes from: thread t = q / 32 of the multipliers (warpgroup
-// g = t / 128, warp v, lane l), k16 step kk, fragment element e (registers a[e / 2] of the
-// mma.m16n8k16 A layout): row 64 g + 16 v + l / 4 + 8 ((e / 2) % 2), column
+// PackFp8's tiles (128 x 64 bytes): packed byte q comes from thread t = q / 32 of the
+// multipliers (warpgroup g = t / 128, warp v, lane l), k16 step kk, fragment element e (registers
+// a[e / 2] of the mma.m16n8k16 A layout): row 64 g + 16 v + l / 4 + 8 ((e / 2) % 2), column
 // 16 kk + 2 (l % 4) + e % 2 + 8 (e / 4).
-__host__ __device__ inline void PackedSource(int q, int* row, int* col) {
-  const int t = q / 32, kk = (q % 32) / 8, e = q % 8, g = t / 128, v = (t % 128) / 32, l = t % 32;
-  *row = 64 * g + 16 * v + l / 4 + 8 * ((e / 2) % 2);
-  *col = 16 * kk + 2 * (l % 4) + e % 2 + 8 * (e / 4);
-}
-
-__global__ void PackFp8Kernel(const uint8_t* w, int64_t out, int64_t in, int64_t bytes, uint8_t* packed) {
-  const int64_t kb_count = (in + kStep - 1) / kStep;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / Smem::kW8, ob = t / kb_count, kb = t % kb_count;
-    int r = 0, c = 0;
-    PackedSource(static_cast<int>(i % Smem::kW8), &r, &c);
-    const int64_t row = ob * kBlockOut + r, col = kb * kStep + c;
-    packed[i] = row < out && col < in ? w[row * in + col] : 0;
+struct W8A16Layout {
+  static constexpr int kCols = kStep;
+  __host__ __device__ static void Source(int q, int* row, int* col) {
+    const int t = q / 32, kk = (q % 32) / 8, e = q % 8, g = t / 128, v = (t % 128) / 32, l = t % 32;
+    *row = 64 * g + 16 * v + l / 4 + 8 * ((e / 2) % 2);
+    *col = 16 * kk + 2 * (l % 4) + e % 2 + 8 * (e / 4);
   }
-}
-
-// ---- W8A8 ----
-
-constexpr int kStep8 = 128;          // a W8A8 step: one 128 x 128 tile, one scale group of x
-constexpr int kW8Stages = 6;         // 16 KiB tiles in flight
-constexpr int kX8Bytes = 72 * 1024;  // the x ring: stages of n16max rows of 128 bytes + their scales
-static_assert(kStep8 == kFp8BlockCols);
-
-// The W8A8 block's shared memory: the x ring, the W ring, the output tile of the item just
-// finished (its own, so the rings keep streaming the next item meanwhile), the mbarriers.
-struct Smem8 {
-  static constexpr int kTile = kBlockOut * kStep8;
-  static constexpr int kWAt = kX8Bytes;
-  static constexpr int kOutAt = kWAt + kW8Stages * kTile;
-  static constexpr int kBarAt = kOutAt + (kBlockRows * Smem::kOutRow + 1023) / 1024 * 1024;
-  static constexpr int kBars = 2 * kMaxXStages + 2 * kW8Stages;
-  static constexpr int kBytes = kBarAt + 8 * kBars + 1024;
 };
-static_assert(Smem8::kWAt % 1024 == 0 && Smem8::kOutAt % 1024 == 0);
-static_assert(kX8Bytes >= 4 * (kBlockRows * kStep8 + 1024));
-
-struct Problems8 {
-  int first_tile[kMaxProblems];  // the problem's first 128-row tile among all problems' tiles
-  const uint8_t* qx[kMaxProblems];
-  const float* sx[kMaxProblems];
-  const uint8_t* w[kMaxProblems];
-  const float* scale[kMaxProblems];
-  __nv_bfloat16* y[kMaxProblems];
-  int rows[kMaxProblems];
-};
-
-// 4 bytes global -> shared (cp.async.ca), zero-filled when src_bytes is 0.
-__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// One step's four k32 steps of E4M3 wgmma at width N into d (overwritten).
-template <int N>
-__device__ __forceinline__ void StepMma8(float (&d)[64], uint32_t a, uint32_t b) {
-#pragma unroll
-  for (int kk = 0; kk < kStep8 / 32; ++kk) {
-    wgmma::WgmmaM64NK32E4M3<N>(d, wgmma::Desc(a + kk * 32, 16, 1024), wgmma::Desc(b + kk * 32, 16, 1024), kk);
-  }
-}
-__device__ __forceinline__ void StepMma8N(int n16, float (&d)[64], uint32_t a, uint32_t b) {
-  switch (n16 >> 4) {
-    case 1: StepMma8<16>(d, a, b); break;
-    case 2: StepMma8<32>(d, a, b); break;
-    case 3: StepMma8<48>(d, a, b); break;
-    case 4: StepMma8<64>(d, a, b); break;
-    case 5: StepMma8<80>(d, a, b); break;
-    case 6: StepMma8<96>(d, a, b); break;
-    case 7: StepMma8<112>(d, a, b); break;
-    default: StepMma8<128>(d, a, b); break;
-  }
-}
-#endif
-
-// The W8A8 kernel: persistent blocks, each taking items (problem, 128-row tile, 128-column block
-// of out) in turn, item = blockIdx.x + k gridDim.x, the column blocks of one tile consecutive (its
-// x stays in L2). The roles and rings of the W8A16 kernel, but the W tile (16 KiB, pre-swizzled)
-// and the x rows (E4M3, with their group scales) go to wgmma as they are: no widening; the rings
-// run on across items, so the next item's tiles stream in while one is finished and stored. A
-// step's product lands in `part`, and acc += part * (w scale * x scale of the column) once done.
-struct Item8 {
-  int prob, tile, ob;
-};
-__device__ __forceinline__ Item8 DecodeItem(const Problems8& p, int count, int obs, int item) {
-  const int pt = item / obs;
-  int lo = 0, hi = count - 1;  // the last problem whose first tile is <= pt
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.first_tile[mid] <= pt) lo = mid; else hi = mid - 1;
-  }
-  return {lo, pt - p.first_tile[lo], item % obs};
-}
-
-__global__ void __launch_bounds__(kThreads, 1)
-    GroupedLinearW8A8Kernel(const __grid_constant__ Problems8 p, int count, int items, int n16max, int in, int out,
-                            int scale_stride) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const int obs = (out + kBlockOut - 1) / kBlockOut, steps = (in + kStep8 - 1) / kStep8;
-  const int tid = static_cast<int>(threadIdx.x);
-  // An x stage: n16max rows of 128 bytes (swizzled), then the rows' scales (1 KiB keeps alignment).
-  const int x_rows_bytes = n16max * 128, x_stage_bytes = x_rows_bytes + 1024;
-  const int x_stages = min(kMaxXStages, kX8Bytes / x_stage_bytes);
-
-  extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  uint8_t* smem = smem_raw + (base - raw);
-  const uint32_t x_full = base + Smem8::kBarAt, x_empty = x_full + 8 * kMaxXStages;
-  const uint32_t w_full = x_empty + 8 * kMaxXStages, w_empty = w_full + 8 * kW8Stages;
-  if (tid == 0) {
-    for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_full + 8 * i, kXCopyThreads);
-    for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_empty + 8 * i, kMulThreads);
-    for (int i = 0; i < kW8Stages; ++i) ptx::MbarInit(w_full + 8 * i, 1);
-    for (int i = 0; i < kW8Stages; ++i) ptx::MbarInit(w_empty + 8 * i, kMulThreads);
-    ptx::MbarInitFence();
-  }
-  __syncthreads();
-
-  if (tid >= kMulThreads) {
-    const int ct = tid - kMulThreads;
-    if (ct == 0) {
-      int g = 0;  // W tiles copied so far (all items)
-      for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
-        const Item8 it = DecodeItem(p, count, obs, item);
-        const uint8_t* w = p.w[it.prob] + static_cast<size_t>(it.ob) * steps * Smem8::kTile;
-        for (int kt = 0; kt < steps; ++kt, ++g) {
-          const int st = g % kW8Stages;
-          if (g >= kW8Stages) ptx::MbarWait(w_empty + 8 * st, ((g / kW8Stages) - 1) & 1);
-          ptx::MbarArriveExpectTx(w_full + 8 * st, Smem8::kTile);
-          ptx::BulkCopy(base + static_cast<uint32_t>(Smem8::kWAt + st * Smem8::kTile),
-                        w + static_cast<size_t>(kt) * Smem8::kTile, Smem8::kTile, w_full + 8 * st);
-        }
-      }
-    } else if (ct >= 32) {
-      const int xt = ct - 32;
-      int st = 0, phase = 0, g = 0;
-      for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
-        const Item8 it = DecodeItem(p, count, obs, item);
-        const int nv = min(p.rows[it.prob] - it.tile * kBlockRows, kBlockRows), n16 = (nv + 15) & ~15;
-        const uint8_t* x = p.qx[it.prob] + static_cast<size_t>(it.tile) * kBlockRows * in;
-        const float* sx = p.sx[it.prob] + static_cast<size_t>(it.tile) * kBlockRows;
-        for (int kt = 0; kt < steps; ++kt, ++g) {
-          if (g >= x_stages) ptx::MbarWait(x_empty + 8 * st, phase ^ 1);
-          const uint32_t stage = base + static_cast<uint32_t>(st * x_stage_bytes);
-          const int k0 = kt * kStep8;
-          for (int c = xt; c < n16 * 8; c += kXCopyThreads) {
-            const int r = c >> 3, ch = c & 7, k = k0 + ch * 16;
-            const bool ok = r < nv && k < in;
-            ptx::CpAsync16(stage + r * 128 + ((ch ^ (r & 7)) << 4),
-                           ok ? static_cast<const void*>(x + static_cast<size_t>(r) * in + k) : p.qx[it.prob],
-                           ok ? 16 : 0);
-          }
-          for (int r = xt; r < n16; r += kXCopyThreads) {
-            const bool ok = r < nv;
-            CpAsync4(stage + x_rows_bytes + 4 * r,
-                     ok ? static_cast<const void*>(sx + static_cast<size_t>(kt) * scale_stride + r) : p.sx[it.prob],
-                     ok ? 4 : 0);
-          }
-          ptx::CpAsyncMbarArrive(x_full + 8 * st);
-          if (++st == x_stages) st = 0, phase ^= 1;
-        }
-      }
-    }
-  } else {
-    const int wg = tid / 128, l = tid % 32;
-    float acc[64], part[64];
-    int xs = 0, x_phase = 0, g = 0;
-    for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
-      const Item8 it = DecodeItem(p, count, obs, item);
-      const int nv = min(p.rows[it.prob] - it.tile * kBlockRows, kBlockRows), n16 = (nv + 15) & ~15;
-      const float* wscale = p.scale[it.prob] + static_cast<size_t>(it.ob) * steps;
-#pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-      for (int kt = 0; kt < steps; ++kt, ++g) {
-        const int ws = g % kW8Stages;
-        const float s_w = __ldg(wscale + kt);
-        ptx::MbarWait(x_full + 8 * xs, x_phase);
-        ptx::MbarWait(w_full + 8 * ws, (g / kW8Stages) & 1);
-        wgmma::ProxyFence();
-        wgmma::Fence();
-        const uint32_t stage = base + static_cast<uint32_t>(xs * x_stage_bytes);
-        StepMma8N(n16, part, base + static_cast<uint32_t>(Smem8::kWAt + ws * Smem8::kTile + wg * 64 * 128), stage);
-        wgmma::Commit();
-        wgmma::Wait<0>();
-        ptx::MbarArrive(w_empty + 8 * ws);
-        const float* scale_x = reinterpret_cast<const float*>(smem + xs * x_stage_bytes + x_rows_bytes);
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          if (8 * j < n16) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              acc[4 * j + e] += part[4 * j + e] * (s_w * scale_x[8 * j + 2 * (l % 4) + (e % 2)]);
-            }
-          }
-        }
-        ptx::MbarArrive(x_empty + 8 * xs);
-        if (++xs == x_stages) xs = 0, x_phase ^= 1;
-      }
-      StoreTile<false>(acc, n16, nv, tid, it.ob * kBlockOut, out, smem + Smem8::kOutAt,
-                       p.y[it.prob] + static_cast<size_t>(it.tile) * kBlockRows * out);
-    }
-  }
-#else
-  __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
-#endif
-}
-
-// One warp a (row, group of 128 columns), four columns a lane: cpu::QuantizeActFp8.
-__global__ void QuantizeActFp8Kernel(const __nv_bfloat16* x, int64_t rows, int64_t in, uint8_t* q, float* s,
-                                     int64_t scale_stride) {
-  const int64_t groups = (in + 127) / 128;
-  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (item >= rows * groups) return;
-  const int64_t r = item / groups, g = item % groups, c0 = g * 128 + lane * 4;
-  float v[4];
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = c0 + i < in ? __bfloat162float(x[r * in + c0 + i]) : 0.0f;
-    amax = fmaxf(amax, fabsf(v[i]));
-  }
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float scale = amax / 448.0f;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if (c0 + i < in) {
-      q[r * in + c0 + i] = scale > 0.0f ? __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0;
-    }
-  }
-  if (lane == 0) s[g * scale_stride + r] = scale;
-}
-
-// packed (W8A8 layout) byte i <- w, zero outside.
-__global__ void PackFp8W8A8Kernel(const uint8_t* w, int64_t out, int64_t in, int64_t bytes, uint8_t* packed) {
-  const int64_t kb_count = (in + kStep8 - 1) / kStep8;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / Smem8::kTile, ob = t / kb_count, kb = t % kb_count;
-    const int q = static_cast<int>(i % Smem8::kTile), r = q / 128, chunk = ((q % 128) / 16) ^ (r & 7);
-    const int64_t row = ob * kBlockOut + r, col = kb * kStep8 + chunk * 16 + q % 16;
-    packed[i] = row < out && col < in ? w[row * in + col] : 0;
-  }
-}
-
-bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 }  // namespace
 
-int64_t Fp8PackedBytes(int64_t out, int64_t in) {
-  return (out + kBlockOut - 1) / kBlockOut * kBlockOut * ((in + kStep - 1) / kStep * kStep);
-}
+int64_t Fp8PackedBytes(int64_t out, int64_t in) { return fp8::PackedBytes<W8A16Layout>(out, in); }
 
 absl::Status PackFp8(const uint8_t* w, int64_t out, int64_t in, uint8_t* packed, void* stream) {
-  if (out < 1 || in < 1 || w == nullptr || packed == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("PackFp8: a ", out, " x ", in, " matrix (or a null pointer)"));
-  }
-  const int64_t bytes = Fp8PackedBytes(out, in);
-  const int blocks = static_cast<int>(std::min<int64_t>((bytes + 255) / 256, 8192));
-  PackFp8Kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(w, out, in, bytes, packed);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
+  return fp8::Pack<W8A16Layout>("PackFp8", w, out, in, packed, stream);
 }
 
 bool GroupedLinearFp8Available() {
@@ -576,11 +267,10 @@ bool GroupedLinearFp8Available() {
   bool ok = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
-            major == 9 && minor == 0 && optin >= std::max(Smem::kBytes, Smem8::kBytes) &&
+            major == 9 && minor == 0 && optin >= Smem::kBytes &&
             cudaFuncSetAttribute(GroupedLinearFp8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  Smem::kBytes) == cudaSuccess &&
-            cudaFuncSetAttribute(GroupedLinearW8A8Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 Smem8::kBytes) == cudaSuccess;
+            fp8::SetUpW8A8Kernel(optin);
   if (!ok) cudaGetLastError();
   (*known)[device] = ok;
   return ok;
@@ -588,58 +278,6 @@ bool GroupedLinearFp8Available() {
   return false;
 #endif
 }
-
-namespace {
-
-// The checks and launches the grouped kernels share: every problem with rows gets
-// fill(slot, problem) in the launch's table (kMaxProblems at a time), then launch(count, tiles).
-// usable(problem) says whether its pointers are non-null and aligned.
-template <typename Group, typename Usable, typename Fill, typename Launch>
-absl::Status RunGrouped(const char* name, const Group* groups, int64_t n, int64_t in, int64_t out, Usable usable,
-                        Fill fill, Launch launch) {
-  if (n < 0 || in < 16 || in % 16 != 0 || out < 8 || out % 8 != 0 || in > kMaxScales * kFp8BlockCols ||
-      out > INT_MAX / kBlockRows) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", n, " problems of in ", in, ", out ", out,
-                                                   "; need in a multiple of 16 up to ", kMaxScales * kFp8BlockCols,
-                                                   ", out a multiple of 8"));
-  }
-  int64_t max_rows = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (groups[i].rows < 0 || groups[i].rows > INT_MAX) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": problem ", i, " has ", groups[i].rows, " rows"));
-    }
-    if (groups[i].rows == 0) continue;
-    if (!usable(groups[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": problem ", i, " has a null pointer or a matrix not 16-byte aligned"));
-    }
-    max_rows = std::max(max_rows, groups[i].rows);
-  }
-  if (max_rows == 0) return absl::OkStatus();
-  if (!GroupedLinearFp8Available()) {
-    return absl::FailedPreconditionError(absl::StrCat(name, ": needs sm_90a code and a compute capability 9.0 device"));
-  }
-  const int tiles = static_cast<int>((max_rows + kBlockRows - 1) / kBlockRows);
-  if (tiles > 65535) return absl::InvalidArgumentError(absl::StrCat(name, ": ", max_rows, " rows in one problem"));
-  const int per_launch = std::min(kMaxProblems, 65535 / tiles);
-  int count = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    if (groups[i].rows == 0) continue;
-    fill(count, groups[i]);
-    if (++count == per_launch) {
-      FERRY_RETURN_IF_ERROR(launch(count, tiles));
-      count = 0;
-    }
-  }
-  if (count > 0) FERRY_RETURN_IF_ERROR(launch(count, tiles));
-  return absl::OkStatus();
-}
-
-dim3 Grid(int64_t out, int count, int tiles) {
-  return dim3(static_cast<unsigned>((out + kBlockOut - 1) / kBlockOut), static_cast<unsigned>(count * tiles));
-}
-
-}  // namespace
 
 absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t in, int64_t out, void* stream) {
   Problems pr{};
@@ -659,83 +297,6 @@ absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t i
       [&](int count, int tiles) -> absl::Status {
         GroupedLinearFp8Kernel<<<Grid(out, count, tiles), kThreads, Smem::kBytes, static_cast<cudaStream_t>(stream)>>>(
             pr, tiles, static_cast<int>(in), static_cast<int>(out));
-        FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-        return absl::OkStatus();
-      });
-}
-
-int64_t Fp8W8A8PackedBytes(int64_t out, int64_t in) {
-  return (out + kBlockOut - 1) / kBlockOut * kBlockOut * ((in + kStep8 - 1) / kStep8 * kStep8);
-}
-
-absl::Status PackFp8W8A8(const uint8_t* w, int64_t out, int64_t in, uint8_t* packed, void* stream) {
-  if (out < 1 || in < 1 || w == nullptr || packed == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("PackFp8W8A8: a ", out, " x ", in, " matrix (or a null pointer)"));
-  }
-  const int64_t bytes = Fp8W8A8PackedBytes(out, in);
-  const int blocks = static_cast<int>(std::min<int64_t>((bytes + 255) / 256, 8192));
-  PackFp8W8A8Kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(w, out, in, bytes, packed);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
-}
-
-absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t* q, float* s, int64_t scale_stride,
-                            void* stream) {
-  if (rows < 0 || in < 1 || scale_stride < rows || (rows > 0 && (x == nullptr || q == nullptr || s == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", rows, " rows of ", in,
-                                                   " columns with a scale stride of ", scale_stride));
-  }
-  if (rows == 0) return absl::OkStatus();
-  const int64_t warps = rows * ((in + 127) / 128);
-  const int64_t blocks = (warps + 7) / 8;
-  if (blocks > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", warps, " groups"));
-  QuantizeActFp8Kernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const __nv_bfloat16*>(x), rows, in, q, s, scale_stride);
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
-}
-
-absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
-                               void* stream) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (groups[i].rows > scale_stride) {
-      return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: problem ", i, " has ", groups[i].rows,
-                                                     " rows, past the scale stride ", scale_stride));
-    }
-  }
-  if (scale_stride > INT_MAX) return absl::InvalidArgumentError("GroupedLinearW8A8: scale stride past INT_MAX");
-  Problems8 pr{};
-  int64_t tiles_so_far = 0, max_rows = 0;
-  return RunGrouped(
-      "GroupedLinearW8A8", groups, n, in, out,
-      [](const LinearGroupW8A8& g) {
-        return g.qx != nullptr && g.sx != nullptr && g.w != nullptr && g.scale != nullptr && g.y != nullptr &&
-               Aligned16(g.qx) && Aligned16(g.w) && Aligned16(g.y);
-      },
-      [&](int slot, const LinearGroupW8A8& g) {
-        pr.first_tile[slot] = static_cast<int>(tiles_so_far);
-        tiles_so_far += (g.rows + kBlockRows - 1) / kBlockRows;
-        max_rows = std::max(max_rows, g.rows);
-        pr.qx[slot] = g.qx;
-        pr.sx[slot] = g.sx;
-        pr.w[slot] = g.w;
-        pr.scale[slot] = g.scale;
-        pr.y[slot] = reinterpret_cast<__nv_bfloat16*>(g.y);
-        pr.rows[slot] = static_cast<int>(g.rows);
-      },
-      [&](int count, int) -> absl::Status {
-        const int64_t items = tiles_so_far * ((out + kBlockOut - 1) / kBlockOut);
-        const int n16max = static_cast<int>(std::min<int64_t>((max_rows + 15) / 16 * 16, kBlockRows));
-        tiles_so_far = 0;
-        max_rows = 0;
-        if (items > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: ", items, " items"));
-        int device = 0, sms = 0;
-        FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-        FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-        const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, sms));
-        GroupedLinearW8A8Kernel<<<grid, kThreads, Smem8::kBytes, static_cast<cudaStream_t>(stream)>>>(
-            pr, count, static_cast<int>(items), n16max, static_cast<int>(in), static_cast<int>(out),
-            static_cast<int>(scale_stride));
         FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
         return absl::OkStatus();
       });

@@ -17,6 +17,11 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
 }
+// 4 bytes global -> shared (cp.async.ca: 4-byte copies go through L1), zero-filled when
+// src_bytes is 0.
+__device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N committed groups of this thread are still in flight.
 template <int N>

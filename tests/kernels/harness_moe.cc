@@ -249,6 +249,39 @@ void RandomFp8(int64_t out, int64_t in, std::mt19937& rng, std::vector<uint8_t>*
   }
 }
 
+// Counts the bytes of `got` that differ from `want` into r's mismatches (noting `what`).
+void CountDiffering(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want, const char* what, Result* r) {
+  long differ = 0;
+  for (size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
+  r->mismatched += differ;
+  if (differ > 0) r->note += absl::StrCat(" ", differ, " ", what);
+}
+
+// Batch invariance of a grouped call: the largest problem's last row alone, as a problem of one
+// row (`one_row(problem, row)` makes it, its y poisoned), gives the bits it had in the call (ys).
+// run(&one) runs the op on it.
+template <typename Group, typename OneRow, typename Run>
+void CheckLastRowAlone(Device& dev, const Fp8Shape& s, const std::vector<Group>& g,
+                       const std::vector<std::vector<uint16_t>>& ys, OneRow one_row, Run run, Result* r) {
+  const size_t big = static_cast<size_t>(std::max_element(s.rows.begin(), s.rows.end()) - s.rows.begin());
+  if (s.rows[big] == 0) return;
+  Group one = one_row(g[big], s.rows[big] - 1);
+  one.rows = 1;
+  one.y = dev.Poisoned<uint16_t>(static_cast<size_t>(s.out));
+  if (!r->error.empty()) return;
+  absl::Status st = run(&one);
+  if (st.ok()) st = cu::Synchronize();
+  if (!st.ok()) {
+    r->error = std::string(st.message());
+    return;
+  }
+  const std::vector<uint16_t> a = dev.Download(one.y, static_cast<size_t>(s.out));
+  long differ = 0;
+  for (int64_t o = 0; o < s.out; ++o) differ += a[o] != ys[big][(s.rows[big] - 1) * s.out + o];
+  r->mismatched += differ;
+  if (differ > 0) r->note += absl::StrCat(" ", differ, " outputs of the last row differ from it alone");
+}
+
 Result GroupedFp8Case(std::mt19937& rng, const Fp8Shape& s) {
   Result r;
   r.tolerance = 1e-2;
@@ -279,11 +312,8 @@ Result GroupedFp8Case(std::mt19937& rng, const Fp8Shape& s) {
   if (!r.error.empty()) return r;
   // The packing, exactly (every byte: the tiles and their zero padding).
   for (size_t p = 0; p < n; ++p) {
-    const std::vector<uint8_t> got = dev.Download(g[p].w, packed_bytes);
-    long differ = 0;
-    for (size_t i = 0; i < packed_bytes; ++i) differ += got[i] != want_packed[p][i];
-    r.mismatched += differ;
-    if (differ > 0) r.note = absl::StrCat(differ, " packed bytes differ from the host's packing");
+    CountDiffering(dev.Download(g[p].w, packed_bytes), want_packed[p], "packed bytes differ from the host's packing",
+                   &r);
   }
   HARNESS_CHECK_OK(cu::GroupedLinearFp8(g.data(), static_cast<int64_t>(n), s.in, s.out));
   HARNESS_CHECK_OK(cu::Synchronize());
@@ -299,22 +329,13 @@ Result GroupedFp8Case(std::mt19937& rng, const Fp8Shape& s) {
   }
   r.rel_err = RelErr(got, want, &r.unwritten);
 
-  // Batch invariance: the largest problem's last row alone, as a problem of one row, gives its bits.
-  const size_t big = static_cast<size_t>(std::max_element(s.rows.begin(), s.rows.end()) - s.rows.begin());
-  if (s.rows[big] > 0) {
-    cu::LinearGroupFp8 one = g[big];
-    one.x += (s.rows[big] - 1) * s.in;
-    one.rows = 1;
-    one.y = dev.Poisoned<uint16_t>(static_cast<size_t>(s.out));
-    if (!r.error.empty()) return r;
-    HARNESS_CHECK_OK(cu::GroupedLinearFp8(&one, 1, s.in, s.out));
-    HARNESS_CHECK_OK(cu::Synchronize());
-    const std::vector<uint16_t> a = dev.Download(one.y, static_cast<size_t>(s.out));
-    long differ = 0;
-    for (int64_t o = 0; o < s.out; ++o) differ += a[o] != ys[big][(s.rows[big] - 1) * s.out + o];
-    r.mismatched += differ;
-    if (differ > 0) r.note = absl::StrCat(differ, " outputs of the last row differ from it alone");
-  }
+  CheckLastRowAlone(
+      dev, s, g, ys,
+      [&](cu::LinearGroupFp8 one, int64_t row) {
+        one.x += row * s.in;
+        return one;
+      },
+      [&](const cu::LinearGroupFp8* one) { return cu::GroupedLinearFp8(one, 1, s.in, s.out); }, &r);
   // Bad shapes are refused with the numbers, nothing launched.
   if (cu::GroupedLinearFp8(g.data(), static_cast<int64_t>(n), s.in + 8, s.out).ok()) {
     ++r.mismatched;
@@ -397,7 +418,6 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
   std::vector<std::vector<uint8_t>> wq(n);
   std::vector<std::vector<float>> ws(n);
   const size_t packed_bytes = static_cast<size_t>(cu::Fp8W8A8PackedBytes(s.out, s.in));
-  long pack_differ = 0;
   int64_t j0 = 0;
   for (size_t p = 0; p < n; ++p) {
     std::vector<float> unused;
@@ -406,15 +426,13 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
     const uint8_t* row_major = dev.Upload(wq[p]);
     if (!r.error.empty()) return r;
     HARNESS_CHECK_OK(cu::PackFp8W8A8(row_major, s.out, s.in, packed));
-    const std::vector<uint8_t> got = dev.Download(packed, packed_bytes), want = PackW8A8Host(wq[p], s.out, s.in);
-    for (size_t i = 0; i < packed_bytes; ++i) pack_differ += got[i] != want[i];
+    CountDiffering(dev.Download(packed, packed_bytes), PackW8A8Host(wq[p], s.out, s.in),
+                   "packed bytes differ from the host's packing", &r);
     g[p] = {d_qx + j0 * s.in, d_sx + j0, s.rows[p], packed, dev.Upload(ws[p]),
             dev.Poisoned<uint16_t>(static_cast<size_t>(s.rows[p] * s.out))};
     j0 += s.rows[p];
   }
   if (!r.error.empty()) return r;
-  r.mismatched += pack_differ;
-  if (pack_differ > 0) r.note = absl::StrCat(pack_differ, " packed bytes differ from the host's packing");
   HARNESS_CHECK_OK(cu::GroupedLinearW8A8(g.data(), static_cast<int64_t>(n), s.in, s.out, stride));
   HARNESS_CHECK_OK(cu::Synchronize());
   std::vector<float> got, want;
@@ -437,22 +455,14 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
     j0 += rows;
   }
   r.rel_err = RelErr(got, want, &r.unwritten);
-  const size_t big = static_cast<size_t>(std::max_element(s.rows.begin(), s.rows.end()) - s.rows.begin());
-  if (s.rows[big] > 0) {
-    cu::LinearGroupW8A8 one = g[big];
-    one.qx += (s.rows[big] - 1) * s.in;
-    one.sx += s.rows[big] - 1;
-    one.rows = 1;
-    one.y = dev.Poisoned<uint16_t>(static_cast<size_t>(s.out));
-    if (!r.error.empty()) return r;
-    HARNESS_CHECK_OK(cu::GroupedLinearW8A8(&one, 1, s.in, s.out, stride));
-    HARNESS_CHECK_OK(cu::Synchronize());
-    const std::vector<uint16_t> a = dev.Download(one.y, static_cast<size_t>(s.out));
-    long differ = 0;
-    for (int64_t o = 0; o < s.out; ++o) differ += a[o] != ys[big][(s.rows[big] - 1) * s.out + o];
-    r.mismatched += differ;
-    if (differ > 0) r.note += absl::StrCat(" ", differ, " outputs of the last row differ from it alone");
-  }
+  CheckLastRowAlone(
+      dev, s, g, ys,
+      [&](cu::LinearGroupW8A8 one, int64_t row) {
+        one.qx += row * s.in;
+        one.sx += row;
+        return one;
+      },
+      [&](const cu::LinearGroupW8A8* one) { return cu::GroupedLinearW8A8(one, 1, s.in, s.out, stride); }, &r);
   return r;
 }
 
