@@ -1,8 +1,8 @@
-// The warpgroup matrix multiply of sm_90a (wgmma.mma_async), for mla_decode_wg.cu and
-// linear_fp8.cu: shared-memory matrix descriptors for the 128-byte-swizzled layouts, the
-// instruction shapes they use, and the fences around them. Device code only, and only
-// meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); other targets must not call
-// these.
+// The warpgroup matrix multiply of sm_90a (wgmma.mma_async), for mla_decode_wg.cu,
+// linear_fp8.cu and linear_w8a8.cu: shared-memory matrix descriptors for the 128-byte-swizzled
+// layouts, the instruction shapes they use, and the fences around them. Device code only, and
+// only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); other targets must not
+// call these.
 //
 // Layouts (PTX ISA, "Shared Memory Matrix Layout"), bf16, 128-byte swizzle: a matrix is stored as
 // column blocks of 64 values (128 bytes) a row; inside a block, row r's 16-byte chunk c sits at
@@ -88,10 +88,11 @@ __device__ __forceinline__ void WgmmaM64N256T(float (&d)[128], uint64_t a, uint6
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
-// The wgmma forms over a width N = 16, 32, ..., 128 chosen at run time (linear_fp8.cu): the
-// accumulator is d[0, N / 2) of a 64-register array. An asm operand list is fixed text, so the
-// lists are spelled in blocks of 8 registers (FERRY_WG_S*: the "%i" names, FERRY_WG_D*: the
-// operands; FERRY_WG_SU* / DU*: the first k blocks) and each width is one line below.
+// The wgmma forms over a width N = 16, 32, ..., 128 chosen at run time (WithWidth in
+// linear_fp8_shared.cuh): the accumulator is d[0, N / 2) of a 64-register array. An asm operand
+// list is fixed text, so the lists are spelled in blocks of 8 registers (FERRY_WG_S*: the "%i"
+// names, FERRY_WG_D*: the operands; FERRY_WG_SU* / DU*: the first k blocks) and each width is
+// one line below.
 #define FERRY_WG_S0 "%0,%1,%2,%3,%4,%5,%6,%7"
 #define FERRY_WG_S1 "%8,%9,%10,%11,%12,%13,%14,%15"
 #define FERRY_WG_S2 "%16,%17,%18,%19,%20,%21,%22,%23"
