@@ -131,9 +131,9 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
   };
   auto w8a8 = [&]() -> absl::Status {
     FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(x, slots, D, qx, sx, slots));
-    FERRY_RETURN_IF_ERROR(cu::GroupedLinearW8A8(qup.data(), E, D, 2 * MI, slots));
+    FERRY_RETURN_IF_ERROR(cu::GroupedLinearW8A8(qup.data(), E, D, 2 * MI, slots, 2 * MI));
     FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(h, slots, MI, qh, sh, slots));
-    return cu::GroupedLinearW8A8(qdown.data(), E, MI, D, slots);
+    return cu::GroupedLinearW8A8(qdown.data(), E, MI, D, slots, D);
   };
   const std::string base = absl::StrCat(m.name, " ", tokens, tokens == 1 ? " token" : " tokens");
   for (const auto& [label, fn] : std::vector<std::pair<std::string, std::function<absl::Status()>>>{

@@ -225,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (kt < steps) step(kt, a0, a1);
     wgmma::Wait<0>();
   }
-  StoreTile<true>(d, n16, nv, tid, o0, out, smem, p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out);
+  StoreTile<true>(d, n16, nv, tid, o0, out, out, smem, p.y[prob] + static_cast<size_t>(tile) * kBlockRows * out);
 #else
   __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
 #endif
@@ -282,7 +282,7 @@ bool GroupedLinearFp8Available() {
 absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t in, int64_t out, void* stream) {
   Problems pr{};
   return RunGrouped(
-      "GroupedLinearFp8", groups, n, in, out,
+      "GroupedLinearFp8", groups, n, in, out, kMaxProblems,
       [](const LinearGroupFp8& g) {
         return g.x != nullptr && g.w != nullptr && g.scale != nullptr && g.y != nullptr && Aligned16(g.x) &&
                Aligned16(g.w) && Aligned16(g.y);

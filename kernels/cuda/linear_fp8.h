@@ -64,6 +64,11 @@ absl::Status GroupedLinearFp8(const LinearGroupFp8* groups, int64_t n, int64_t i
 // REQUIRES: rows >= 0, in >= 1, scale_stride >= rows; q and s disjoint from x.
 absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t* q, float* s, int64_t scale_stride,
                             void* stream = nullptr);
+// The same over gathered rows: row i of q and s quantizes x's row src_row[i] (src_row on the
+// device, rows entries, each a row of x), without the gathered copy (a MoE layer's expert-ordered
+// inputs). REQUIRES as QuantizeActFp8, src_row non-null when rows > 0.
+absl::Status QuantizeActFp8Rows(const uint16_t* x, const int32_t* src_row, int64_t rows, int64_t in, uint8_t* q,
+                                float* s, int64_t scale_stride, void* stream = nullptr);
 
 // The device layout of an E4M3 matrix W [out, in] for GroupedLinearW8A8: tiles of 128 rows x 128
 // columns (16 KiB, one scale block), ordered by row block then column block, zero past `out` and
@@ -73,8 +78,9 @@ int64_t Fp8W8A8PackedBytes(int64_t out, int64_t in);
 absl::Status PackFp8W8A8(const uint8_t* w, int64_t out, int64_t in, uint8_t* packed, void* stream = nullptr);
 
 // One problem of GroupedLinearW8A8: y [rows, out] = cpu::LinearW8A8 of (qx, sx) and W (packed as
-// above, `scale` its 128 x 128 block scales), y bf16 row-major; sx holds group g of row r at
-// sx[g * scale_stride + r] (QuantizeActFp8's layout: a problem's rows are a slice of a buffer's).
+// above, `scale` its 128 x 128 block scales), y bf16, row t at y + t * y_stride (columns past
+// `out` untouched); sx holds group g of row r at sx[g * scale_stride + r] (QuantizeActFp8's
+// layout: a problem's rows are a slice of a buffer's).
 struct LinearGroupW8A8 {
   const uint8_t* qx = nullptr;
   const float* sx = nullptr;
@@ -86,10 +92,10 @@ struct LinearGroupW8A8 {
 
 // All problems in one launch (sm_90a wgmma e4m3 x e4m3, float32 accumulation a group, the two
 // scales applied to each group's partial sum). Batch invariant as GroupedLinearFp8. CPU twin:
-// cpu::LinearW8A8. REQUIRES: GroupedLinearFp8Available(); in % 16 == 0, out % 8 == 0; qx, w and
-// y 16-byte aligned; scale_stride >= every problem's rows. Errors: INVALID_ARGUMENT with the
-// numbers (nothing launched).
+// cpu::LinearW8A8. REQUIRES: GroupedLinearFp8Available(); in % 16 == 0, out % 8 == 0,
+// y_stride >= out and % 8 == 0; qx, w and y 16-byte aligned; scale_stride >= every problem's
+// rows. Up to 640 problems a launch. Errors: INVALID_ARGUMENT with the numbers (nothing launched).
 absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
-                               void* stream = nullptr);
+                               int64_t y_stride, void* stream = nullptr);
 
 }  // namespace ferry::kernels::cuda

@@ -29,6 +29,9 @@ inline constexpr int kBlockRows = 128;  // x rows a block at most (wgmma's large
 inline constexpr int kMaxXStages = 32;  // x ring stages at most (few rows: many small stages)
 inline constexpr int kMaxScales = 256;  // scale blocks along `in`: in <= 32768
 inline constexpr int kMaxProblems = 256;
+// GroupedLinearW8A8's problems a launch: a MoE layer's gate and up of every expert and the shared
+// expert's in one (GLM-5.3-Flash: 2 x 289); 48 bytes each of the kernel's parameters (<= 32 KiB).
+inline constexpr int kMaxProblems8 = 640;
 inline constexpr int kOutRow = kBlockOut * 2 + 16;  // a row of the output tile in shared memory, bytes
 static_assert(kFp8BlockRows == kBlockOut);
 
@@ -53,13 +56,13 @@ __device__ __forceinline__ void WithWidth(int n16, F&& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The multiplying warpgroups' accumulators (d[4 j + e] = D[16 v + l / 4 + 8 (e / 2)][8 j +
 // 2 (l % 4) + e % 2] of warpgroup g's 64 rows) -> y rows [0, nv) x columns [o0, o0 + 128) of a
-// row-major [rows][out] bf16 matrix: transposed through the `staging` tile (rows padded to 272
-// bytes), then 16-byte stores. kBlock: the whole block takes part (block barriers, all threads
+// row-major bf16 matrix of `out` columns, row t at y + t * ldy: transposed through the `staging`
+// tile (rows padded to 272 bytes), then 16-byte stores. kBlock: the whole block takes part (block barriers, all threads
 // store); otherwise only the multiplying warpgroups call it (named barrier 1) while the copy
 // warps run on. Starts and ends with its barrier.
 template <bool kBlock>
 __device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv, int tid, int o0, int out,
-                                          uint8_t* staging, __nv_bfloat16* y) {
+                                          int64_t ldy, uint8_t* staging, __nv_bfloat16* y) {
   auto sync = [] {
     if (kBlock) {
       __syncthreads();
@@ -87,7 +90,7 @@ __device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv,
   for (int c = tid; c < nv * (kBlockOut / 8); c += threads) {
     const int t = c / (kBlockOut / 8), ch = c % (kBlockOut / 8), o = o0 + ch * 8;
     if (o < out) {
-      *reinterpret_cast<uint4*>(y + static_cast<size_t>(t) * out + o) =
+      *reinterpret_cast<uint4*>(y + t * ldy + o) =
           *reinterpret_cast<const uint4*>(staging + t * kOutRow + ch * 16);
     }
   }
@@ -131,11 +134,11 @@ absl::Status Pack(const char* name, const uint8_t* w, int64_t out, int64_t in, u
 }
 
 // The checks and launches the grouped kernels share: every problem with rows gets
-// fill(slot, problem) in the launch's table (kMaxProblems at a time), then launch(count, tiles).
+// fill(slot, problem) in the launch's table (max_problems at a time), then launch(count, tiles).
 // usable(problem) says whether its pointers are non-null and aligned.
 template <typename Group, typename Usable, typename Fill, typename Launch>
-absl::Status RunGrouped(const char* name, const Group* groups, int64_t n, int64_t in, int64_t out, Usable usable,
-                        Fill fill, Launch launch) {
+absl::Status RunGrouped(const char* name, const Group* groups, int64_t n, int64_t in, int64_t out, int max_problems,
+                        Usable usable, Fill fill, Launch launch) {
   if (n < 0 || in < 16 || in % 16 != 0 || out < 8 || out % 8 != 0 || in > kMaxScales * kFp8BlockCols ||
       out > INT_MAX / kBlockRows) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": ", n, " problems of in ", in, ", out ", out,
@@ -160,7 +163,7 @@ absl::Status RunGrouped(const char* name, const Group* groups, int64_t n, int64_
   }
   const int tiles = static_cast<int>((max_rows + kBlockRows - 1) / kBlockRows);
   if (tiles > 65535) return absl::InvalidArgumentError(absl::StrCat(name, ": ", max_rows, " rows in one problem"));
-  const int per_launch = std::min(kMaxProblems, 65535 / tiles);
+  const int per_launch = std::min(max_problems, 65535 / tiles);
   int count = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (groups[i].rows == 0) continue;

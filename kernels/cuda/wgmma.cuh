@@ -37,6 +37,18 @@ __device__ __forceinline__ void Wait() {
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async) visible to the
 // async proxy that wgmma reads through.
 __device__ __forceinline__ void ProxyFence() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Moves this warp's register budget to kRegs (a multiple of 8 in [24, 256]): Dec gives
+// registers back to the block's pool, Inc takes them from it (waiting until there are enough).
+// Every warp of the warpgroup must execute the same one; the launch's per-thread count is the
+// starting budget.
+template <int kRegs>
+__device__ __forceinline__ void DecMaxRegs() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void IncMaxRegs() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
 // Keeps the compiler from moving accesses of an accumulator register across a wgmma boundary.
 __device__ __forceinline__ void Pin(float& r) { asm volatile("" : "+f"(r)::"memory"); }
 

@@ -347,7 +347,7 @@ Result GroupedFp8Case(std::mt19937& rng, const Fp8Shape& s) {
 
 // QuantizeActFp8 against cpu::QuantizeActFp8, every byte and scale exactly; a group of zeros and
 // groups of very different sizes included.
-Result QuantizeActCase(std::mt19937& rng, int64_t rows, int64_t in) {
+Result QuantizeActCase(std::mt19937& rng, int64_t rows, int64_t in, bool gather) {
   Result r;
   Device dev(&r.error);
   std::vector<uint16_t> xb;
@@ -360,20 +360,29 @@ Result QuantizeActCase(std::mt19937& rng, int64_t rows, int64_t in) {
   for (int64_t c = 0; c < std::min<int64_t>(in, 128); ++c) xb[c] = 0;  // row 0's first group: zeros
   xf = ToF32(xb);
   const int64_t groups = (in + 127) / 128, stride = rows + 3;
+  // Gathered: row i quantizes x's row (3 i + 1) % rows (repeats, any order).
+  std::vector<int32_t> src(static_cast<size_t>(rows));
+  std::vector<float> xg = xf;
+  for (int64_t i = 0; i < rows; ++i) {
+    src[i] = static_cast<int32_t>(gather ? (3 * i + 1) % rows : i);
+    std::copy_n(xf.begin() + src[i] * in, in, xg.begin() + i * in);
+  }
   std::vector<uint8_t> want_q(static_cast<size_t>(rows * in));
   std::vector<float> want_s(static_cast<size_t>(groups * stride), 0.0f);
-  cpu::QuantizeActFp8(xf.data(), rows, in, want_q.data(), want_s.data(), stride);
+  cpu::QuantizeActFp8(xg.data(), rows, in, want_q.data(), want_s.data(), stride);
   const uint16_t* d_x = dev.Upload(xb);
+  const int32_t* d_src = dev.Upload(src);
   uint8_t* d_q = dev.Poisoned<uint8_t>(want_q.size());
   float* d_s = dev.Upload(std::vector<float>(want_s.size(), 0.0f));
   if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::QuantizeActFp8(d_x, rows, in, d_q, d_s, stride));
+  HARNESS_CHECK_OK(gather ? cu::QuantizeActFp8Rows(d_x, d_src, rows, in, d_q, d_s, stride)
+                          : cu::QuantizeActFp8(d_x, rows, in, d_q, d_s, stride));
   HARNESS_CHECK_OK(cu::Synchronize());
   const std::vector<uint8_t> q = dev.Download(d_q, want_q.size());
   const std::vector<float> sc = dev.Download(d_s, want_s.size());
   for (size_t i = 0; i < q.size(); ++i) r.mismatched += q[i] != want_q[i];
   for (size_t i = 0; i < sc.size(); ++i) r.mismatched += sc[i] != want_s[i];
-  if (want_s[0] != 0.0f) r.note = "the zero group's scale is not 0";
+  if (!gather && want_s[0] != 0.0f) r.note = "the zero group's scale is not 0";
   return r;
 }
 
@@ -418,6 +427,7 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
   std::vector<std::vector<uint8_t>> wq(n);
   std::vector<std::vector<float>> ws(n);
   const size_t packed_bytes = static_cast<size_t>(cu::Fp8W8A8PackedBytes(s.out, s.in));
+  const int64_t ldy = s.out + 8;  // y rows 8 columns wider than `out`: those must stay poisoned
   int64_t j0 = 0;
   for (size_t p = 0; p < n; ++p) {
     std::vector<float> unused;
@@ -429,18 +439,23 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
     CountDiffering(dev.Download(packed, packed_bytes), PackW8A8Host(wq[p], s.out, s.in),
                    "packed bytes differ from the host's packing", &r);
     g[p] = {d_qx + j0 * s.in, d_sx + j0, s.rows[p], packed, dev.Upload(ws[p]),
-            dev.Poisoned<uint16_t>(static_cast<size_t>(s.rows[p] * s.out))};
+            dev.Poisoned<uint16_t>(static_cast<size_t>(s.rows[p] * ldy))};
     j0 += s.rows[p];
   }
   if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::GroupedLinearW8A8(g.data(), static_cast<int64_t>(n), s.in, s.out, stride));
+  HARNESS_CHECK_OK(cu::GroupedLinearW8A8(g.data(), static_cast<int64_t>(n), s.in, s.out, stride, ldy));
   HARNESS_CHECK_OK(cu::Synchronize());
   std::vector<float> got, want;
   std::vector<std::vector<uint16_t>> ys(n);
   j0 = 0;
   for (size_t p = 0; p < n; ++p) {
     const int64_t rows = s.rows[p];
-    ys[p] = dev.Download(g[p].y, static_cast<size_t>(rows * s.out));
+    const std::vector<uint16_t> wide = dev.Download(g[p].y, static_cast<size_t>(rows * ldy));
+    ys[p].resize(static_cast<size_t>(rows * s.out));
+    for (int64_t t = 0; t < rows; ++t) {
+      std::copy_n(wide.begin() + t * ldy, s.out, ys[p].begin() + t * s.out);
+      for (int64_t o = s.out; o < ldy; ++o) r.mismatched += wide[t * ldy + o] != 0xffff;
+    }
     // The problem's own scales, stride = its rows (cpu::LinearW8A8's layout).
     std::vector<float> sxp(static_cast<size_t>(groups * std::max<int64_t>(rows, 1)));
     for (int64_t gi = 0; gi < groups; ++gi) {
@@ -462,7 +477,7 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
         one.sx += row;
         return one;
       },
-      [&](const cu::LinearGroupW8A8* one) { return cu::GroupedLinearW8A8(one, 1, s.in, s.out, stride); }, &r);
+      [&](const cu::LinearGroupW8A8* one) { return cu::GroupedLinearW8A8(one, 1, s.in, s.out, stride, s.out); }, &r);
   return r;
 }
 
@@ -500,7 +515,9 @@ int RunFp8HostChecks() {
   expect(cu::GroupedLinearFp8(&bad, 1, 16, 8).ok(), "GroupedLinearFp8 with no rows does nothing");
   alignas(16) static uint8_t qx[64];
   cu::LinearGroupW8A8 q{qx, scale, 5, w, scale, y};
-  refused(cu::GroupedLinearW8A8(&q, 1, 16, 8, 4), "past the scale stride 4", "GroupedLinearW8A8 rows > stride");
+  refused(cu::GroupedLinearW8A8(&q, 1, 16, 8, 4, 8), "past the scale stride 4", "GroupedLinearW8A8 rows > stride");
+  refused(cu::GroupedLinearW8A8(&q, 1, 16, 16, 8, 12), "a y row stride of 12 for 16 columns",
+          "GroupedLinearW8A8 y stride < out");
   refused(cu::QuantizeActFp8(x, 6, 32, qx, scale, 5), "scale stride of 5", "QuantizeActFp8 stride < rows");
   refused(cu::PackFp8(w, 0, 16, qx), "0 x 16", "PackFp8 of no rows");
   refused(cu::PackFp8W8A8(w, 8, 0, qx), "8 x 0", "PackFp8W8A8 of no columns");
@@ -522,12 +539,16 @@ void AddMoeCases(std::vector<Case>* cases) {
                                    " out=", s.out, s.shared ? " shared" : "", s.bad_id ? " bad-id" : ""),
                       [s](std::mt19937& rng) { return MoeGemvCase(rng, s); }});
   }
-  const Fp8Shape fp8[] = {
+  std::vector<Fp8Shape> fp8 = {
       {2048, 1024, {70, 0, 1, 130, 17, 64}},  // ragged experts: empty, one row, two row tiles
       {272, 200, {5, 128, 129}},              // in and out past the blocks (in % 64 = 16, out % 128 = 72)
       {16, 8, {3}},                           // the smallest widths
       {6144, 4096, {84, 23}},                 // GLM-5.2 gate_up
+      {256, 64, {}},                          // 700 problems of 0-3 rows: more than one launch holds
+      {256, 64, {600}},                       // one of 600 rows among 20 of 40: tiles of 48 rows
   };
+  for (int i = 0; i < 700; ++i) fp8[4].rows.push_back(i % 4);
+  for (int i = 0; i < 20; ++i) fp8[5].rows.push_back(40);
   for (const Fp8Shape& s : fp8) {
     cases->push_back({absl::StrCat("grouped_linear_fp8 in=", s.in, " out=", s.out, " problems=", s.rows.size()),
                       [s](std::mt19937& rng) { return GroupedFp8Case(rng, s); }});
@@ -535,8 +556,10 @@ void AddMoeCases(std::vector<Case>* cases) {
                       [s](std::mt19937& rng) { return GroupedW8A8Case(rng, s); }});
   }
   for (const auto& [rows, in] : std::vector<std::pair<int64_t, int64_t>>{{9, 6144}, {3, 200}, {2, 16}}) {
-    cases->push_back({absl::StrCat("quantize_act_fp8 rows=", rows, " in=", in),
-                      [rows, in](std::mt19937& rng) { return QuantizeActCase(rng, rows, in); }});
+    for (bool gather : {false, true}) {
+      cases->push_back({absl::StrCat("quantize_act_fp8", gather ? "_rows" : "", " rows=", rows, " in=", in),
+                        [rows, in, gather](std::mt19937& rng) { return QuantizeActCase(rng, rows, in, gather); }});
+    }
   }
 }
 
