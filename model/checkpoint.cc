@@ -69,6 +69,23 @@ absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   }
 }
 
+// quantization_config.weight_block_size (FP8 checkpoints), if the config names one.
+absl::Status Checkpoint::ReadFp8BlockSize(const std::string& where) {
+  if (auto q = config_.find("quantization_config"); q != config_.end() && q->is_object()) {
+    if (auto b = q->find("weight_block_size"); b != q->end()) {
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
+          !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||
+          (*b)[1].get<int64_t>() <= 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": quantization_config.weight_block_size must be two positive integers, got ", b->dump()));
+      }
+      fp8_block_rows_ = (*b)[0].get<int64_t>();
+      fp8_block_cols_ = (*b)[1].get<int64_t>();
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   Checkpoint ck;
   ck.dir_ = dir;
@@ -77,19 +94,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   if (!ck.config_.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(ck.config_path(), ": not a JSON object"));
   }
-  if (auto q = ck.config_.find("quantization_config"); q != ck.config_.end() && q->is_object()) {
-    if (auto b = q->find("weight_block_size"); b != q->end()) {
-      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_unsigned() ||
-          !(*b)[1].is_number_unsigned() || (*b)[0].get<int64_t>() <= 0 ||
-          (*b)[1].get<int64_t>() <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            ck.config_path(), ": quantization_config.weight_block_size must be two positive "
-                              "integers, got ", b->dump()));
-      }
-      ck.fp8_block_rows_ = (*b)[0].get<int64_t>();
-      ck.fp8_block_cols_ = (*b)[1].get<int64_t>();
-    }
-  }
+  FERRY_RETURN_IF_ERROR(ck.ReadFp8BlockSize(ck.config_path()));
 
   const std::string index_path = ck.dir_ + "/model.safetensors.index.json";
   if (FileExists(index_path)) {
@@ -147,6 +152,7 @@ absl::StatusOr<Checkpoint> Checkpoint::FromHost(nlohmann::json config, std::vect
   Checkpoint ck;
   ck.dir_ = label;
   ck.config_ = std::move(config);
+  FERRY_RETURN_IF_ERROR(ck.ReadFp8BlockSize(label));
   for (HostTensor& h : tensors) {
     if (h.data == nullptr || !IsFloatWeightType(h.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": tensor '", h.name, "' has ",

@@ -96,6 +96,9 @@ class Checkpoint {
   absl::StatusOr<Fp8Tensor> Fp8Data(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
 
  private:
+  // Sets fp8_block_rows_ / fp8_block_cols_ from config_'s quantization_config (`where` names the
+  // config in messages).
+  absl::Status ReadFp8BlockSize(const std::string& where);
   // A tensor's description and bytes; `path` names the file holding it (null for a FromHost
   // tensor: PathOf gives the checkpoint's label).
   struct Entry {

@@ -39,6 +39,11 @@ class WeightLoader {
   absl::StatusOr<const void*> Bf16Matrix(const std::string& name, int64_t rows, int64_t cols) const {
     return ck_.Bf16Data(prefix_ + name, {rows, cols});
   }
+  // The stored FP8 bytes and block scales of the [rows, cols] matrix `prefix + name`
+  // (Checkpoint::Fp8Data): bytes == nullptr when it is stored in another dtype.
+  absl::StatusOr<Checkpoint::Fp8Tensor> Fp8Matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    return ck_.Fp8Data(prefix_ + name, {rows, cols});
+  }
   bool Has(const std::string& name) const { return ck_.Has(prefix_ + name); }
   // The stored shape of `prefix + name`, for widths the config does not name (NOT_FOUND if absent).
   absl::StatusOr<std::vector<int64_t>> Shape(const std::string& name) const;

@@ -1,11 +1,14 @@
 #include "model/cuda/ffn_cuda.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/act_ops.h"
 #include "model/ffn.h"
@@ -16,10 +19,58 @@ namespace cu = ferry::kernels::cuda;
 
 namespace {
 
+// FERRY_FP8_EXPERTS=0: FP8 experts are upcast to bf16 on load (the CPU reference's numerics)
+// instead of kept in FP8.
+bool Fp8ExpertsWanted() {
+  const char* v = std::getenv("FERRY_FP8_EXPERTS");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
+// Matrix `name` [out, in] of `w` into *dst when the checkpoint stores it in FP8 with 128 x 128
+// scale blocks (*kept = true); otherwise *kept = false and nothing is loaded. `staging` is a
+// reusable device buffer for the row-major bytes before packing.
+absl::Status LoadFp8Matrix(const WeightLoader& w, const std::string& name, int64_t out, int64_t in,
+                           DeviceBuffer* staging, Fp8Matrix* dst, bool* kept) {
+  *kept = false;
+  FERRY_ASSIGN_OR_RETURN(Checkpoint::Fp8Tensor t, w.Fp8Matrix(name, out, in));
+  if (t.bytes == nullptr || t.block_rows != kernels::cuda::kFp8BlockRows ||
+      t.block_cols != kernels::cuda::kFp8BlockCols) {
+    return absl::OkStatus();
+  }
+  const size_t raw = static_cast<size_t>(out * in);
+  if (staging->bytes() < raw) {
+    FERRY_ASSIGN_OR_RETURN(*staging, DeviceBuffer::Alloc(raw));
+  }
+  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(staging->get(), t.bytes, raw));
+  FERRY_ASSIGN_OR_RETURN(dst->packed, DeviceBuffer::Alloc(static_cast<size_t>(cu::Fp8W8A8PackedBytes(out, in))));
+  FERRY_RETURN_IF_ERROR(cu::PackFp8W8A8(staging->as<const uint8_t>(), out, in, dst->packed.as<uint8_t>()));
+  FERRY_ASSIGN_OR_RETURN(dst->scales, Upload(t.scales.data(), t.scales.size() * sizeof(float)));
+  dst->out = out;
+  dst->in = in;
+  *kept = true;
+  return absl::OkStatus();
+}
+
 // The SwiGLU MLP under `w` (model::LoadMlp's tensors and shapes), a bf16 checkpoint's bits
-// copied as they are (LoadStacked / LoadMatrix).
+// copied as they are (LoadStacked / LoadMatrix). With `staging` (an expert, FP8 wanted and
+// possible): kept in FP8 when the checkpoint stores all three matrices so (dst->fp8).
 absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, Precision p, CudaMlp* dst,
-                         int64_t* bytes) {
+                         int64_t* bytes, DeviceBuffer* staging = nullptr) {
+  if (staging != nullptr) {
+    bool gate = false, up = false, down = false;
+    FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "gate_proj.weight", inter, hidden, staging, &dst->gate8, &gate));
+    if (gate) {
+      FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "up_proj.weight", inter, hidden, staging, &dst->up8, &up));
+      FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "down_proj.weight", hidden, inter, staging, &dst->down8, &down));
+      if (!up || !down) {
+        return absl::InvalidArgumentError(absl::StrCat(w.prefix(), "gate_proj.weight is stored in FP8 (128 x 128 "
+                                                       "blocks) but up_proj / down_proj are not"));
+      }
+      dst->fp8 = true;
+      *bytes += dst->gate8.bytes() + dst->up8.bytes() + dst->down8.bytes();
+      return absl::OkStatus();
+    }
+  }
   FERRY_ASSIGN_OR_RETURN(dst->gate_up, LoadStacked(w, "gate_proj.weight", inter, "up_proj.weight", inter, hidden, p));
   FERRY_ASSIGN_OR_RETURN(dst->down, LoadMatrix(w, "down_proj.weight", hidden, inter, p));
   *bytes += dst->gate_up.bytes() + dst->down.bytes();
@@ -76,6 +127,40 @@ absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t*
   return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x, assign);
 }
 
+// FfnAdd's W8A8 dispatch of FP8 experts (ffn_cuda.h), after the host ordered the pairs: start[e]
+// is expert e's first position in the expert-ordered batch (row j is a's row s.src_row[j]).
+// Quantized rows: the R * K routed ones, then the shared expert's R when it is FP8 (scale stride
+// R * K + R either way).
+absl::Status MoeFp8Experts(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
+                           const FfnScratch<uint16_t>& s, const std::vector<int64_t>& start, uint16_t* y) {
+  const int64_t D = c.hidden_size, K = f.routing.top_k, MI = c.moe_intermediate_size, slots = R * K;
+  const int64_t stride = slots + R;
+  const bool shared8 = f.has_shared && f.shared.fp8;
+  const int64_t rows8 = slots + (shared8 ? R : 0);
+  std::vector<cu::LinearGroupW8A8> gate_up, down;
+  auto add = [&](const CudaMlp& m, int64_t j0, int64_t n, uint16_t* out) {
+    const uint8_t* qx = s.q8 + j0 * D;
+    gate_up.push_back({qx, s.s8 + j0, n, m.gate8.packed.as<const uint8_t>(), m.gate8.scales.as<const float>(),
+                       s.gu + j0 * 2 * MI});
+    gate_up.push_back({qx, s.s8 + j0, n, m.up8.packed.as<const uint8_t>(), m.up8.scales.as<const float>(),
+                       s.gu + j0 * 2 * MI + MI});
+    down.push_back({s.q8 + j0 * MI, s.s8 + j0, n, m.down8.packed.as<const uint8_t>(),
+                    m.down8.scales.as<const float>(), out});
+  };
+  for (size_t e = 0; e + 1 < start.size(); ++e) {
+    const int64_t n = start[e + 1] - start[e];
+    if (n > 0) add(f.experts[e], start[e], n, s.yout + start[e] * D);
+  }
+  if (shared8) add(f.shared, slots, R, y);
+  FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8Rows(a, s.src_row, slots, D, s.q8, s.s8, stride));
+  if (shared8) FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(a, R, D, s.q8 + slots * D, s.s8 + slots, stride));
+  FERRY_RETURN_IF_ERROR(
+      cu::GroupedLinearW8A8(gate_up.data(), static_cast<int64_t>(gate_up.size()), D, MI, stride, 2 * MI));
+  FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, rows8, MI, 2 * MI, c.swiglu_limit, s.h));
+  FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(s.h, rows8, MI, s.q8, s.s8, stride));
+  return cu::GroupedLinearW8A8(down.data(), static_cast<int64_t>(down.size()), MI, D, stride, D);
+}
+
 }  // namespace
 
 absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
@@ -94,16 +179,31 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   FERRY_ASSIGN_OR_RETURN(Weight bias, w.Vector("gate.e_score_correction_bias", E));
   FERRY_ASSIGN_OR_RETURN(f.bias, UploadF32(bias.data));
   f.experts.resize(static_cast<size_t>(E));
+  // FP8 experts stay FP8 when GroupedLinearW8A8 can run them (widths: in % 16, out % 8).
+  const int64_t MI = c.moe_intermediate_size;
+  const bool try_fp8 = p == Precision::kBf16 && Fp8ExpertsWanted() && cu::GroupedLinearFp8Available() &&
+                       D % 16 == 0 && MI % 16 == 0;
+  DeviceBuffer staging;
   for (int64_t e = 0; e < E; ++e) {
-    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size, p,
-                                      &f.experts[static_cast<size_t>(e)], bytes));
+    CudaMlp& ex = f.experts[static_cast<size_t>(e)];
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub(absl::StrCat("experts.", e, ".")), D, MI, p, &ex, bytes,
+                                      try_fp8 ? &staging : nullptr));
+    if (e == 0) f.fp8_experts = ex.fp8;
+    if (ex.fp8 != f.fp8_experts) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": expert ", e,
+                                                     ex.fp8 ? " is stored in FP8 but expert 0 is not"
+                                                            : " is not stored in FP8 but expert 0 is",
+                                                     " (a layer's experts must share one format)"));
+    }
   }
   f.has_shared = c.n_shared_experts > 0;
   if (f.has_shared) {
-    FERRY_RETURN_IF_ERROR(
-        LoadMlpCuda(w.Sub("shared_experts."), D, c.moe_intermediate_size * c.n_shared_experts, p, &f.shared, bytes));
+    // In FP8 with the routed experts when one expert wide (it joins their launches).
+    const int64_t inter = MI * c.n_shared_experts;
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub("shared_experts."), D, inter, p, &f.shared, bytes,
+                                      f.fp8_experts && inter == MI ? &staging : nullptr));
   }
-  if (p == Precision::kBf16) {
+  if (p == Precision::kBf16 && !f.fp8_experts) {
     // The decode dispatch's tables of expert matrices (the shared expert last when one expert wide).
     std::vector<const uint16_t*> gate_up(static_cast<size_t>(E) + 1, nullptr), down(gate_up.size(), nullptr);
     for (int64_t e = 0; e < E; ++e) {
@@ -151,6 +251,20 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
   FERRY_ASSIGN_OR_RETURN(s.n_groups, ws.Take<int32_t>(1));
   FERRY_ASSIGN_OR_RETURN(s.error, ws.Take<int32_t>(1));
   FERRY_RETURN_IF_ERROR(cu::ZeroWords(s.error, 1));
+  s.q8 = nullptr;
+  s.s8 = nullptr;
+  if (sizeof(T) == 2 && E > 0) {
+    // The FP8 path's quantized rows (the wider of its two projections' inputs) and scales, in
+    // slots' memory when they fit there (with bf16 slots they do at top_k >= 2).
+    const int64_t rows8 = moe_rows + R, width = std::max(D, MI);
+    const int64_t q_bytes = (rows8 * width + 255) / 256 * 256, s_bytes = (width + 127) / 128 * rows8 * 4;
+    if (q_bytes + s_bytes <= moe_rows * D * static_cast<int64_t>(sizeof(T))) {
+      s.q8 = reinterpret_cast<uint8_t*>(s.slots);
+    } else {
+      FERRY_ASSIGN_OR_RETURN(s.q8, ws.Take<uint8_t>(q_bytes + s_bytes));
+    }
+    s.s8 = reinterpret_cast<float*>(s.q8 + q_bytes);
+  }
   return s;
 }
 
@@ -198,6 +312,16 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   FERRY_RETURN_IF_ERROR(cu::CopyToDevice(s.order, order.data(), order.size() * sizeof(int32_t)));
   FERRY_RETURN_IF_ERROR(cu::CopyToDevice(s.src_row, src_row.data(), src_row.size() * sizeof(int32_t)));
 
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (f.fp8_experts) {
+      FERRY_RETURN_IF_ERROR(MoeFp8Experts(f, c, a, R, s, start, y));
+      // The routed outputs into slots (over the quantized rows, consumed by now), the shared
+      // expert's into y when it is not FP8; then the combine.
+      FERRY_RETURN_IF_ERROR(act::CopyRows(s.yout, D, nullptr, s.slots, D, s.order, R * K, D));
+      if (f.has_shared && !f.shared.fp8) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
+      return act::MoeCombine(s.slots, s.route_w, f.has_shared ? y : nullptr, R, K, D, x, assign);
+    }
+  }
   FERRY_RETURN_IF_ERROR(act::CopyRows(a, D, s.src_row, s.xin, D, nullptr, R * K, D));
   // Every expert with rows, and the shared expert when it is one expert wide (its rows after the
   // routed slots in gu and h, its output in y), as one group of problems per projection: side by

@@ -15,10 +15,22 @@
 
 namespace ferry::model::cuda {
 
+// A matrix [out, in] kept in the checkpoint's FP8 for kernels::cuda::GroupedLinearW8A8: the E4M3
+// bytes packed (PackFp8W8A8) and the float32 128 x 128 block scales, [ceil(out / 128), ceil(in / 128)].
+struct Fp8Matrix {
+  DeviceBuffer packed, scales;
+  int64_t out = 0, in = 0;
+  int64_t bytes() const { return static_cast<int64_t>(packed.bytes() + scales.bytes()); }
+};
+
 struct CudaMlp {
   DeviceWeight gate_up;  // [2 * inter, hidden]: gate rows, then up rows
   DeviceWeight down;     // [hidden, inter]
-  int64_t inter() const { return down.cols; }
+  // An expert kept in FP8 instead (gate_up and down then empty): gate and up apart (their
+  // 128-row scale blocks need not fall on the boundary between them).
+  bool fp8 = false;
+  Fp8Matrix gate8, up8, down8;
+  int64_t inter() const { return fp8 ? down8.in : down.cols; }
 };
 
 struct CudaFfn {
@@ -30,14 +42,19 @@ struct CudaFfn {
   bool has_shared = false;
   CudaMlp shared;
   kernels::cpu::RoutingParams routing;
-  // bf16 only: device arrays of n_experts + 1 pointers, expert e's gate_up / down matrix at [e]
+  // Every routed expert (and the shared expert, one expert wide) in FP8 (CudaMlp::fp8): the
+  // checkpoint stores them so, the precision is bf16, the device runs GroupedLinearW8A8 and
+  // FERRY_FP8_EXPERTS is not "0" (which upcasts them to bf16 instead, as the CPU reference does).
+  bool fp8_experts = false;
+  // bf16 experts only: device arrays of n_experts + 1 pointers, expert e's gate_up / down matrix at [e]
   // and the shared expert's at [n_experts] when it is one expert wide (else null): the tables
   // through which the decode dispatch (kernels::cuda::MoeGemvBf16) finds the chosen experts.
   DeviceBuffer gate_up_table, down_table;
 };
 
 // Loads layer `layer`'s FFN under `w` ("...mlp.") in precision p (one expert at a time: the
-// float32 copies of all experts never coexist); adds the device bytes to *bytes.
+// float32 copies of all experts never coexist); adds the device bytes to *bytes. FP8 experts stay
+// FP8 as CudaFfn::fp8_experts says; INVALID_ARGUMENT when only some of a layer's experts are FP8.
 absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
                                     int64_t* bytes);
 
@@ -51,6 +68,12 @@ struct FfnScratch {
   // The decode dispatch's expert groups (kernels::cuda::MoePairs) and its error word, zeroed
   // when the scratch is taken, brought back with the step's logits and judged by FfnErrorStatus.
   int32_t *group_expert, *group_start, *group_count, *n_groups, *error;
+  // FP8 experts (bf16 only; null otherwise): one projection's quantized inputs, the routed rows
+  // then the shared expert's, E4M3 [R * top_k + R, width] and their scales [width / 128][R * top_k
+  // + R] (kernels::cuda::QuantizeActFp8). They share slots' memory, which is dead until the
+  // routed outputs land there after the last projection.
+  uint8_t* q8;
+  float* s8;
 };
 template <typename T>
 absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t rows);
@@ -63,7 +86,10 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 //    so the host queues the whole layer without waiting for the routing;
 //  - otherwise the chosen expert ids come to the host (one sync), which orders the pairs by
 //    expert and runs each expert with rows as one cuBLAS call, in bf16 the experts (and a
-//    one-expert-wide shared expert) side by side on the side streams of GroupedLinearBf16.
+//    one-expert-wide shared expert) side by side on the side streams of GroupedLinearBf16; FP8
+//    experts (CudaFfn::fp8_experts, any batch size) as the FP8 releases run them (W8A8): each
+//    projection's input quantized per row in groups of 128 (QuantizeActFp8), then every expert's
+//    product in one GroupedLinearW8A8 launch a projection.
 // MoeCombine then sums each row's slots in model::MoeForward's order, with the shared expert.
 // `tap` (off by default) sees the routing right after MoeRoute and may pin it (decision_tap.h).
 // With `assign`, x = FFN(a) instead of x += FFN(a) (x need not be initialised; no zero fill).

@@ -120,6 +120,26 @@ TEST_CASE("checkpoint: fp8 e4m3 weights with block scales", "[checkpoint]") {
   REQUIRE(scale_itself.ok());
   CHECK(scale_itself->bytes == nullptr);
 
+  SECTION("a host checkpoint reads the block size too (and refuses a bad one)") {
+    const std::vector<float> sc = scales;
+    nlohmann::json config = {{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {2, 2}}}}};
+    std::vector<Checkpoint::HostTensor> host = {
+        {"layer.weight", DType::kF8E4M3, {3, 5}, reinterpret_cast<const uint8_t*>(w.bytes.data())},
+        {"layer.weight_scale_inv", DType::kF32, {2, 3}, reinterpret_cast<const uint8_t*>(sc.data())}};
+    auto hc = Checkpoint::FromHost(config, host, "host");
+    REQUIRE(hc.ok());
+    auto hf = hc->LoadF32("layer.weight", {3, 5});
+    REQUIRE(hf.ok());
+    CHECK(*hf == want);
+    auto hraw = hc->Fp8Data("layer.weight", {3, 5});
+    REQUIRE(hraw.ok());
+    CHECK(hraw->block_rows == 2);
+    config["quantization_config"]["weight_block_size"] = {2, 0};
+    auto bad = Checkpoint::FromHost(config, host, "host");
+    REQUIRE_FALSE(bad.ok());
+    CHECK(Contains(std::string(bad.status().message()), "host: quantization_config.weight_block_size must be two "
+                                                        "positive integers, got [2,0]"));
+  }
   SECTION("a missing scale tensor is named") {
     TempDir d2;
     WriteFile(d2.File("config.json"), "{}");

@@ -7,7 +7,10 @@
 //   3. the decode path: p1 fed token by token equals p1 prefilled (max |difference|);
 //   4. batching: p0 and p2 in one step equal each alone (max |difference|);
 //   5. pages: a fork at a partial page and a rewind continue as the uninterrupted prefill, and a
-//      fixed arena too small refuses a step with RESOURCE_EXHAUSTED, keeping nothing.
+//      fixed arena too small refuses a step with RESOURCE_EXHAUSTED, keeping nothing;
+//   6. FP8 experts (bf16, on a device with GroupedLinearW8A8): the checkpoint with its experts
+//      quantized to FP8 as the FP8 releases store them, run W8A8 and upcast, against the CPU
+//      reference on the same weights.
 // 3, 4 and 5 in bf16: the later runs pinned to the first's indexer and routing decisions (a
 // decode row and a prefill row take different summation orders: GemvBf16 and cuBLAS) and held to
 // check-golden's pinned bf16 tolerance (3) or 0.1 logits (4, 5).
@@ -16,11 +19,14 @@
 //   ferry-cuda-model-check [--model DIR]   (default: tests/data/glm-dsa-tiny under the source dir)
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/status.h"
+#include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
@@ -332,6 +338,139 @@ int Main(const std::string& dir, cuda::Precision precision) {
   return bad == 0 ? 0 : 1;
 }
 
+// The checkpoint at `dir` with every routed and shared expert matrix stored as the FP8 releases
+// store them (E4M3, one float32 scale a 128 x 128 block: s = max |w| / 448, q = E4M3(w / s)) and
+// every other tensor as float32, in host memory that *keep holds.
+// W8A8's logit bound as a multiple of the pinned bf16 one (PinnedBf16Tolerance): measured on the
+// H200 (2026-12-01), every golden prompt, at most 0.654 (glm-dsa-tiny, pinned bf16 bound 0.5) and
+// 1.126 (glm5next-tiny, 1.5): 1.7 x leaves glm-dsa-tiny's ~30% to spare.
+constexpr double kFp8LogitTolerance = 1.7;
+
+absl::StatusOr<Checkpoint> Fp8ExpertsCheckpoint(const Checkpoint& ck, std::vector<std::vector<uint8_t>>* keep) {
+  std::vector<Checkpoint::HostTensor> tensors;
+  auto hold = [&](std::vector<uint8_t> bytes) { return keep->emplace_back(std::move(bytes)).data(); };
+  for (const std::string& name : ck.TensorNames()) {
+    const std::vector<int64_t> shape = ck.Find(name)->shape;
+    FERRY_ASSIGN_OR_RETURN(std::vector<float> v, ck.LoadF32(name, shape));
+    const bool expert = (name.find(".mlp.experts.") != std::string::npos ||
+                         name.find(".mlp.shared_experts.") != std::string::npos) &&
+                        name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0;
+    if (!expert || shape.size() != 2) {
+      std::vector<uint8_t> raw(v.size() * sizeof(float));
+      std::memcpy(raw.data(), v.data(), raw.size());
+      tensors.push_back({name, ferry::DType::kF32, shape, hold(std::move(raw))});
+      continue;
+    }
+    const int64_t rows = shape[0], cols = shape[1], br = (rows + 127) / 128, bc = (cols + 127) / 128;
+    std::vector<uint8_t> q(v.size());
+    std::vector<float> sc(static_cast<size_t>(br * bc));
+    for (int64_t i = 0; i < br; ++i) {
+      for (int64_t j = 0; j < bc; ++j) {
+        float amax = 0.0f;
+        for (int64_t r = i * 128; r < std::min(rows, i * 128 + 128); ++r) {
+          for (int64_t k = j * 128; k < std::min(cols, j * 128 + 128); ++k) amax = std::max(amax, std::fabs(v[r * cols + k]));
+        }
+        const float s = amax > 0.0f ? amax / 448.0f : 1.0f;
+        sc[i * bc + j] = s;
+        for (int64_t r = i * 128; r < std::min(rows, i * 128 + 128); ++r) {
+          for (int64_t k = j * 128; k < std::min(cols, j * 128 + 128); ++k) q[r * cols + k] = ferry::F32ToF8E4M3(v[r * cols + k] / s);
+        }
+      }
+    }
+    std::vector<uint8_t> scale_raw(sc.size() * sizeof(float));
+    std::memcpy(scale_raw.data(), sc.data(), scale_raw.size());
+    tensors.push_back({name, ferry::DType::kF8E4M3, shape, hold(std::move(q))});
+    tensors.push_back({name + "_scale_inv", ferry::DType::kF32, {br, bc}, hold(std::move(scale_raw))});
+  }
+  nlohmann::json config = ck.config_json();
+  config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  return Checkpoint::FromHost(config, std::move(tensors), ck.dir() + " (experts in FP8)");
+}
+
+absl::StatusOr<std::unique_ptr<CausalLM>> LoadCuda(const Checkpoint& ck, const ModelConfig& c, cuda::Precision p,
+                                                   bool fp8_experts) {
+  if (fp8_experts) {
+    unsetenv("FERRY_FP8_EXPERTS");
+  } else {
+    setenv("FERRY_FP8_EXPERTS", "0", 1);
+  }
+  absl::StatusOr<std::unique_ptr<CausalLM>> m;
+  if (c.family == Family::kGlmMoeDsa) {
+    auto g = cuda::GlmMoeDsaCuda::Load(ck, c, CacheOptions{16, -1}, p);
+    m = g.ok() ? absl::StatusOr<std::unique_ptr<CausalLM>>(std::move(*g)) : g.status();
+  } else {
+    auto g = cuda::Glm5NextCuda::Load(ck, c, CacheOptions{16, -1}, p);
+    m = g.ok() ? absl::StatusOr<std::unique_ptr<CausalLM>>(std::move(*g)) : g.status();
+  }
+  unsetenv("FERRY_FP8_EXPERTS");
+  return m;
+}
+
+// 6. FP8 experts, every golden prompt's prefill: the experts kept in FP8 (W8A8) and upcast
+// (bf16), both pinned to the indexer and routing decisions of a float32 run on the same
+// checkpoint (upcast weights, the reference; sections 1-2 hold that path to the goldens), by
+// max |logit error| and relative norm error. W8A8 adds the activations' E4M3 rounding (3
+// mantissa bits) to the upcast run's bf16 rounding.
+int Fp8Main(const std::string& dir) {
+  if (!ferry::kernels::cuda::GroupedLinearFp8Available()) {
+    printf("fp8 experts: skipped (GroupedLinearW8A8 needs sm_90a code and a compute capability 9.0 device)\n");
+    return 0;
+  }
+  absl::StatusOr<Checkpoint> ck = Checkpoint::Open(dir);
+  CHECK_OK(ck.status());
+  absl::StatusOr<ModelConfig> cfg = ParseModelConfig(ck->config_json(), ck->config_path());
+  CHECK_OK(cfg.status());
+  std::vector<std::vector<uint8_t>> keep;
+  absl::StatusOr<Checkpoint> fck = Fp8ExpertsCheckpoint(*ck, &keep);
+  CHECK_OK(fck.status());
+  auto ref = LoadCuda(*fck, *cfg, cuda::Precision::kF32, true);
+  CHECK_OK(ref.status());
+  auto w8a8 = LoadCuda(*fck, *cfg, cuda::Precision::kBf16, true);
+  CHECK_OK(w8a8.status());
+  auto upcast = LoadCuda(*fck, *cfg, cuda::Precision::kBf16, false);
+  CHECK_OK(upcast.status());
+  // The packed FP8 tiles are 128 rows high: on these narrow experts (32 rows) they take more
+  // bytes than bf16, so the sizes differ either way; equal sizes would mean nothing was kept.
+  printf("== %s, experts in FP8: weights on the device %.2f MB kept in FP8, %.2f MB upcast\n", dir.c_str(),
+         (*w8a8)->weight_bytes() / 1e6, (*upcast)->weight_bytes() / 1e6);
+  int bad = (*w8a8)->weight_bytes() == (*upcast)->weight_bytes();
+  auto goldens = ReadGolden(dir + "/golden.safetensors");
+  CHECK_OK(goldens.status());
+  DecisionLog tape;
+  auto run = [&](CausalLM& m, const std::vector<int32_t>& ids, DecisionLog::Mode mode) -> absl::StatusOr<ForwardOutput> {
+    tape.Start(mode);
+    FERRY_RETURN_IF_ERROR(cuda::AttachDecisionLog(m, &tape));
+    absl::StatusOr<ForwardOutput> o = Run(m, ids, nullptr);
+    FERRY_RETURN_IF_ERROR(cuda::AttachDecisionLog(m, nullptr));
+    FERRY_RETURN_IF_ERROR(tape.Finish());
+    return o;
+  };
+  float worst8 = 0, worst16 = 0;
+  for (const GoldenPrompt& g : *goldens) {
+    auto want = run(**ref, g.ids, DecisionLog::Mode::kRecord);
+    CHECK_OK(want.status());
+    auto got8 = run(**w8a8, g.ids, DecisionLog::Mode::kReplay);
+    CHECK_OK(got8.status());
+    const long flips8 = static_cast<long>(tape.stats().differing);
+    auto got16 = run(**upcast, g.ids, DecisionLog::Mode::kReplay);
+    CHECK_OK(got16.status());
+    const size_t n = want->logits.size();
+    const float m8 = MaxAbs(got8->logits.data(), want->logits.data(), n);
+    const float m16 = MaxAbs(got16->logits.data(), want->logits.data(), n);
+    printf("  %s (%zu tokens): max |logit error| W8A8 %.3f, upcast bf16 %.3f; relative W8A8 %.2e, upcast %.2e "
+           "(pinned: %ld resp. %ld decisions would have differed)\n",
+           g.name.c_str(), g.ids.size(), m8, m16, RelErr(got8->logits.data(), want->logits.data(), n),
+           RelErr(got16->logits.data(), want->logits.data(), n), flips8, static_cast<long>(tape.stats().differing));
+    worst8 = std::max(worst8, m8);
+    worst16 = std::max(worst16, m16);
+  }
+  const double tol = kFp8LogitTolerance * PinnedBf16Tolerance(cfg->family);
+  bad += !(worst8 <= tol) || !(worst16 <= PinnedBf16Tolerance(cfg->family));
+  printf("fp8 experts: worst max |logit error| W8A8 %.3f (bound %.2f), upcast bf16 %.3f (bound %.2f): %s\n", worst8,
+         tol, worst16, PinnedBf16Tolerance(cfg->family), bad == 0 ? "ok" : "FAILED");
+  return bad == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -352,6 +491,7 @@ int main(int argc, char** argv) {
   // (near-tied top-k and routing decisions flip under bf16 rounding) plus self-consistency.
   const int f32 = Main(dir, ferry::model::cuda::Precision::kF32);
   const int bf16 = Main(dir, ferry::model::cuda::Precision::kBf16);
-  printf("cuda model check: %s\n", f32 == 0 && bf16 == 0 ? "done" : "FAILED");
-  return f32 == 0 && bf16 == 0 ? 0 : 1;
+  const int fp8 = Fp8Main(dir);
+  printf("cuda model check: %s\n", f32 == 0 && bf16 == 0 && fp8 == 0 ? "done" : "FAILED");
+  return f32 == 0 && bf16 == 0 && fp8 == 0 ? 0 : 1;
 }
