@@ -31,6 +31,12 @@ double Uniform01(uint64_t& s) { return static_cast<double>(SplitMix(s) >> 11) * 
 bool FromPool(const testing::SyntheticTensor& t) {
   return t.kind == testing::SyntheticTensor::kNormal && t.offset == 0.0f && t.shape.size() >= 2;
 }
+// A routed or shared expert's matrix (FP8 with fp8_experts).
+bool Expert(const testing::SyntheticTensor& t) {
+  return FromPool(t) && t.shape.size() == 2 &&
+         (t.name.find(".mlp.experts.") != std::string::npos || t.name.find(".mlp.shared_experts.") != std::string::npos);
+}
+constexpr float kPool8Range = 100.0f;  // FillRandomFp8's scale: values uniform in +-173
 
 }  // namespace
 
@@ -61,18 +67,26 @@ absl::StatusOr<nlohmann::json> KeepLayers(nlohmann::json config, const std::vect
   return config;
 }
 
-absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const nlohmann::json& config,
-                                                                           uint64_t seed, const std::string& label) {
+absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const nlohmann::json& config_in,
+                                                                           uint64_t seed, const std::string& label,
+                                                                           bool fp8_experts) {
   std::unique_ptr<RandomCheckpoint> rc(new RandomCheckpoint());
+  nlohmann::json config = config_in;
+  if (fp8_experts) config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
   FERRY_ASSIGN_OR_RETURN(rc->config_, model::ParseModelConfig(config, label));
   const model::ModelConfig& c = rc->config_;
   std::vector<testing::SyntheticTensor> specs =
       c.family == model::Family::kGlmMoeDsa ? testing::SyntheticDsaTensors(c) : testing::SyntheticNextTensors(c);
 
   // The pool: as large as the largest Linear weight plus room to shift windows.
-  int64_t largest = 0;
+  int64_t largest = 0, largest8 = 0, scales = 0;
   for (const testing::SyntheticTensor& t : specs) {
-    if (FromPool(t)) largest = std::max(largest, t.numel());
+    if (fp8_experts && Expert(t)) {
+      largest8 = std::max(largest8, t.numel());
+      scales = std::max(scales, (t.shape[0] + 127) / 128 * ((t.shape[1] + 127) / 128));
+    } else if (FromPool(t)) {
+      largest = std::max(largest, t.numel());
+    }
   }
   rc->pool_elems_ = (largest + 64 * kAlign + kAlign - 1) / kAlign * kAlign;
   const size_t pool_bytes = static_cast<size_t>(rc->pool_elems_) * sizeof(uint16_t);
@@ -86,11 +100,33 @@ absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const
     FERRY_RETURN_IF_ERROR(st);
   }
 
+  if (largest8 > 0) {
+    // The FP8 pool, and scales that make the weights' standard deviation the bf16 pool's.
+    rc->pool8_bytes_ = (largest8 + 64 * 128 + 127) / 128 * 128;
+    FERRY_ASSIGN_OR_RETURN(void* pinned8, HostAllocPinned(static_cast<size_t>(rc->pool8_bytes_)));
+    rc->pool8_ = static_cast<uint8_t*>(pinned8);
+    FERRY_ASSIGN_OR_RETURN(void* dev, cu::DeviceAlloc(static_cast<size_t>(rc->pool8_bytes_)));
+    absl::Status st = FillRandomFp8(static_cast<uint8_t*>(dev), rc->pool8_bytes_, seed + 1, kPool8Range);
+    if (st.ok()) st = cu::CopyToHost(rc->pool8_, dev, static_cast<size_t>(rc->pool8_bytes_));
+    (void)cu::DeviceFree(dev);
+    FERRY_RETURN_IF_ERROR(st);
+    rc->scales_.assign(static_cast<size_t>(scales), kPoolStd / kPool8Range);  // the pool has standard deviation kPool8Range
+  }
   std::vector<model::Checkpoint::HostTensor> tensors;
   tensors.reserve(specs.size());
   uint64_t rng = seed ^ 0x5bd1e995ull;
   for (const testing::SyntheticTensor& t : specs) {
     model::Checkpoint::HostTensor h{t.name, DType::kBF16, t.shape, nullptr};
+    if (fp8_experts && Expert(t)) {
+      const int64_t room = (rc->pool8_bytes_ - t.numel()) / 128;
+      const int64_t at = static_cast<int64_t>(SplitMix(rng) % static_cast<uint64_t>(room + 1)) * 128;
+      h.dtype = DType::kF8E4M3;
+      h.data = rc->pool8_ + at;
+      tensors.push_back(std::move(h));
+      tensors.push_back({t.name + "_scale_inv", DType::kF32, {(t.shape[0] + 127) / 128, (t.shape[1] + 127) / 128},
+                         reinterpret_cast<const uint8_t*>(rc->scales_.data())});
+      continue;
+    }
     if (FromPool(t)) {
       const int64_t room = (rc->pool_elems_ - t.numel()) / kAlign;  // >= 64 by the pool's size
       const int64_t at = static_cast<int64_t>(SplitMix(rng) % static_cast<uint64_t>(room + 1)) * kAlign;
@@ -113,6 +149,9 @@ absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const
   return rc;
 }
 
-RandomCheckpoint::~RandomCheckpoint() { HostFreePinned(pool_); }
+RandomCheckpoint::~RandomCheckpoint() {
+  HostFreePinned(pool_);
+  if (pool8_ != nullptr) HostFreePinned(pool8_);
+}
 
 }  // namespace ferry::bench

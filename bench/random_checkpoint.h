@@ -31,23 +31,29 @@ absl::StatusOr<nlohmann::json> KeepLayers(nlohmann::json config, const std::vect
 
 class RandomCheckpoint {
  public:
-  // REQUIRES: a CUDA device (the pool is drawn there). `label` names it in messages.
+  // REQUIRES: a CUDA device (the pool is drawn there). `label` names it in messages. With
+  // `fp8_experts`, the routed and shared experts' matrices are stored as an FP8 release stores
+  // them instead (E4M3 windows of a second random pool, uniform in [-173, 173], each with a
+  // float32 scale a 128 x 128 block, weight_block_size [128, 128] in the config).
   static absl::StatusOr<std::unique_ptr<RandomCheckpoint>> Create(const nlohmann::json& config, uint64_t seed,
-                                                                  const std::string& label);
+                                                                  const std::string& label, bool fp8_experts = false);
   ~RandomCheckpoint();
   RandomCheckpoint(const RandomCheckpoint&) = delete;
   RandomCheckpoint& operator=(const RandomCheckpoint&) = delete;
 
   const model::Checkpoint& checkpoint() const { return ck_; }
   const model::ModelConfig& config() const { return config_; }
-  // Bytes of host memory the pool takes.
-  int64_t pool_bytes() const { return pool_elems_ * 2; }
+  // Bytes of host memory the pools take.
+  int64_t pool_bytes() const { return pool_elems_ * 2 + pool8_bytes_; }
 
  private:
   RandomCheckpoint() = default;
   model::ModelConfig config_;
   uint16_t* pool_ = nullptr;  // page-locked
   int64_t pool_elems_ = 0;
+  uint8_t* pool8_ = nullptr;  // page-locked E4M3 (fp8_experts)
+  std::vector<float> scales_;  // every FP8 matrix's block scales are windows of it
+  int64_t pool8_bytes_ = 0;
   std::vector<std::vector<uint16_t>> small_;  // the individually drawn tensors
   model::Checkpoint ck_;
 };

@@ -148,8 +148,12 @@ int main(int argc, char** argv) {
     moe.explanation =
         "FLOPs = 2 x tokens x hidden x (3 x moe_inter x (top_k + shared) + n_experts) (experts and router); bytes = "
         "every expert's weights once (all are chosen at these lengths), the shared expert and router, the input and "
-        "the float32 residual. The dispatch is today's: expert ids to the host (one sync), one cuBLAS call an "
-        "expert, the experts side by side on 8 streams (GroupedLinearBf16). Target: >= 40% of the matrix rate.";
+        "the float32 residual. Expert ids go to the host (one sync); bf16 experts: one cuBLAS call an expert, side "
+        "by side on 8 streams (GroupedLinearBf16); the FP8 rows (sm_90a only), the same layer with its experts "
+        "stored in FP8 as the FP8 releases ship them, run W8A8: each projection's input quantized "
+        "(QuantizeActFp8Rows), then one GroupedLinearW8A8 launch a projection (every expert and the shared one), "
+        "bytes counting one byte a weight and its block scales. % matrix is against the bf16 rate measured in 1 "
+        "(the E4M3 tensor-core peak is twice the bf16 one). Target: >= 40% of the matrix rate.";
     prefill.title = absl::StrCat("3a. Whole prefill of ", name, " through the model's Forward (one conversation)");
     prefill.explanation =
         "The layers named in the line above at real widths, embedding to lm_head (last row), fresh cache each time. "

@@ -14,6 +14,7 @@
 #include "bench/roofline.h"
 #include "bench/roofline_cuda.h"
 #include "common/status.h"
+#include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/ffn_cuda.h"
 #include "model/cuda/glm5_next_cuda.h"
@@ -154,7 +155,8 @@ std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int64_t n, int64_t vocab
   return t;
 }
 
-// The prefill MoE of the first sparse layer: model::cuda::FfnAdd on `tokens` rows.
+// The prefill MoE of the first sparse layer: model::cuda::FfnAdd on `tokens` rows. `rc` with FP8
+// experts (RandomCheckpoint's fp8_experts): FfnAdd's W8A8 dispatch, rows named so.
 void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options& o, Table* moe) {
   const ModelConfig& c = rc.config();
   int64_t layer = -1;
@@ -170,10 +172,15 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
       model::cuda::LoadFfnCuda(model::WeightLoader(rc.checkpoint(), c.LayerPrefix(layer)).Sub("mlp."), c, layer,
                                model::cuda::Precision::kBf16, &bytes);
   if (!f.ok()) return fail("load", f.status());
+  const bool fp8 = rc.checkpoint().config_json().contains("quantization_config");
+  if (fp8 && !f->fp8_experts) {
+    return fail("MoE, FP8 experts", absl::FailedPreconditionError("the experts were not kept in FP8 (device, or "
+                                                                  "FERRY_FP8_EXPERTS=0)"));
+  }
   const double D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, MI = c.moe_intermediate_size,
                SH = c.n_shared_experts;
   for (int64_t T : o.prefill_tokens) {
-    const std::string case_name = absl::StrCat(name, " MoE ", T, " tokens");
+    const std::string case_name = absl::StrCat(name, " MoE ", T, " tokens", fp8 ? ", FP8 experts (W8A8)" : "");
     model::cuda::Workspace ws;
     absl::StatusOr<model::cuda::FfnScratch<uint16_t>> s = model::cuda::TakeFfnScratch<uint16_t>(ws, c, T);
     absl::StatusOr<uint16_t*> a = ws.Take<uint16_t>(T * c.hidden_size);
@@ -197,7 +204,9 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
     // Weights read once (every expert is chosen at these row counts: 8 x T slots over E experts),
     // the input read, the float32 residual read and written.
     const double experts_touched = DistinctExperts(c, T);
-    r.bytes = 2.0 * (experts_touched * 3 * D * MI + 3 * D * MI * SH + E * D) + 2.0 * T * D + 8.0 * T * D;
+    // FP8: one byte a weight and a float32 scale a 128 x 128 block.
+    const double weight_bytes = fp8 ? 1.0 + 4.0 / (128 * 128) : 2.0;
+    r.bytes = weight_bytes * (experts_touched + SH) * 3 * D * MI + 2.0 * E * D + 2.0 * T * D + 8.0 * T * D;
     r.ms = Median(*ms);
     r.ms_min = Min(*ms);
     r.target = {TargetKind::kMatrix, 0.40};
@@ -327,7 +336,20 @@ void ModelSections(const std::string& name, const std::string& config_path, cons
       *json, o.seed, absl::StrCat("random ", name, " (layers ", absl::StrJoin(layers, ","), ")"));
   if (!rc.ok()) return fail_all(rc.status());
   const double make_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (o.components) MoeRows(name, **rc, o, moe);
+  if (o.components) {
+    MoeRows(name, **rc, o, moe);
+    if (cu::GroupedLinearFp8Available()) {
+      // The same layers with the experts in FP8, as the FP8 releases ship them.
+      absl::StatusOr<std::unique_ptr<RandomCheckpoint>> rc8 = RandomCheckpoint::Create(
+          *json, o.seed, absl::StrCat("random ", name, " (layers ", absl::StrJoin(layers, ","), ", FP8 experts)"),
+          /*fp8_experts=*/true);
+      if (rc8.ok()) {
+        MoeRows(name, **rc8, o, moe);
+      } else {
+        moe->rows.push_back(Row::Failed(absl::StrCat(name, " MoE, FP8 experts"), std::string(rc8.status().message())));
+      }
+    }
+  }
   if (!o.models) return;
 
   const auto t1 = std::chrono::steady_clock::now();
