@@ -88,14 +88,18 @@ struct LinearGroupW8A8 {
   const uint8_t* w = nullptr;  // packed
   const float* scale = nullptr;
   uint16_t* y = nullptr;
+  // >= 0 (with the call's y_rows): row t lands at y + y_rows[y_row0 + t] * y_stride instead (the
+  // rows scattered, y the matrix's base); -1: contiguous from y.
+  int64_t y_row0 = -1;
 };
 
 // All problems in one launch (sm_90a wgmma e4m3 x e4m3, float32 accumulation a group, the two
 // scales applied to each group's partial sum). Batch invariant as GroupedLinearFp8. CPU twin:
 // cpu::LinearW8A8. REQUIRES: GroupedLinearFp8Available(); in % 16 == 0, out % 8 == 0,
 // y_stride >= out and % 8 == 0; qx, w and y 16-byte aligned; scale_stride >= every problem's
-// rows. Up to 640 problems a launch. Errors: INVALID_ARGUMENT with the numbers (nothing launched).
+// rows; y_rows (device, may be null) holds every mapped row's destination, no two the same.
+// Up to 600 problems a launch. Errors: INVALID_ARGUMENT with the numbers (nothing launched).
 absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
-                               int64_t y_stride, void* stream = nullptr);
+                               int64_t y_stride, const int32_t* y_rows = nullptr, void* stream = nullptr);
 
 }  // namespace ferry::kernels::cuda

@@ -30,8 +30,8 @@ inline constexpr int kMaxXStages = 32;  // x ring stages at most (few rows: many
 inline constexpr int kMaxScales = 256;  // scale blocks along `in`: in <= 32768
 inline constexpr int kMaxProblems = 256;
 // GroupedLinearW8A8's problems a launch: a MoE layer's gate and up of every expert and the shared
-// expert's in one (GLM-5.3-Flash: 2 x 289); 48 bytes each of the kernel's parameters (<= 32 KiB).
-inline constexpr int kMaxProblems8 = 640;
+// expert's in one (GLM-5.3-Flash: 2 x 289); 52 bytes each of the kernel's parameters (<= 32 KiB).
+inline constexpr int kMaxProblems8 = 600;
 inline constexpr int kOutRow = kBlockOut * 2 + 16;  // a row of the output tile in shared memory, bytes
 static_assert(kFp8BlockRows == kBlockOut);
 
@@ -56,13 +56,14 @@ __device__ __forceinline__ void WithWidth(int n16, F&& f) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The multiplying warpgroups' accumulators (d[4 j + e] = D[16 v + l / 4 + 8 (e / 2)][8 j +
 // 2 (l % 4) + e % 2] of warpgroup g's 64 rows) -> y rows [0, nv) x columns [o0, o0 + 128) of a
-// row-major bf16 matrix of `out` columns, row t at y + t * ldy: transposed through the `staging`
-// tile (rows padded to 272 bytes), then 16-byte stores. kBlock: the whole block takes part (block barriers, all threads
+// row-major bf16 matrix of `out` columns, row t at y + t * ldy (y + rows[t] * ldy with a row map):
+// transposed through the `staging` tile (rows padded to 272 bytes), then 16-byte stores. kBlock: the whole block takes part (block barriers, all threads
 // store); otherwise only the multiplying warpgroups call it (named barrier 1) while the copy
 // warps run on. Starts and ends with its barrier.
 template <bool kBlock>
 __device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv, int tid, int o0, int out,
-                                          int64_t ldy, uint8_t* staging, __nv_bfloat16* y) {
+                                          int64_t ldy, uint8_t* staging, __nv_bfloat16* y,
+                                          const int32_t* rows = nullptr) {
   auto sync = [] {
     if (kBlock) {
       __syncthreads();
@@ -90,7 +91,8 @@ __device__ __forceinline__ void StoreTile(const float (&d)[64], int n16, int nv,
   for (int c = tid; c < nv * (kBlockOut / 8); c += threads) {
     const int t = c / (kBlockOut / 8), ch = c % (kBlockOut / 8), o = o0 + ch * 8;
     if (o < out) {
-      *reinterpret_cast<uint4*>(y + t * ldy + o) =
+      const int64_t row = rows != nullptr ? rows[t] : t;
+      *reinterpret_cast<uint4*>(y + row * ldy + o) =
           *reinterpret_cast<const uint4*>(staging + t * kOutRow + ch * 16);
     }
   }

@@ -48,7 +48,7 @@ struct Smem8 {
 static_assert(Smem8::kWAt % 1024 == 0 && Smem8::kOutAt % 1024 == 0);
 static_assert(kX8Bytes >= 4 * (kBlockRows * kStep8 + 1024));
 
-struct Problems8 {  // the kernel's parameter: 48 bytes a problem
+struct Problems8 {  // the kernel's parameter: 52 bytes a problem
   int first_tile[kMaxProblems8];  // the problem's first tile (N rows) among all problems' tiles
   const uint8_t* qx[kMaxProblems8];
   const float* sx[kMaxProblems8];
@@ -56,6 +56,7 @@ struct Problems8 {  // the kernel's parameter: 48 bytes a problem
   const float* scale[kMaxProblems8];
   __nv_bfloat16* y[kMaxProblems8];
   int rows[kMaxProblems8];
+  int y_row0[kMaxProblems8];  // >= 0: rows land through the call's row map from there
 };
 static_assert(sizeof(Problems8) + 64 <= 32764, "a kernel's parameters are at most 32764 bytes");
 
@@ -103,7 +104,7 @@ struct MulRings {
 // loop makes ptxas serialize the wgmmas (C7520).
 template <int N>
 __device__ __forceinline__ void MultiplyItem(const Problems8& p, const Item8& it, int nv, int steps, int out,
-                                             int64_t ldy, int x_stage_bytes, int x_stages, int tid, uint32_t base, uint8_t* smem,
+                                             int64_t ldy, const int32_t* y_rows, int x_stage_bytes, int x_stages, int tid, uint32_t base, uint8_t* smem,
                                              MulRings& r) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const int wg = tid / 128, l = tid % 32, x_rows_bytes = x_stage_bytes - 1024;
@@ -145,15 +146,21 @@ __device__ __forceinline__ void MultiplyItem(const Problems8& p, const Item8& it
     ptx::MbarArrive(x_empty + 8 * r.xs);
     if (++r.xs == x_stages) r.xs = 0, r.x_phase ^= 1;
   }
-  StoreTile<false>(acc, N, nv, tid, it.ob * kBlockOut, out, ldy, smem + Smem8::kOutAt,
-                   p.y[it.prob] + static_cast<size_t>(it.tile) * N * ldy);
+  const int row0 = p.y_row0[it.prob];
+  if (y_rows != nullptr && row0 >= 0) {
+    StoreTile<false>(acc, N, nv, tid, it.ob * kBlockOut, out, ldy, smem + Smem8::kOutAt, p.y[it.prob],
+                     y_rows + row0 + it.tile * N);
+  } else {
+    StoreTile<false>(acc, N, nv, tid, it.ob * kBlockOut, out, ldy, smem + Smem8::kOutAt,
+                     p.y[it.prob] + static_cast<size_t>(it.tile) * N * ldy);
+  }
 #endif
 }
 
 template <int N>
 __global__ void __launch_bounds__(kThreads, 1)
     GroupedLinearW8A8Kernel(const __grid_constant__ Problems8 p, int count, int items, int in, int out,
-                            int scale_stride, int64_t ldy) {
+                            int scale_stride, int64_t ldy, const int32_t* y_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const int obs = (out + kBlockOut - 1) / kBlockOut, steps = (in + kStep8 - 1) / kStep8;
   const int tid = static_cast<int>(threadIdx.x);
@@ -232,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
       const Item8 it = DecodeItem(p, count, obs, item);
       const int nv = min(p.rows[it.prob] - it.tile * N, N);
-      MultiplyItem<N>(p, it, nv, steps, out, ldy, x_stage_bytes, x_stages, tid, base, smem, r);
+      MultiplyItem<N>(p, it, nv, steps, out, ldy, y_rows, x_stage_bytes, x_stages, tid, base, smem, r);
     }
   }
 #else
@@ -260,10 +267,19 @@ __global__ void QuantizeActFp8Kernel(const __nv_bfloat16* x, const int32_t* src_
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
   const float scale = amax / 448.0f;
+  uint32_t packed = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    if (c0 + i < in) {
-      q[r * in + c0 + i] = scale > 0.0f ? __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0;
+    const uint32_t b = scale > 0.0f ? __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0;
+    packed |= b << (8 * i);
+  }
+  uint8_t* qr = q + r * in + c0;
+  if (c0 + 3 < in && (reinterpret_cast<uintptr_t>(qr) & 3u) == 0) {
+    *reinterpret_cast<uint32_t*>(qr) = packed;  // the four bytes in one store
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if (c0 + i < in) qr[i] = static_cast<uint8_t>(packed >> (8 * i));
     }
   }
   if (lane == 0) s[g * scale_stride + r] = scale;
@@ -281,7 +297,7 @@ struct W8A8Layout {
 
 // The kernel of each width N = 16 (i + 1): a launch's problems share one width, the most rows
 // of a tile (LaunchWidth; one width a kernel: see MultiplyItem).
-using W8A8Kernel = void (*)(Problems8, int, int, int, int, int, int64_t);
+using W8A8Kernel = void (*)(Problems8, int, int, int, int, int, int64_t, const int32_t*);
 constexpr W8A8Kernel kW8A8Kernels[kBlockRows / 16] = {
     GroupedLinearW8A8Kernel<16>, GroupedLinearW8A8Kernel<32>, GroupedLinearW8A8Kernel<48>,
     GroupedLinearW8A8Kernel<64>, GroupedLinearW8A8Kernel<80>, GroupedLinearW8A8Kernel<96>,
@@ -366,7 +382,8 @@ int LaunchWidth(const LinearGroupW8A8* groups, int64_t n) {
 
 // GroupedLinearW8A8 at launch width N, the arguments checked.
 absl::Status GroupedLinearW8A8Launches(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out,
-                                       int64_t scale_stride, int64_t y_stride, int N, void* stream) {
+                                       int64_t scale_stride, int64_t y_stride, const int32_t* y_rows, int N,
+                                       void* stream) {
   Problems8 pr{};
   int64_t tiles_so_far = 0;
   return RunGrouped(
@@ -380,6 +397,7 @@ absl::Status GroupedLinearW8A8Launches(const LinearGroupW8A8* groups, int64_t n,
         pr.scale[slot] = g.scale;
         pr.y[slot] = reinterpret_cast<__nv_bfloat16*>(g.y);
         pr.rows[slot] = static_cast<int>(g.rows);
+        pr.y_row0[slot] = static_cast<int>(g.y_row0);
       },
       [&](int count, int) -> absl::Status {
         const int64_t items = tiles_so_far * ((out + kBlockOut - 1) / kBlockOut);
@@ -391,7 +409,7 @@ absl::Status GroupedLinearW8A8Launches(const LinearGroupW8A8* groups, int64_t n,
         const unsigned grid = static_cast<unsigned>(std::min<int64_t>(items, sms));
         kW8A8Kernels[N / 16 - 1]<<<grid, kThreads, Smem8::kBytes, static_cast<cudaStream_t>(stream)>>>(
             pr, count, static_cast<int>(items), static_cast<int>(in), static_cast<int>(out),
-            static_cast<int>(scale_stride), y_stride);
+            static_cast<int>(scale_stride), y_stride, y_rows);
         FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
         return absl::OkStatus();
       });
@@ -400,7 +418,7 @@ absl::Status GroupedLinearW8A8Launches(const LinearGroupW8A8* groups, int64_t n,
 }  // namespace
 
 absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
-                               int64_t y_stride, void* stream) {
+                               int64_t y_stride, const int32_t* y_rows, void* stream) {
   if (y_stride < out || y_stride % 8 != 0) {
     return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: a y row stride of ", y_stride, " for ", out,
                                                    " columns; need at least that, a multiple of 8"));
@@ -410,9 +428,14 @@ absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t
       return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: problem ", i, " has ", groups[i].rows,
                                                      " rows, past the scale stride ", scale_stride));
     }
+    if (groups[i].y_row0 > INT_MAX - groups[i].rows || (groups[i].y_row0 >= 0 && y_rows == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: problem ", i, " has a row-map start of ",
+                                                     groups[i].y_row0, y_rows == nullptr ? " but no row map" : ""));
+    }
   }
   if (scale_stride > INT_MAX) return absl::InvalidArgumentError("GroupedLinearW8A8: scale stride past INT_MAX");
-  return GroupedLinearW8A8Launches(groups, n, in, out, scale_stride, y_stride, LaunchWidth(groups, n), stream);
+  return GroupedLinearW8A8Launches(groups, n, in, out, scale_stride, y_stride, y_rows, LaunchWidth(groups, n),
+                                   stream);
 }
 
 }  // namespace ferry::kernels::cuda

@@ -138,27 +138,28 @@ absl::Status MoeFp8Experts(const CudaFfn& f, const ModelConfig& c, const uint16_
   const bool shared8 = f.has_shared && f.shared.fp8;
   const int64_t rows8 = slots + (shared8 ? R : 0);
   std::vector<cu::LinearGroupW8A8> gate_up, down;
-  auto add = [&](const CudaMlp& m, int64_t j0, int64_t n, uint16_t* out) {
+  auto add = [&](const CudaMlp& m, int64_t j0, int64_t n, uint16_t* out, int64_t row0) {
     const uint8_t* qx = s.q8 + j0 * D;
     gate_up.push_back({qx, s.s8 + j0, n, m.gate8.packed.as<const uint8_t>(), m.gate8.scales.as<const float>(),
                        s.gu + j0 * 2 * MI});
     gate_up.push_back({qx, s.s8 + j0, n, m.up8.packed.as<const uint8_t>(), m.up8.scales.as<const float>(),
                        s.gu + j0 * 2 * MI + MI});
     down.push_back({s.q8 + j0 * MI, s.s8 + j0, n, m.down8.packed.as<const uint8_t>(),
-                    m.down8.scales.as<const float>(), out});
+                    m.down8.scales.as<const float>(), out, row0});
   };
+  // The routed outputs land in token order (slots' row of pair s.order[j]), the shared expert's in y.
   for (size_t e = 0; e + 1 < start.size(); ++e) {
     const int64_t n = start[e + 1] - start[e];
-    if (n > 0) add(f.experts[e], start[e], n, s.yout + start[e] * D);
+    if (n > 0) add(f.experts[e], start[e], n, s.slots, start[e]);
   }
-  if (shared8) add(f.shared, slots, R, y);
+  if (shared8) add(f.shared, slots, R, y, -1);
   FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8Rows(a, s.src_row, slots, D, s.q8, s.s8, stride));
   if (shared8) FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(a, R, D, s.q8 + slots * D, s.s8 + slots, stride));
   FERRY_RETURN_IF_ERROR(
       cu::GroupedLinearW8A8(gate_up.data(), static_cast<int64_t>(gate_up.size()), D, MI, stride, 2 * MI));
   FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, rows8, MI, 2 * MI, c.swiglu_limit, s.h));
   FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(s.h, rows8, MI, s.q8, s.s8, stride));
-  return cu::GroupedLinearW8A8(down.data(), static_cast<int64_t>(down.size()), MI, D, stride, D);
+  return cu::GroupedLinearW8A8(down.data(), static_cast<int64_t>(down.size()), MI, D, stride, D, s.order);
 }
 
 }  // namespace
@@ -255,11 +256,12 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
   s.s8 = nullptr;
   if (sizeof(T) == 2 && E > 0) {
     // The FP8 path's quantized rows (the wider of its two projections' inputs) and scales, in
-    // slots' memory when they fit there (with bf16 slots they do at top_k >= 2).
+    // yout's memory (which that path leaves unused) when they fit there (with bf16 they do at
+    // top_k >= 2).
     const int64_t rows8 = moe_rows + R, width = std::max(D, MI);
     const int64_t q_bytes = (rows8 * width + 255) / 256 * 256, s_bytes = (width + 127) / 128 * rows8 * 4;
     if (q_bytes + s_bytes <= moe_rows * D * static_cast<int64_t>(sizeof(T))) {
-      s.q8 = reinterpret_cast<uint8_t*>(s.slots);
+      s.q8 = reinterpret_cast<uint8_t*>(s.yout);
     } else {
       FERRY_ASSIGN_OR_RETURN(s.q8, ws.Take<uint8_t>(q_bytes + s_bytes));
     }
@@ -315,9 +317,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (f.fp8_experts) {
       FERRY_RETURN_IF_ERROR(MoeFp8Experts(f, c, a, R, s, start, y));
-      // The routed outputs into slots (over the quantized rows, consumed by now), the shared
-      // expert's into y when it is not FP8; then the combine.
-      FERRY_RETURN_IF_ERROR(act::CopyRows(s.yout, D, nullptr, s.slots, D, s.order, R * K, D));
+      // The routed outputs are in slots already; the shared expert's into y when it is not FP8.
       if (f.has_shared && !f.shared.fp8) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
       return act::MoeCombine(s.slots, s.route_w, f.has_shared ? y : nullptr, R, K, D, x, assign);
     }

@@ -70,8 +70,8 @@ struct FfnScratch {
   int32_t *group_expert, *group_start, *group_count, *n_groups, *error;
   // FP8 experts (bf16 only; null otherwise): one projection's quantized inputs, the routed rows
   // then the shared expert's, E4M3 [R * top_k + R, width] and their scales [width / 128][R * top_k
-  // + R] (kernels::cuda::QuantizeActFp8). They share slots' memory, which is dead until the
-  // routed outputs land there after the last projection.
+  // + R] (kernels::cuda::QuantizeActFp8). They share yout's memory (the FP8 path writes the
+  // routed outputs straight into slots, in token order).
   uint8_t* q8;
   float* s8;
 };
@@ -89,7 +89,8 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 //    one-expert-wide shared expert) side by side on the side streams of GroupedLinearBf16; FP8
 //    experts (CudaFfn::fp8_experts, any batch size) as the FP8 releases run them (W8A8): each
 //    projection's input quantized per row in groups of 128 (QuantizeActFp8), then every expert's
-//    product in one GroupedLinearW8A8 launch a projection.
+//    product in one GroupedLinearW8A8 launch a projection, the down outputs scattered to token
+//    order as they are stored.
 // MoeCombine then sums each row's slots in model::MoeForward's order, with the shared expert.
 // `tap` (off by default) sees the routing right after MoeRoute and may pin it (decision_tap.h).
 // With `assign`, x = FFN(a) instead of x += FFN(a) (x need not be initialised; no zero fill).

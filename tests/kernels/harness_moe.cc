@@ -428,6 +428,14 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
   std::vector<std::vector<float>> ws(n);
   const size_t packed_bytes = static_cast<size_t>(cu::Fp8W8A8PackedBytes(s.out, s.in));
   const int64_t ldy = s.out + 8;  // y rows 8 columns wider than `out`: those must stay poisoned
+  // Even problems scatter their rows into one shared matrix through a row map (a permutation of
+  // all rows: row t of a problem starting at j0 lands on row perm[j0 + t]); odd ones store
+  // contiguously into their own.
+  std::vector<int32_t> perm(static_cast<size_t>(std::max<int64_t>(total, 1)));
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int32_t>(i);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const int32_t* d_perm = dev.Upload(perm);
+  uint16_t* y_all = dev.Poisoned<uint16_t>(perm.size() * static_cast<size_t>(ldy));
   int64_t j0 = 0;
   for (size_t p = 0; p < n; ++p) {
     std::vector<float> unused;
@@ -438,23 +446,30 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
     HARNESS_CHECK_OK(cu::PackFp8W8A8(row_major, s.out, s.in, packed));
     CountDiffering(dev.Download(packed, packed_bytes), PackW8A8Host(wq[p], s.out, s.in),
                    "packed bytes differ from the host's packing", &r);
+    const bool scatter = p % 2 == 0;
     g[p] = {d_qx + j0 * s.in, d_sx + j0, s.rows[p], packed, dev.Upload(ws[p]),
-            dev.Poisoned<uint16_t>(static_cast<size_t>(s.rows[p] * ldy))};
+            scatter ? y_all : dev.Poisoned<uint16_t>(static_cast<size_t>(s.rows[p] * ldy)), scatter ? j0 : -1};
     j0 += s.rows[p];
   }
   if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::GroupedLinearW8A8(g.data(), static_cast<int64_t>(n), s.in, s.out, stride, ldy));
+  HARNESS_CHECK_OK(cu::GroupedLinearW8A8(g.data(), static_cast<int64_t>(n), s.in, s.out, stride, ldy, d_perm));
   HARNESS_CHECK_OK(cu::Synchronize());
   std::vector<float> got, want;
   std::vector<std::vector<uint16_t>> ys(n);
+  const std::vector<uint16_t> all = dev.Download(y_all, perm.size() * static_cast<size_t>(ldy));
+  std::vector<bool> mapped(perm.size(), false);
   j0 = 0;
   for (size_t p = 0; p < n; ++p) {
     const int64_t rows = s.rows[p];
-    const std::vector<uint16_t> wide = dev.Download(g[p].y, static_cast<size_t>(rows * ldy));
+    const bool scatter = g[p].y_row0 >= 0;
+    const std::vector<uint16_t> own =
+        scatter ? std::vector<uint16_t>() : dev.Download(g[p].y, static_cast<size_t>(rows * ldy));
     ys[p].resize(static_cast<size_t>(rows * s.out));
     for (int64_t t = 0; t < rows; ++t) {
-      std::copy_n(wide.begin() + t * ldy, s.out, ys[p].begin() + t * s.out);
-      for (int64_t o = s.out; o < ldy; ++o) r.mismatched += wide[t * ldy + o] != 0xffff;
+      const uint16_t* row = scatter ? all.data() + perm[j0 + t] * ldy : own.data() + t * ldy;
+      if (scatter) mapped[perm[j0 + t]] = true;
+      std::copy_n(row, s.out, ys[p].begin() + t * s.out);
+      for (int64_t o = s.out; o < ldy; ++o) r.mismatched += row[o] != 0xffff;
     }
     // The problem's own scales, stride = its rows (cpu::LinearW8A8's layout).
     std::vector<float> sxp(static_cast<size_t>(groups * std::max<int64_t>(rows, 1)));
@@ -470,11 +485,17 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
     j0 += rows;
   }
   r.rel_err = RelErr(got, want, &r.unwritten);
+  // Rows of the shared matrix that no mapped row names: untouched.
+  for (size_t i = 0; i < mapped.size(); ++i) {
+    if (mapped[i]) continue;
+    for (int64_t o = 0; o < ldy; ++o) r.mismatched += all[i * ldy + o] != 0xffff;
+  }
   CheckLastRowAlone(
       dev, s, g, ys,
       [&](cu::LinearGroupW8A8 one, int64_t row) {
         one.qx += row * s.in;
         one.sx += row;
+        one.y_row0 = -1;
         return one;
       },
       [&](const cu::LinearGroupW8A8* one) { return cu::GroupedLinearW8A8(one, 1, s.in, s.out, stride, s.out); }, &r);
@@ -518,6 +539,11 @@ int RunFp8HostChecks() {
   refused(cu::GroupedLinearW8A8(&q, 1, 16, 8, 4, 8), "past the scale stride 4", "GroupedLinearW8A8 rows > stride");
   refused(cu::GroupedLinearW8A8(&q, 1, 16, 16, 8, 12), "a y row stride of 12 for 16 columns",
           "GroupedLinearW8A8 y stride < out");
+  cu::LinearGroupW8A8 mapped = q;
+  mapped.rows = 2;
+  mapped.y_row0 = 3;
+  refused(cu::GroupedLinearW8A8(&mapped, 1, 16, 8, 8, 8), "a row-map start of 3 but no row map",
+          "GroupedLinearW8A8 row-map start without a map");
   refused(cu::QuantizeActFp8(x, 6, 32, qx, scale, 5), "scale stride of 5", "QuantizeActFp8 stride < rows");
   refused(cu::PackFp8(w, 0, 16, qx), "0 x 16", "PackFp8 of no rows");
   refused(cu::PackFp8W8A8(w, 8, 0, qx), "8 x 0", "PackFp8W8A8 of no columns");
