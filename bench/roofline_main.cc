@@ -39,7 +39,8 @@ ABSL_FLAG(std::string, dsa_layers, "0,6,7",
 ABSL_FLAG(std::string, next_layers, "0,4,3",
           "Layers of the GLM-5.3-Flash config the model keeps (KDA+dense, KDA+MoE, MLA+MoE)");
 ABSL_FLAG(std::string, sections, "components,models",
-          "components: MLA decode, indexer, prefill MoE; models: whole prefills and decode steps");
+          "components: MLA decode, indexer, experts, prefill MoE; moe: the prefill MoE (2c) alone; models: whole "
+          "prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token");
 
@@ -91,6 +92,8 @@ int main(int argc, char** argv) {
   }
   const std::string sections = absl::GetFlag(FLAGS_sections), models = absl::GetFlag(FLAGS_models);
   o.components = sections.find("components") != std::string::npos;
+  o.moe_only = !o.components && sections.find("moe") != std::string::npos;
+  o.components = o.components || o.moe_only;
   o.models = sections.find("models") != std::string::npos;
   if (o.smoke) {
     o.warmup = 1;
@@ -132,7 +135,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<Table> done;
-  if (o.components) {
+  if (o.components && !o.moe_only) {
     done.push_back(MlaDecodeTable(shapes, o, c));
     PrintTable(done.back(), c);
     done.push_back(IndexerTable(shapes, o, c));
@@ -147,8 +150,10 @@ int main(int argc, char** argv) {
                              " (model::cuda::FfnAdd: router, routing, experts, shared expert, combine), one layer");
     moe.explanation =
         "FLOPs = 2 x tokens x hidden x (3 x moe_inter x (top_k + shared) + n_experts) (experts and router); bytes = "
-        "every expert's weights once (all are chosen at these lengths), the shared expert and router, the input and "
-        "the float32 residual. Expert ids go to the host (one sync); bf16 experts: one cuBLAS call an expert, side "
+        "the weights of the experts the routing chose, once, the shared expert and router, the input and the float32 "
+        "residual. Two routings of the same tokens: the random checkpoint's own (its random correction bias outweighs "
+        "the spread of the top scores, so the loads are skewed: the note gives the experts with rows and the most "
+        "rows of one) and balanced (the bias zeroed, as a trained router's correction bias aims for). Expert ids go to the host (one sync); bf16 experts: one cuBLAS call an expert, side "
         "by side on 8 streams (GroupedLinearBf16); the FP8 rows (sm_90a only), the same layer with its experts "
         "stored in FP8 as the FP8 releases ship them, run W8A8: each projection's input quantized "
         "(QuantizeActFp8Rows), then one GroupedLinearW8A8 launch a projection (every expert and the shared one), "

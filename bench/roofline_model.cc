@@ -179,39 +179,59 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
   }
   const double D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, MI = c.moe_intermediate_size,
                SH = c.n_shared_experts;
-  for (int64_t T : o.prefill_tokens) {
-    const std::string case_name = absl::StrCat(name, " MoE ", T, " tokens", fp8 ? ", FP8 experts (W8A8)" : "");
-    model::cuda::Workspace ws;
-    absl::StatusOr<model::cuda::FfnScratch<uint16_t>> s = model::cuda::TakeFfnScratch<uint16_t>(ws, c, T);
-    absl::StatusOr<uint16_t*> a = ws.Take<uint16_t>(T * c.hidden_size);
-    absl::StatusOr<uint16_t*> y = ws.Take<uint16_t>(T * c.hidden_size);
-    absl::StatusOr<float*> x = ws.Take<float>(T * c.hidden_size);
-    absl::Status st = !s.ok() ? s.status() : !a.ok() ? a.status() : !y.ok() ? y.status() : x.status();
-    if (st.ok()) st = FillRandomBf16(*a, T * c.hidden_size, o.seed + 30, 1.0f);
-    if (st.ok()) st = FillRandomF32(*x, T * c.hidden_size, o.seed + 31, 1.0f);
-    if (!st.ok()) {
-      fail(case_name, st);
-      continue;
+  // Two routings of the same tokens: the random checkpoint's own (its correction bias, +-0.087,
+  // outweighs the spread of the top scores: about a sixth of the experts get no row and a sixth
+  // more than 128) and a balanced one (the bias zeroed, as a trained router's correction bias
+  // aims for: the rows an expert about binomial). Bytes count the experts the routing chose.
+  for (const bool balanced : {false, true}) {
+    if (balanced) {
+      absl::Status st = cu::DeviceFill(f->bias.get(), 0, static_cast<size_t>(E) * sizeof(float));
+      if (!st.ok()) return fail("zeroing the router bias", st);
     }
-    absl::StatusOr<std::vector<double>> ms = TimeEvents(
-        [&] { return model::cuda::FfnAdd<uint16_t>(*f, c, *a, T, *s, *y, *x); }, std::min(o.warmup, 2), o.reps);
-    if (!ms.ok()) {
-      fail(case_name, ms.status());
-      continue;
+    for (int64_t T : o.prefill_tokens) {
+      const std::string case_name = absl::StrCat(name, " MoE ", T, " tokens", fp8 ? ", FP8 experts (W8A8)" : "",
+                                                 balanced ? ", balanced routing" : "");
+      model::cuda::Workspace ws;
+      absl::StatusOr<model::cuda::FfnScratch<uint16_t>> s = model::cuda::TakeFfnScratch<uint16_t>(ws, c, T);
+      absl::StatusOr<uint16_t*> a = ws.Take<uint16_t>(T * c.hidden_size);
+      absl::StatusOr<uint16_t*> y = ws.Take<uint16_t>(T * c.hidden_size);
+      absl::StatusOr<float*> x = ws.Take<float>(T * c.hidden_size);
+      absl::Status st = !s.ok() ? s.status() : !a.ok() ? a.status() : !y.ok() ? y.status() : x.status();
+      if (st.ok()) st = FillRandomBf16(*a, T * c.hidden_size, o.seed + 30, 1.0f);
+      if (st.ok()) st = FillRandomF32(*x, T * c.hidden_size, o.seed + 31, 1.0f);
+      if (!st.ok()) {
+        fail(case_name, st);
+        continue;
+      }
+      absl::StatusOr<std::vector<double>> ms = TimeEvents(
+          [&] { return model::cuda::FfnAdd<uint16_t>(*f, c, *a, T, *s, *y, *x); }, std::min(o.warmup, 2), o.reps);
+      // The routing the timed calls ran (every call routes the same input).
+      std::vector<int32_t> chosen(static_cast<size_t>(T * K));
+      const absl::Status got =
+          ms.ok() ? cu::CopyToHost(chosen.data(), s->experts, chosen.size() * sizeof(int32_t)) : ms.status();
+      if (!got.ok()) {
+        fail(case_name, got);
+        continue;
+      }
+      std::vector<int64_t> rows(static_cast<size_t>(E), 0);
+      for (int32_t e : chosen) rows[static_cast<size_t>(e)] += 1;
+      const int64_t touched = std::count_if(rows.begin(), rows.end(), [](int64_t n) { return n > 0; });
+      const int64_t most = *std::max_element(rows.begin(), rows.end());
+      Row r(case_name);
+      r.flops = 2.0 * T * D * (3 * MI * (K + SH) + E);
+      // The chosen experts' and the shared expert's weights once (FP8: one byte a weight and a
+      // float32 scale a 128 x 128 block), the router, the input read, the float32 residual read
+      // and written.
+      const double weight_bytes = fp8 ? 1.0 + 4.0 / (128 * 128) : 2.0;
+      r.bytes = weight_bytes * (static_cast<double>(touched) + SH) * 3 * D * MI + 2.0 * E * D + 2.0 * T * D +
+                8.0 * T * D;
+      r.ms = Median(*ms);
+      r.ms_min = Min(*ms);
+      r.target = {TargetKind::kMatrix, 0.40};
+      r.note = absl::StrFormat("%lld of %.0f experts with rows, at most %lld (%.0f on average)",
+                               static_cast<long long>(touched), E, static_cast<long long>(most), T * K / E);
+      moe->rows.push_back(r);
     }
-    Row r(case_name);
-    r.flops = 2.0 * T * D * (3 * MI * (K + SH) + E);
-    // Weights read once (every expert is chosen at these row counts: 8 x T slots over E experts),
-    // the input read, the float32 residual read and written.
-    const double experts_touched = DistinctExperts(c, T);
-    // FP8: one byte a weight and a float32 scale a 128 x 128 block.
-    const double weight_bytes = fp8 ? 1.0 + 4.0 / (128 * 128) : 2.0;
-    r.bytes = weight_bytes * (experts_touched + SH) * 3 * D * MI + 2.0 * E * D + 2.0 * T * D + 8.0 * T * D;
-    r.ms = Median(*ms);
-    r.ms_min = Min(*ms);
-    r.target = {TargetKind::kMatrix, 0.40};
-    r.note = absl::StrFormat("%.0f experts, %.0f rows each on average", E, T * K / E);
-    moe->rows.push_back(r);
   }
 }
 
