@@ -43,6 +43,8 @@ class RandomCheckpoint {
 
   const model::Checkpoint& checkpoint() const { return ck_; }
   const model::ModelConfig& config() const { return config_; }
+  // Whether Create stored the experts in FP8.
+  bool fp8_experts() const { return pool8_ != nullptr; }
   // Bytes of host memory the pools take.
   int64_t pool_bytes() const { return pool_elems_ * 2 + pool8_bytes_; }
 

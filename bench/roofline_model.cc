@@ -172,7 +172,7 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
       model::cuda::LoadFfnCuda(model::WeightLoader(rc.checkpoint(), c.LayerPrefix(layer)).Sub("mlp."), c, layer,
                                model::cuda::Precision::kBf16, &bytes);
   if (!f.ok()) return fail("load", f.status());
-  const bool fp8 = rc.checkpoint().config_json().contains("quantization_config");
+  const bool fp8 = rc.fp8_experts();
   if (fp8 && !f->fp8_experts) {
     return fail("MoE, FP8 experts", absl::FailedPreconditionError("the experts were not kept in FP8 (device, or "
                                                                   "FERRY_FP8_EXPERTS=0)"));

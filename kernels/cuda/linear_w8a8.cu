@@ -33,7 +33,9 @@ static_assert(kStep8 == kFp8BlockCols);
 // to the multiplying warpgroups, whose two 64-value accumulators at width 128 need more than it.
 constexpr int kCopyRegs = 56, kMulRegs = 224;
 static_assert(kXCopyThreads % 8 == 0);
-static_assert(2 * 128 * kMulRegs + 128 * kCopyRegs <= 65536 && kThreads == 384);
+// The pool is the launch's share: 384 threads x 168 registers (__launch_bounds__(384, 1)); an
+// increase past it would wait forever.
+static_assert(kThreads == 384 && 2 * 128 * kMulRegs + 128 * kCopyRegs <= kThreads * (65536 / kThreads / 8 * 8));
 
 // The W8A8 block's shared memory: the x ring, the W ring, the output tile of the item just
 // finished (its own, so the rings keep streaming the next item meanwhile), the mbarriers.
@@ -428,7 +430,8 @@ absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t
       return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: problem ", i, " has ", groups[i].rows,
                                                      " rows, past the scale stride ", scale_stride));
     }
-    if (groups[i].y_row0 > INT_MAX - groups[i].rows || (groups[i].y_row0 >= 0 && y_rows == nullptr)) {
+    if (groups[i].y_row0 < -1 || groups[i].y_row0 > INT_MAX - groups[i].rows ||
+        (groups[i].y_row0 >= 0 && y_rows == nullptr)) {
       return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8: problem ", i, " has a row-map start of ",
                                                      groups[i].y_row0, y_rows == nullptr ? " but no row map" : ""));
     }

@@ -544,6 +544,9 @@ int RunFp8HostChecks() {
   mapped.y_row0 = 3;
   refused(cu::GroupedLinearW8A8(&mapped, 1, 16, 8, 8, 8), "a row-map start of 3 but no row map",
           "GroupedLinearW8A8 row-map start without a map");
+  mapped.y_row0 = -2;
+  refused(cu::GroupedLinearW8A8(&mapped, 1, 16, 8, 8, 8), "a row-map start of -2",
+          "GroupedLinearW8A8 row-map start below -1");
   refused(cu::QuantizeActFp8(x, 6, 32, qx, scale, 5), "scale stride of 5", "QuantizeActFp8 stride < rows");
   refused(cu::PackFp8(w, 0, 16, qx), "0 x 16", "PackFp8 of no rows");
   refused(cu::PackFp8W8A8(w, 8, 0, qx), "8 x 0", "PackFp8W8A8 of no columns");
@@ -570,11 +573,14 @@ void AddMoeCases(std::vector<Case>* cases) {
       {272, 200, {5, 128, 129}},              // in and out past the blocks (in % 64 = 16, out % 128 = 72)
       {16, 8, {3}},                           // the smallest widths
       {6144, 4096, {84, 23}},                 // GLM-5.2 gate_up
-      {256, 64, {}},                          // 700 problems of 0-3 rows: more than one launch holds
-      {256, 64, {600}},                       // one of 600 rows among 20 of 40: tiles of 48 rows
+      {256, 64, {}},                          // 700 problems of 0-3 rows (175 empty, 525 with rows):
+                                              // three launches of W8A16 (256 a launch), one of W8A8
+      {256, 64, {}},                          // 700 problems of 1-3 rows: two launches of W8A8 (600)
+      {256, 64, {600}},                       // one of 600 rows among 20 of 40: tiles of 64 rows
   };
   for (int i = 0; i < 700; ++i) fp8[4].rows.push_back(i % 4);
-  for (int i = 0; i < 20; ++i) fp8[5].rows.push_back(40);
+  for (int i = 0; i < 700; ++i) fp8[5].rows.push_back(1 + i % 3);
+  for (int i = 0; i < 20; ++i) fp8[6].rows.push_back(40);
   for (const Fp8Shape& s : fp8) {
     cases->push_back({absl::StrCat("grouped_linear_fp8 in=", s.in, " out=", s.out, " problems=", s.rows.size()),
                       [s](std::mt19937& rng) { return GroupedFp8Case(rng, s); }});
