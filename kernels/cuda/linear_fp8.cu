@@ -113,9 +113,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int x_stage_bytes = n16 * 128, x_stages = min(kMaxXStages, kXBytes / x_stage_bytes);
 
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  uint8_t* smem = smem_raw + (base - raw);
+  uint8_t* smem = nullptr;
+  const uint32_t base = AlignSmem1024(smem_raw, &smem);
   // mbarriers: x_full (a stage's x copies landed: the copy threads' arrivals), x_empty (both
   // multiplying warpgroups' wgmma are done with it: their threads' arrivals), w_full (a packed
   // tile landed: one arrival with its byte count), w_empty (every multiplying thread has read it).

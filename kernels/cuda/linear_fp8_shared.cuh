@@ -53,6 +53,15 @@ __device__ __forceinline__ void WithWidth(int n16, F&& f) {
   }
 }
 
+// The block's dynamic shared memory `raw` from its first 1024-byte boundary (the 128-byte
+// swizzle's atoms are 1024 bytes): the shared address, and *smem the same place as a pointer.
+__device__ __forceinline__ uint32_t AlignSmem1024(uint8_t* raw, uint8_t** smem) {
+  const uint32_t at = static_cast<uint32_t>(__cvta_generic_to_shared(raw));
+  const uint32_t base = (at + 1023u) & ~1023u;
+  *smem = raw + (base - at);
+  return base;
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // The multiplying warpgroups' accumulators (d[4 j + e] = D[16 v + l / 4 + 8 (e / 2)][8 j +
 // 2 (l % 4) + e % 2] of warpgroup g's 64 rows) -> y rows [0, nv) x columns [o0, o0 + 128) of a

@@ -99,6 +99,27 @@ struct MulRings {
   int xs, x_phase, g;
 };
 
+// A block's shared memory at launch width N: the x ring's stages (N rows of 128 bytes, swizzled,
+// then the rows' scales; 1 KiB keeps alignment) and the rings' mbarriers.
+struct Block8 {
+  uint32_t base;  // shared address, 1024-aligned
+  uint8_t* smem;  // the same place
+  int x_rows_bytes, x_stage_bytes, x_stages;
+  uint32_t x_full, x_empty, w_full, w_empty;
+};
+__device__ __forceinline__ Block8 LayOutBlock8(uint8_t* raw, int N) {
+  Block8 b;
+  b.base = AlignSmem1024(raw, &b.smem);
+  b.x_rows_bytes = N * 128;
+  b.x_stage_bytes = b.x_rows_bytes + 1024;
+  b.x_stages = min(kMaxXStages, kX8Bytes / b.x_stage_bytes);
+  b.x_full = b.base + Smem8::kBarAt;
+  b.x_empty = b.x_full + 8 * kMaxXStages;
+  b.w_full = b.x_empty + 8 * kMaxXStages;
+  b.w_empty = b.w_full + 8 * kW8Stages;
+  return b;
+}
+
 // The multiplying warpgroups' share of one item at wgmma width N (the launch's tile rows; the
 // item's nv <= N rows, the product's columns past them discarded): each step's product into
 // `part`, then acc += part * (w scale * x scale of the column), then the tile's store. N is a
@@ -106,12 +127,13 @@ struct MulRings {
 // loop makes ptxas serialize the wgmmas (C7520).
 template <int N>
 __device__ __forceinline__ void MultiplyItem(const Problems8& p, const Item8& it, int nv, int steps, int out,
-                                             int64_t ldy, const int32_t* y_rows, int x_stage_bytes, int x_stages, int tid, uint32_t base, uint8_t* smem,
+                                             int64_t ldy, const int32_t* y_rows, int tid, const Block8& b,
                                              MulRings& r) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  const int wg = tid / 128, l = tid % 32, x_rows_bytes = x_stage_bytes - 1024;
-  const uint32_t x_full = base + Smem8::kBarAt, x_empty = x_full + 8 * kMaxXStages;
-  const uint32_t w_full = x_empty + 8 * kMaxXStages, w_empty = w_full + 8 * kW8Stages;
+  const int wg = tid / 128, l = tid % 32;
+  const uint32_t base = b.base, x_full = b.x_full, x_empty = b.x_empty, w_full = b.w_full, w_empty = b.w_empty;
+  const int x_stage_bytes = b.x_stage_bytes, x_stages = b.x_stages, x_rows_bytes = b.x_rows_bytes;
+  uint8_t* const smem = b.smem;
   const float* const wscale = p.scale[it.prob] + static_cast<size_t>(it.ob) * steps;
   float acc[64], part[64];  // N / 2 of each in use
 #pragma unroll
@@ -166,16 +188,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const int obs = (out + kBlockOut - 1) / kBlockOut, steps = (in + kStep8 - 1) / kStep8;
   const int tid = static_cast<int>(threadIdx.x);
-  // An x stage: N rows of 128 bytes (swizzled), then the rows' scales (1 KiB keeps alignment).
-  const int x_rows_bytes = N * 128, x_stage_bytes = x_rows_bytes + 1024;
-  const int x_stages = min(kMaxXStages, kX8Bytes / x_stage_bytes);
-
   extern __shared__ uint8_t smem_raw[];
-  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  uint8_t* smem = smem_raw + (base - raw);
-  const uint32_t x_full = base + Smem8::kBarAt, x_empty = x_full + 8 * kMaxXStages;
-  const uint32_t w_full = x_empty + 8 * kMaxXStages, w_empty = w_full + 8 * kW8Stages;
+  const Block8 b = LayOutBlock8(smem_raw, N);
+  const uint32_t base = b.base, x_full = b.x_full, x_empty = b.x_empty, w_full = b.w_full, w_empty = b.w_empty;
+  const int x_stage_bytes = b.x_stage_bytes, x_stages = b.x_stages, x_rows_bytes = b.x_rows_bytes;
   if (tid == 0) {
     for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_full + 8 * i, kXCopyThreads);
     for (int i = 0; i < x_stages; ++i) ptx::MbarInit(x_empty + 8 * i, kMulThreads);
@@ -241,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
       const Item8 it = DecodeItem(p, count, obs, item);
       const int nv = min(p.rows[it.prob] - it.tile * N, N);
-      MultiplyItem<N>(p, it, nv, steps, out, ldy, y_rows, x_stage_bytes, x_stages, tid, base, smem, r);
+      MultiplyItem<N>(p, it, nv, steps, out, ldy, y_rows, tid, b, r);
     }
   }
 #else
@@ -365,9 +381,9 @@ int LaunchWidth(const LinearGroupW8A8* groups, int64_t n) {
     if (groups[i].rows > 0) rows.push_back(groups[i].rows);
   }
   if (rows.empty()) return kBlockRows;
-  std::vector<int64_t> sorted = rows;
-  std::nth_element(sorted.begin(), sorted.begin() + sorted.size() / 2, sorted.end());
-  const int64_t median = sorted[sorted.size() / 2];
+  // (The sums below do not depend on the order: nth_element may reorder rows in place.)
+  std::nth_element(rows.begin(), rows.begin() + rows.size() / 2, rows.end());
+  const int64_t median = rows[rows.size() / 2];
   int64_t whole = 1;  // the most rows of a problem that must fit one tile
   for (int64_t r : rows) {
     if (r < kBlockRows && r <= 4 * median) whole = std::max(whole, r);
