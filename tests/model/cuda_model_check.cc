@@ -338,15 +338,17 @@ int Main(const std::string& dir, cuda::Precision precision) {
   return bad == 0 ? 0 : 1;
 }
 
-// The checkpoint at `dir` with every routed and shared expert matrix stored as the FP8 releases
-// store them (E4M3, one float32 scale a 128 x 128 block: s = max |w| / 448, q = E4M3(w / s)) and
-// every other tensor as float32, in host memory that *keep holds.
 // W8A8's logit bound as a multiple of the pinned bf16 one (PinnedBf16Tolerance): measured on the
 // H200 (2026-12-01), every golden prompt, at most 0.654 (glm-dsa-tiny, pinned bf16 bound 0.5) and
 // 1.126 (glm5next-tiny, 1.5): 1.7 x leaves glm-dsa-tiny's ~30% to spare.
 constexpr double kFp8LogitTolerance = 1.7;
 
-absl::StatusOr<Checkpoint> Fp8ExpertsCheckpoint(const Checkpoint& ck, std::vector<std::vector<uint8_t>>* keep) {
+// The checkpoint `ck` with every routed and shared expert matrix stored as the FP8 releases
+// store them (E4M3, one float32 scale a 128 x 128 block: s = max |w| / 448, q = E4M3(w / s)) and
+// every other tensor as float32, in host memory that *keep holds. An expert matrix whose name
+// contains `leave` (when not empty) stays float32.
+absl::StatusOr<Checkpoint> Fp8ExpertsCheckpoint(const Checkpoint& ck, std::vector<std::vector<uint8_t>>* keep,
+                                                const std::string& leave = "") {
   std::vector<Checkpoint::HostTensor> tensors;
   auto hold = [&](std::vector<uint8_t> bytes) { return keep->emplace_back(std::move(bytes)).data(); };
   for (const std::string& name : ck.TensorNames()) {
@@ -354,7 +356,8 @@ absl::StatusOr<Checkpoint> Fp8ExpertsCheckpoint(const Checkpoint& ck, std::vecto
     FERRY_ASSIGN_OR_RETURN(std::vector<float> v, ck.LoadF32(name, shape));
     const bool expert = (name.find(".mlp.experts.") != std::string::npos ||
                          name.find(".mlp.shared_experts.") != std::string::npos) &&
-                        name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0;
+                        name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0 &&
+                        (leave.empty() || name.find(leave) == std::string::npos);
     if (!expert || shape.size() != 2) {
       std::vector<uint8_t> raw(v.size() * sizeof(float));
       std::memcpy(raw.data(), v.data(), raw.size());
@@ -434,6 +437,21 @@ int Fp8Main(const std::string& dir) {
   printf("== %s, experts in FP8: weights on the device %.2f MB kept in FP8, %.2f MB upcast\n", dir.c_str(),
          (*w8a8)->weight_bytes() / 1e6, (*upcast)->weight_bytes() / 1e6);
   int bad = (*w8a8)->weight_bytes() == (*upcast)->weight_bytes();
+  // A layer whose experts do not share one format, and an expert stored partly in FP8: refused
+  // by name at load.
+  for (const auto& [leave, want] : std::vector<std::pair<std::string, std::string>>{
+           {".mlp.experts.1.", "expert 1 is not stored in FP8 but expert 0 is"},
+           {".mlp.experts.0.down_proj.", "gate_proj.weight is stored in FP8 (128 x 128 blocks) but up_proj / "
+                                         "down_proj are not"}}) {
+    std::vector<std::vector<uint8_t>> keep2;
+    absl::StatusOr<Checkpoint> mixed = Fp8ExpertsCheckpoint(*ck, &keep2, leave);
+    CHECK_OK(mixed.status());
+    auto refused = LoadCuda(*mixed, *cfg, cuda::Precision::kBf16, true);
+    const std::string msg = refused.ok() ? "loaded" : std::string(refused.status().message());
+    printf("  experts in FP8 but those named %s: %s\n", leave.c_str(), msg.c_str());
+    bad += refused.ok() || refused.status().code() != absl::StatusCode::kInvalidArgument ||
+           msg.find(want) == std::string::npos;
+  }
   auto goldens = ReadGolden(dir + "/golden.safetensors");
   CHECK_OK(goldens.status());
   DecisionLog tape;
