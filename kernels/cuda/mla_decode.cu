@@ -124,9 +124,12 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+int64_t MlaDecodeWorkspaceBytes(int64_t rows, int64_t heads) { return MlaWgWorkspaceBytes(rows, heads); }
+
 absl::Status MlaDecodeAttention(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads,
                                 int64_t latent, int64_t rope, const PagedCacheBf16& cache, const int32_t* sel,
-                                const int32_t* sel_offsets, float scale, uint16_t* out, void* stream) {
+                                const int32_t* sel_offsets, float scale, uint16_t* out, void* stream,
+                                void* workspace, int64_t workspace_bytes) {
   const int64_t width = latent + rope;
   if (rows < 0 || heads < 1 || latent < 1 || latent > kMaxLatent || rope < 0 || width % 8 != 0 ||
       width > kMaxWidth || rows * heads > INT_MAX) {
@@ -147,13 +150,19 @@ absl::Status MlaDecodeAttention(const uint16_t* q_abs, const uint16_t* q_pe, int
                                                    " of 16, page_stride ", cache.page_stride,
                                                    " (need a 16-byte aligned arena, page_stride % 8 == 0)"));
   }
+  if (workspace_bytes < 0 || (workspace == nullptr && workspace_bytes != 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("MlaDecodeAttention: workspace_bytes ", workspace_bytes,
+                                                   " with a ", workspace == nullptr ? "null" : "non-null",
+                                                   " workspace (need >= 0, and 0 when null)"));
+  }
   if (rows == 0) return absl::OkStatus();
   if (q_abs == nullptr || (rope > 0 && q_pe == nullptr) || sel == nullptr || sel_offsets == nullptr ||
       out == nullptr) {
     return absl::InvalidArgumentError("MlaDecodeAttention: null q_abs, q_pe, sel, sel_offsets or out");
   }
   if (MlaTcApplies(q_abs, q_pe, rows, heads, latent, rope, cache, out)) {
-    return MlaDecodeTc(q_abs, q_pe, rows, heads, rope, view, sel, sel_offsets, scale, out, stream);
+    return MlaDecodeTc(q_abs, q_pe, rows, heads, rope, view, sel, sel_offsets, scale, out, workspace, workspace_bytes,
+                       stream);
   }
   MlaDecodeKernel<<<static_cast<unsigned>(rows * heads), kThreads, SharedBytes(width),
                     static_cast<cudaStream_t>(stream)>>>(

@@ -492,12 +492,13 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
 
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
-                         uint16_t* out, void* stream) {
+                         uint16_t* out, void* workspace, int64_t workspace_bytes, void* stream) {
   // More than 32 heads: the wgmma form (64-row head groups). Up to 32, the mma.sync kernel's
   // 32-head variant measured faster than padding q to 64 rows (97.8 vs 109.0 us at batch 64,
   // bench/results/h200-mla-decode.md).
   if (HeadTile(heads) == 64 && MlaWgAvailable(kLatent + rope)) {
-    return MlaDecodeWg(q_abs, q_pe, rows, heads, rope, cache, sel, sel_offsets, scale, out, stream);
+    return MlaDecodeWg(q_abs, q_pe, rows, heads, rope, cache, sel, sel_offsets, scale, out, workspace,
+                       workspace_bytes, stream);
   }
   const bool wide = HeadTile(heads) == 64;
   if (!wide && rope == 0) return Launch<32, 512>(q_abs, q_pe, rows, heads, cache, sel, sel_offsets, scale, out, stream);

@@ -53,9 +53,10 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
 // Launches the path. REQUIRES: MlaTcApplies(q_abs, q_pe, rows, heads, 512, rope, cache, out)
 // returned true for the PagedCacheBf16 `cache` was made from, the arguments passed
 // MlaDecodeAttention's checks, rows >= 1.
+// workspace / workspace_bytes: MlaDecodeAttention's (may be null / 0), passed to MlaDecodeWg.
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
-                         uint16_t* out, void* stream);
+                         uint16_t* out, void* workspace, int64_t workspace_bytes, void* stream);
 
 // The sm_90a form of the path (mla_decode_wg.cu: wgmma, 64-token tiles, two warpgroups a CTA;
 // same split over the cluster, same contract and rounding points, its own summation order inside
@@ -66,9 +67,28 @@ absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t ro
 // the mma.sync kernel, for comparisons). Thread safe.
 bool MlaWgAvailable(int64_t width);
 
-// Launches the sm_90a form. REQUIRES: what MlaDecodeTc requires, and MlaWgAvailable(512 + rope).
+// The sm_90a form comes in two launches of the same work items (row, 64-head group, cluster rank
+// c) and the same bits:
+//   cluster: a cluster of kMlaTcCluster CTAs a (row, group), merged through distributed shared
+//     memory (no workspace). Each CTA pays its own q load, lookups and merge: at batch 64 about
+//     half of the time (bench/results/h200-mla-decode.md).
+//   persistent: when a workspace is given (16-byte aligned, at least MlaWgWorkspaceBytes(1,
+//     heads) bytes) and the items outnumber the device's SMs: one wave of at most one CTA an SM
+//     walks a contiguous range of items, its tile loads two tiles ahead across items and q
+//     reloaded only when the row changes; each item's bf16 partial and scalars go to the
+//     workspace, and a second kernel (programmatic dependent launch) folds each row's partials
+//     in rank order as the cluster's owner CTA does. Rows beyond what the workspace holds run in
+//     further launch pairs (the workspace is reused, stream-ordered). H200, 64 heads, batch 64:
+//     103.9 vs 110.7 us; at batch 8 (fewer items than SMs) the cluster form is the faster one.
+// Bytes of workspace for `rows` rows at once (kMlaWgRowGroupBytes a row and 64-head group:
+// kMlaTcCluster partials of 64 heads x 512 bf16 and 256 floats of scalars).
+inline constexpr int64_t kMlaWgRowGroupBytes = int64_t{kMlaTcCluster} * (64 * 512 * 2 + 256 * 4);
+int64_t MlaWgWorkspaceBytes(int64_t rows, int64_t heads);
+
+// Launches the sm_90a form (persistent when the workspace allows, else cluster). REQUIRES: what
+// MlaDecodeTc requires, and MlaWgAvailable(512 + rope).
 absl::Status MlaDecodeWg(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
-                         uint16_t* out, void* stream);
+                         uint16_t* out, void* workspace, int64_t workspace_bytes, void* stream);
 
 }  // namespace ferry::kernels::cuda

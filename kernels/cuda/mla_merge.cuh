@@ -1,6 +1,6 @@
 // What the two tensor-core MLA decode kernels (mla_decode_tc.cu: mma.sync; mla_decode_wg.cu:
 // wgmma) share: the launch configuration of a cluster of kMlaTcCluster CTAs, and the last step of
-// the cluster merge, where CTA `rank` folds the K partials it received of its heads in rank order.
+// the merge, where CTA `rank` folds the K partials of its heads in rank order.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,19 +28,13 @@ inline cudaLaunchConfig_t MlaClusterConfig(dim3 grid, int threads, int bytes, vo
   return cfg;
 }
 
-// The fold: this CTA owns heads rank, rank + K, ... (kHk of them, slot hh = head / K) and has
-// received from every CTA c of the cluster, in its own shared memory,
-//   recv [K][kHk][kOStride] bf16: c's unnormalised output (exp2 domain) of each owned head,
-//   recv_m [K][kHk]: c's running max, recv_l [K][kParts][kHk]: c's running sums (kParts partial
-//   sums a CTA, added in order),
-// and writes out_heads[h * 512 + d] (the row's first head of the group at out_heads) for owned
-// heads h < hcount: the K partials weighted by exp2(m_c - max) and divided by the weighted sum,
-// in rank order, float32; NaN everywhere when `bad`, 0 when the selection is empty (n == 0).
-// wgt [kHk][K] and inv [kHk] are scratch. Every thread of the CTA calls it (one CTA barrier).
-template <int K, int kHk, int kOStride, int kParts, int kThreads>
-__device__ __forceinline__ void MlaMergeFold(const __nv_bfloat16* recv, const float* recv_m, const float* recv_l,
-                                             float* wgt, float* inv, bool bad, int n, int rank, int hcount,
-                                             __nv_bfloat16* out_heads) {
+// The fold's weights: this CTA owns heads rank, rank + K, ... (kHk of them, slot hh = head / K)
+// and has every CTA (or work item) c's running max recv_m [K][kHk] and running sums recv_l
+// [K][kParts][kHk] (kParts partial sums a CTA, added in order) of them in shared memory; sets
+// wgt [kHk][K] = exp2(m_c - max) and inv [kHk] = 1 / the weighted sum (threads hh < kHk). The
+// caller's CTA barrier makes them visible.
+template <int K, int kHk, int kParts>
+__device__ __forceinline__ void MlaMergeWeights(const float* recv_m, const float* recv_l, float* wgt, float* inv) {
   const int tid = threadIdx.x;
   if (tid < kHk) {
     float m = -INFINITY;
@@ -58,6 +52,25 @@ __device__ __forceinline__ void MlaMergeFold(const __nv_bfloat16* recv, const fl
     }
     inv[tid] = 1.0f / l;
   }
+}
+
+// An output value of the fold: NaN when `bad`, 0 for an empty selection, else acc / sum.
+__device__ __forceinline__ __nv_bfloat16 MlaMergeOut(float acc, float inv, bool bad, int n) {
+  return __float2bfloat16_rn(bad ? __int_as_float(0x7fc00000) : (n == 0 ? 0.0f : acc * inv));
+}
+
+// The fold: with the weights above, having received from every CTA c of the cluster, in its own
+// shared memory, recv [K][kHk][kOStride] bf16: c's unnormalised output (exp2 domain) of each
+// owned head, writes out_heads[h * 512 + d] (the row's first head of the group at out_heads)
+// for owned heads h < hcount: the K partials weighted by exp2(m_c - max) and divided by the
+// weighted sum, in rank order, float32 (MlaMergeOut). wgt [kHk][K] and inv [kHk] are scratch.
+// Every thread of the CTA calls it (one CTA barrier).
+template <int K, int kHk, int kOStride, int kParts, int kThreads>
+__device__ __forceinline__ void MlaMergeFold(const __nv_bfloat16* recv, const float* recv_m, const float* recv_l,
+                                             float* wgt, float* inv, bool bad, int n, int rank, int hcount,
+                                             __nv_bfloat16* out_heads) {
+  const int tid = threadIdx.x;
+  MlaMergeWeights<K, kHk, kParts>(recv_m, recv_l, wgt, inv);
   __syncthreads();
   for (int idx = tid; idx < kHk * 64; idx += kThreads) {
     const int hh = idx >> 6, d = (idx & 63) * 8;
@@ -80,9 +93,7 @@ __device__ __forceinline__ void MlaMergeFold(const __nv_bfloat16* recv, const fl
     if (h < hcount) {
       __align__(16) __nv_bfloat16 v[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        v[e] = __float2bfloat16_rn(bad ? __int_as_float(0x7fc00000) : (n == 0 ? 0.0f : acc[e] * inv[hh]));
-      }
+      for (int e = 0; e < 8; ++e) v[e] = MlaMergeOut(acc[e], inv[hh], bad, n);
       *reinterpret_cast<uint4*>(out_heads + h * 512 + d) = *reinterpret_cast<const uint4*>(v);
     }
   }

@@ -17,6 +17,19 @@ __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
                : "memory");
 }
+// An L2 cache policy under which lines are evicted first (for data read once), for
+// CpAsync16Hint.
+__device__ __forceinline__ uint64_t EvictFirstPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// CpAsync16 (src_bytes 0 or 16) with an L2 cache policy (createpolicy) for the lines it reads.
+__device__ __forceinline__ void CpAsync16Hint(uint32_t dst, const void* src, int src_bytes, uint64_t policy) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes), "l"(policy)
+               : "memory");
+}
 // 4 bytes global -> shared (cp.async.ca: 4-byte copies go through L1), zero-filled when
 // src_bytes is 0.
 __device__ __forceinline__ void CpAsync4(uint32_t dst, const void* src, int src_bytes) {

@@ -9,6 +9,10 @@
 // launches rotate over enough independent input sets that >= 256 MB of other rows pass between
 // two uses of one set. Each launch is timed alone with CUDA events (5 warm-up launches, then the
 // median of 31), queued behind a 20 ms spin so the events see device time, not launch gaps.
+// Each point runs twice: without a workspace (the cluster form) and with one (the persistent form
+// where MlaDecodeWg takes it: more items than SMs); the two outputs of the last set must agree
+// bit for bit. Then GatherKernel reads the same rows alone (no math): what the gather pattern
+// itself reaches, in the same timing, against the streaming read.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +42,36 @@ __global__ void ReadKernel(const uint4* __restrict__ p, size_t n, uint32_t* __re
   }
   for (; i < n; i += stride) acc ^= p[i].x ^ p[i].y ^ p[i].z ^ p[i].w;
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads; practically never stores
+}
+
+// The rows the MLA launch reads, alone: warp w of the grid reads whole rows w, w + warps, ...
+// (16-byte loads, kRowsInFlight rows a warp at once), where row i is `width` bf16 at arena +
+// offs[i]. The gather's achievable bandwidth, for comparison with the streaming read's.
+constexpr int kRowsInFlight = 4;
+__global__ void GatherKernel(const uint16_t* __restrict__ arena, const int64_t* __restrict__ offs, int n_rows,
+                             int width, uint32_t* __restrict__ sink) {
+  const int lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
+  const int chunks = width / 8;
+  uint32_t acc = 0;
+  for (int i0 = (blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * kRowsInFlight; i0 < n_rows;
+       i0 += warps * kRowsInFlight) {
+    uint4 v[kRowsInFlight][3];
+#pragma unroll
+    for (int k = 0; k < kRowsInFlight; ++k) {
+      const int i = i0 + k;
+      const uint4* row = reinterpret_cast<const uint4*>(arena + (i < n_rows ? offs[i] : 0));
+#pragma unroll
+      for (int c = 0; c < 3; ++c) {
+        v[k][c] = i < n_rows && lane + 32 * c < chunks ? row[lane + 32 * c] : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsInFlight; ++k) {
+#pragma unroll
+      for (int c = 0; c < 3; ++c) acc ^= v[k][c].x ^ v[k][c].y ^ v[k][c].z ^ v[k][c].w;
+    }
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
 // Holds the stream for `ns` nanoseconds so that the host queues the timed launches (and their
@@ -97,8 +131,10 @@ double ReadBandwidth(size_t bytes) {
 
 struct MlaPoint {
   int batch, heads, rope;
-  double us, gbs;
-  long nan;
+  double us, gbs;        // without a workspace (the cluster form)
+  double gather_us, gather_gbs;  // GatherKernel over the same rows
+  double us_ws, gbs_ws;  // with one (the persistent form where it applies)
+  long nan, differ;      // NaN outputs; outputs that differ between the two
 };
 
 constexpr int kContext = 8192, kPageRows = 64, kSel = 2048, kLatent = 512;
@@ -107,7 +143,7 @@ constexpr int kContext = 8192, kPageRows = 64, kSel = 2048, kLatent = 512;
 // per_head: q shifted off 16-byte alignment, which sends the op to its per-(row, head) kernel (the
 // implementation before the tensor-core path), for the same work.
 int TimeMla(uint16_t* arena, int64_t n_conv, int batch, int heads, int rope, bool per_head, std::mt19937& rng,
-            MlaPoint* pt) {
+            void* ws, int64_t ws_bytes, MlaPoint* pt) {
   const int64_t W = kLatent + rope, pages_per_conv = kContext / kPageRows;
   const double set_bytes = double(batch) * kSel * W * 2;
   const int64_t sets = std::min<int64_t>(n_conv / batch, std::max<int64_t>(2, int64_t(256e6 / set_bytes) + 1));
@@ -141,6 +177,7 @@ int TimeMla(uint16_t* arena, int64_t n_conv, int batch, int heads, int rope, boo
   BENCH_CHECK(cudaMemcpy(doff, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
   FillKernel<<<1024, 256>>>(q, q_elems + 8, 11);
   // q_abs of set s at q + s * batch * heads * W, its q_pe right after (batch * heads * latent).
+  bool use_ws = false;
   auto launch = [&](int64_t s) {
     uint16_t* qa = q + s * batch * heads * W + (per_head ? 4 : 0);
     cu::PagedCacheBf16 c;
@@ -152,18 +189,55 @@ int TimeMla(uint16_t* arena, int64_t n_conv, int batch, int heads, int rope, boo
     c.page_table = dpages + s * batch * pages_per_conv;
     c.table_stride = pages_per_conv;
     return cu::MlaDecodeAttention(qa, rope > 0 ? qa + int64_t(batch) * heads * kLatent : nullptr, batch, heads,
-                                  kLatent, rope, c, dsel, doff + s * (batch + 1), 1.0f / 16.0f, out);
+                                  kLatent, rope, c, dsel, doff + s * (batch + 1), 1.0f / 16.0f, out, nullptr,
+                                  use_ws ? ws : nullptr, use_ws ? ws_bytes : 0);
   };
-  double us = 0;
+  // Each form's timing, then its output of the last set launched ((kWarm + kTimed - 1) % sets).
+  double us = 0, us_ws = 0;
+  std::vector<uint16_t> host(size_t(batch) * heads * kLatent), host_ws(host.size());
   if (BenchMedianUs(sets, launch, &us) != 0) return -1;
-  std::vector<uint16_t> host(size_t(batch) * heads * kLatent);
   BENCH_CHECK(cudaMemcpy(host.data(), out, host.size() * 2, cudaMemcpyDeviceToHost));
+  use_ws = true;
+  if (BenchMedianUs(sets, launch, &us_ws) != 0) return -1;
+  BENCH_CHECK(cudaMemcpy(host_ws.data(), out, host.size() * 2, cudaMemcpyDeviceToHost));
+  {  // the same rows by GatherKernel
+    std::vector<int64_t> offs;
+    for (int64_t st = 0; st < sets; ++st) {
+      for (int b = 0; b < batch; ++b) {
+        const int32_t* row_sel = sel.data() + offsets[st * (batch + 1) + b];
+        const int32_t* table = pages.data() + (st * batch + b) * pages_per_conv;
+        for (int j = 0; j < kSel; ++j) {
+          offs.push_back(int64_t(table[row_sel[j] / kPageRows]) * kPageRows * W + (row_sel[j] % kPageRows) * W);
+        }
+      }
+    }
+    int64_t* doffs = nullptr;
+    uint32_t* sink = nullptr;
+    BENCH_CHECK(cudaMalloc(&doffs, offs.size() * 8));
+    BENCH_CHECK(cudaMalloc(&sink, 4));
+    BENCH_CHECK(cudaMemcpy(doffs, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
+    int sms = 0;
+    BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int n_rows = batch * kSel;
+    auto gather = [&](int64_t st) {
+      GatherKernel<<<sms * 8, 256>>>(arena, doffs + st * n_rows, n_rows, static_cast<int>(W), sink);
+      return cudaGetLastError() == cudaSuccess ? absl::OkStatus() : absl::InternalError("gather launch");
+    };
+    if (BenchMedianUs(sets, gather, &pt->gather_us) != 0) return -1;
+    pt->gather_gbs = set_bytes / (pt->gather_us * 1e-6) / 1e9;
+    cudaFree(doffs);
+    cudaFree(sink);
+  }
   pt->nan = std::count_if(host.begin(), host.end(), [](uint16_t b) { return (b & 0x7f80) == 0x7f80; });
+  pt->differ = 0;
+  for (size_t i = 0; i < host.size(); ++i) pt->differ += host[i] != host_ws[i];
   pt->batch = batch;
   pt->heads = heads;
   pt->rope = rope;
   pt->us = us;
   pt->gbs = set_bytes / (pt->us * 1e-6) / 1e9;
+  pt->us_ws = us_ws;
+  pt->gbs_ws = set_bytes / (pt->us_ws * 1e-6) / 1e9;
   cudaFree(dpages);
   cudaFree(dsel);
   cudaFree(doff);
@@ -216,6 +290,10 @@ int RunMlaBench() {
   FillKernel<<<4096, 256>>>(arena, arena_elems, 3);
   BENCH_CHECK(cudaDeviceSynchronize());
   std::mt19937 rng(1);
+  // The persistent form's workspace: every batch below in one launch pair.
+  const int64_t ws_bytes = cu::MlaDecodeWorkspaceBytes(64, 64);
+  void* ws = nullptr;
+  BENCH_CHECK(cudaMalloc(&ws, ws_bytes));
   std::vector<MlaPoint> points;
   for (int heads : {64, 32}) {
     for (int rope : {64, 0}) {
@@ -223,7 +301,7 @@ int RunMlaBench() {
       printf("heads %d rope %d: %s\n", heads, rope, tc ? "tensor-core path" : "per-head path");
       for (int batch : {1, 8, 16, 32, 64}) {
         MlaPoint pt;
-        if (TimeMla(arena, n_conv, batch, heads, rope, false, rng, &pt) != 0) return 1;
+        if (TimeMla(arena, n_conv, batch, heads, rope, false, rng, ws, ws_bytes, &pt) != 0) return 1;
         points.push_back(pt);
       }
     }
@@ -232,21 +310,26 @@ int RunMlaBench() {
   for (int heads : {64, 32}) {
     for (int batch : {8, 64}) {
       MlaPoint pt;
-      if (TimeMla(arena, n_conv, batch, heads, 64, true, rng, &pt) != 0) return 1;
+      if (TimeMla(arena, n_conv, batch, heads, 64, true, rng, nullptr, 0, &pt) != 0) return 1;
       before.push_back(pt);
     }
   }
   cudaFree(arena);
+  cudaFree(ws);
   printf("\nper-head kernel (the implementation before the tensor-core path), rope 64:\n");
   printf("| batch | heads | median us | GB/s | %% of read BW |\n|---|---|---|---|---|\n");
   for (const MlaPoint& p : before) {
     printf("| %d | %d | %.1f | %.0f | %.1f%% |\n", p.batch, p.heads, p.us, p.gbs, 100.0 * p.gbs / read_gbs);
   }
-  printf("\n| batch | heads | rope | bytes (MB) | median us | GB/s | %% of read BW | NaN outputs |\n");
-  printf("|---|---|---|---|---|---|---|---|\n");
+  printf("\nwithout a workspace (cluster form) | with one (persistent form where it applies):\n");
+  printf("| batch | heads | rope | bytes (MB) | us | GB/s | %% of read BW | us, ws | GB/s, ws | %% of read BW, ws | "
+         "NaN outputs | outputs differing | gather us | gather GB/s |\n");
+  printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const MlaPoint& p : points) {
-    printf("| %d | %d | %d | %.1f | %.1f | %.0f | %.1f%% | %ld |\n", p.batch, p.heads, p.rope,
-           double(p.batch) * kSel * (kLatent + p.rope) * 2 / 1e6, p.us, p.gbs, 100.0 * p.gbs / read_gbs, p.nan);
+    printf("| %d | %d | %d | %.1f | %.1f | %.0f | %.1f%% | %.1f | %.0f | %.1f%% | %ld | %ld | %.1f | %.0f |\n",
+           p.batch, p.heads, p.rope, double(p.batch) * kSel * (kLatent + p.rope) * 2 / 1e6, p.us, p.gbs,
+           100.0 * p.gbs / read_gbs, p.us_ws, p.gbs_ws, 100.0 * p.gbs_ws / read_gbs, p.nan, p.differ, p.gather_us,
+           p.gather_gbs);
   }
   return 0;
 }

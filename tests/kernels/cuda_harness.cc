@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
     }
   }
   const auto cases = ferry::harness::AllCases();
-  const int host_failed = ferry::harness::RunFp8HostChecks();
+  const int host_failed = ferry::harness::RunFp8HostChecks() + ferry::harness::RunMlaHostChecks();
   if (ferry::kernels::cuda::DeviceCount() == 0) {
     printf("ferry-kernel-check: no CUDA device: skipped %zu device cases\n", cases.size());
     return host_failed == 0 ? 0 : 1;

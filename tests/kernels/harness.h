@@ -142,6 +142,8 @@ void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
 // Host-side checks (no device needed): the FP8 ops' argument errors and layout sizes; prints
 // what failed, returns the count (harness_moe.cc).
 int RunFp8HostChecks();
+// MlaDecodeAttention's workspace sizes and argument checks (harness_attention.cc), host-side.
+int RunMlaHostChecks();
 
 // ferry-kernel-check --bench-mla (bench_mla.cu): MlaDecodeAttention's GB/s at the model shapes
 // against the measured read bandwidth; prints a table, returns 0 when every point ran.

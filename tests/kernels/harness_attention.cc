@@ -137,6 +137,9 @@ struct MlaShape {
   // out starts this many elements into its buffer: 1 leaves it 2 bytes past 16-byte alignment,
   // which the tensor-core path cannot store to (the per-head kernel must run).
   int64_t out_offset = 0;
+  // The persistent form's workspace holds this many rows (0: all), so more rows run in several
+  // launch pairs.
+  int64_t ws_rows = 0;
 };
 
 // The path MlaDecodeAttention must take for s on a TcDevice(): the tensor cores at the model
@@ -206,7 +209,23 @@ Result MlaCase(std::mt19937& rng, const MlaShape& s, bool f32 = false) {
     HARNESS_CHECK_OK(ExpectMlaPath(WantTc(s), qa, qp, R, H, L, s.rope, cache, out));
     HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out));
     HARNESS_CHECK_OK(cu::Synchronize());
-    got = ToF32(dev.Download(out, R * H * L));
+    const std::vector<uint16_t> cluster = dev.Download(out, R * H * L);
+    // With a workspace (the persistent form where the device has sm_90a, else the same path
+    // again): bitwise the same outputs.
+    const int64_t ws_bytes = cu::MlaDecodeWorkspaceBytes(s.ws_rows > 0 ? s.ws_rows : R, H);
+    uint16_t* ws = dev.Poisoned<uint16_t>(ws_bytes / 2);
+    uint16_t* out2 = dev.Poisoned<uint16_t>(R * H * L + s.out_offset);
+    if (!r.error.empty()) return r;
+    out2 += s.out_offset;
+    HARNESS_CHECK_OK(
+        cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out2, nullptr, ws, ws_bytes));
+    HARNESS_CHECK_OK(cu::Synchronize());
+    const std::vector<uint16_t> persistent = dev.Download(out2, R * H * L);
+    long differ = 0;
+    for (int64_t i = 0; i < R * H * L; ++i) differ += persistent[i] != cluster[i];
+    r.mismatched += differ;
+    r.note = absl::StrCat(differ, " outputs differ with a workspace of ", s.ws_rows > 0 ? s.ws_rows : R, " rows");
+    got = ToF32(cluster);
   }
   if (!r.error.empty()) return r;
   r.rel_err = RelErr(got, want, &r.unwritten);
@@ -278,10 +297,24 @@ Result MlaInvarianceCase(std::mt19937& rng, int64_t heads, int64_t rope) {
   HARNESS_CHECK_OK(cu::Synchronize());
   alone = dev.Download(part, R * H * L);
   for (int64_t i = 2 * H * L; i < 5 * H * L; ++i) differ += alone[i] != got[i];
+  // The persistent form (a workspace): the batch in one launch pair, and rows 2..4 through a
+  // one-row workspace (three pairs).
+  for (int64_t ws_rows : {R, int64_t{1}}) {
+    const int64_t first = ws_rows == R ? 0 : 2, n = ws_rows == R ? R : 3;
+    const int64_t bytes = cu::MlaDecodeWorkspaceBytes(ws_rows, H);
+    uint16_t* ws = dev.Poisoned<uint16_t>(bytes / 2);
+    if (!r.error.empty()) return r;
+    HARNESS_CHECK_OK(cu::MlaDecodeAttention(qa + first * H * L, qp != nullptr ? qp + first * H * rope : nullptr, n,
+                                            H, L, rope, pc.View(arena, dtable + first * pc.table_stride), dsel,
+                                            doff + first, scale, part + first * H * L, nullptr, ws, bytes));
+    HARNESS_CHECK_OK(cu::Synchronize());
+    alone = dev.Download(part, R * H * L);
+    for (int64_t i = first * H * L; i < (first + n) * H * L; ++i) differ += alone[i] != got[i];
+  }
   if (!r.error.empty()) return r;
   r.mismatched = differ;
   r.rel_err = RelErr(ToF32(got), want, &r.unwritten);
-  r.note = absl::StrCat(differ, " outputs differ between a row alone and in the batch");
+  r.note = absl::StrCat(differ, " outputs differ between a row alone, in the batch and with a workspace");
   return r;
 }
 
@@ -430,10 +463,45 @@ std::string MlaName(const MlaShape& s, bool f32) {
   }
   return absl::StrCat(" heads=", s.heads, " latent=", s.latent, " rope=", s.rope, " page=", s.page_rows,
                       !f32 && s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(), " sel<=", s.n_sel, specials,
-                      s.out_offset != 0 ? absl::StrCat(" out+", s.out_offset) : "");
+                      s.out_offset != 0 ? absl::StrCat(" out+", s.out_offset) : "",
+                      s.ws_rows != 0 ? absl::StrCat(" ws_rows=", s.ws_rows) : "");
 }
 
 }  // namespace
+
+// MlaDecodeAttention's workspace sizes and argument checks: host-side, so they run without a
+// device too.
+int RunMlaHostChecks() {
+  int failed = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      printf("host check FAILED: %s\n", what.c_str());
+      ++failed;
+    }
+  };
+  expect(cu::MlaDecodeWorkspaceBytes(64, 64) == 64 * cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(64, 64)");
+  expect(cu::MlaDecodeWorkspaceBytes(3, 128) == 6 * cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(3, 128)");
+  expect(cu::MlaDecodeWorkspaceBytes(1, 48) == cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(1, 48)");
+  expect(cu::kMlaWgRowGroupBytes == 532480, "kMlaWgRowGroupBytes");
+  // A well-formed call on host memory up to the workspace check (nothing runs: rows == 0 after it).
+  alignas(16) static uint16_t arena[64 * 576];
+  static int32_t table[1] = {0};
+  cu::PagedCacheBf16 cache{arena, 1, 64, 64 * 576, 576, table, 1};
+  alignas(16) static unsigned char ws[256];
+  auto call = [&](void* w, int64_t bytes) {
+    return cu::MlaDecodeAttention(arena, arena, 0, 64, 512, 64, cache, table, table, 1.0f, arena, nullptr, w, bytes);
+  };
+  auto refused = [&](const absl::Status& st, const std::string& needle, const std::string& what) {
+    expect(absl::IsInvalidArgument(st) && std::string(st.message()).find(needle) != std::string::npos,
+           absl::StrCat(what, ": got ", st.ToString()));
+  };
+  refused(call(ws, -1), "workspace_bytes -1", "MlaDecodeAttention negative workspace_bytes");
+  refused(call(nullptr, 256), "workspace_bytes 256 with a null workspace", "MlaDecodeAttention null workspace");
+  expect(call(ws, 256).ok(), "MlaDecodeAttention with a small workspace and no rows");
+  expect(call(nullptr, 0).ok(), "MlaDecodeAttention without a workspace and no rows");
+  printf("mla host checks: %s\n", failed == 0 ? "all passed" : "FAILED");
+  return failed;
+}
 
 void AddAttentionCases(std::vector<Case>* cases) {
   const std::vector<MlaShape> mla = {
@@ -476,6 +544,15 @@ void AddAttentionCases(std::vector<Case>* cases) {
       // Selections past 4096 tokens: a CTA of the path owns more than 16 tiles, so it looks up
       // its row addresses in several rounds (mla_decode_tc.cu, kTabTiles).
       {64, 512, 64, 64, 0, {9000, 5000}, {0, 1, 0, 1}, 9000, true},
+      // More items (rows x 8) than an H200 has SMs: the persistent form's CTAs take two items
+      // each, some of two rows (q reloaded); then the same rows through a 5-row workspace (five
+      // launch pairs), and 128 heads (two groups a row) over 24 rows.
+      {64, 512, 64, 64, 0, {3000, 2100, 70, 5000, 2048, 1, 9000, 640},
+       {0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0, 0, 2, 4, 6, 1, 3, 5, 7}, 2048, true},
+      {64, 512, 0, 64, 0, {3000, 2100, 70, 5000, 2048, 1, 9000, 640},
+       {0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0, 0, 2, 4, 6, 1, 3, 5, 7}, 2048, true, std::nullopt, 0, 5},
+      {128, 512, 64, 64, 0, {3000, 2100, 70, 5000, 2048, 1, 9000, 640},
+       {0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0, 0, 2, 4, 6, 1, 3, 5, 7}, 2048, true},
   };
   for (const MlaShape& s : model) {
     cases->push_back({"mla_decode" + MlaName(s, false), [=](std::mt19937& rng) { return MlaCase(rng, s); }});
