@@ -65,7 +65,8 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
   t.title = "2a. Sparse MLA decode attention (MlaDecodeAttention), one GPU = TP1 (all 64 heads)";
   t.explanation =
       "Each query row attends min(ctx, index_topk = 2048) tokens drawn at random from its own ctx-token cache "
-      "(ascending, as TopK gives them); the cache is 64-row pages placed at random in an arena. bytes = the "
+      "(ascending, as TopK gives them); the cache is 64-row pages placed at random in an arena; the op gets the "
+      "workspace the model gives it (the persistent form: mla_decode_tc.h). bytes = the "
       "selected cache rows (latent + rope, bf16) + q_abs, q_pe, output and the selection ids, each once; FLOPs = "
       "rows x heads x selected x (2 (latent + rope) + 2 latent). The L2 is flushed before each timed call. "
       "Target: >= 70% of the measured HBM bandwidth from 32k context and batch 8 up.";
@@ -88,12 +89,15 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
     absl::StatusOr<int32_t*> table = dev.Take<int32_t>(max_b * max_ppr);
     absl::StatusOr<int32_t*> sel = dev.Take<int32_t>(max_b * K);
     absl::StatusOr<int32_t*> offsets = dev.Take<int32_t>(max_b + 1);
+    // The workspace the model gives the op (model/cuda/act_ops.h: up to 64 rows at once).
+    const int64_t ws_bytes = cu::MlaDecodeWorkspaceBytes(std::min<int64_t>(max_b, 64), H);
+    absl::StatusOr<uint8_t*> ws = dev.Take<uint8_t>(ws_bytes);
     absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
     absl::StatusOr<uint8_t*> flush_buf =
         shape.ok() ? dev.Take<uint8_t>(2 * shape->l2_bytes) : absl::StatusOr<uint8_t*>(shape.status());
     bool ok = true;
     for (const absl::Status& st : {arena.status(), q_abs.status(), q_pe.status(), out.status(), table.status(),
-                                   sel.status(), offsets.status(), flush_buf.status()}) {
+                                   sel.status(), offsets.status(), ws.status(), flush_buf.status()}) {
       if (!st.ok()) {
         fail("setup", st);
         ok = false;
@@ -138,7 +142,7 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
         absl::StatusOr<std::vector<double>> ms = TimeEvents(
             [&] {
               return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, cache, *sel, *offsets, scale,
-                                            *out);
+                                            *out, nullptr, *ws, ws_bytes);
             },
             o.warmup, o.reps, flush);
         if (!ms.ok()) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <span>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/gemv.h"
@@ -179,14 +180,26 @@ inline absl::Status MoeCombine(const float* slots, const float* weights, const f
                                int64_t top_k, int64_t dim, float* x, bool assign = false) {
   return cu::MoeCombineF32Slots(slots, weights, shared, rows, top_k, dim, x, nullptr, assign);
 }
+// The decode attention's workspace for a step of `rows` query rows: room for 64 rows at once (34
+// MB at 64 heads; more rows run in further launches, mla_decode_tc.h), bf16 only (the float32
+// op has no persistent form).
+template <typename T>
+int64_t MlaWorkspaceBytes(int64_t rows, int64_t heads) {
+  if constexpr (std::is_same_v<T, bf16>) return cu::MlaDecodeWorkspaceBytes(rows < 64 ? rows : 64, heads);
+  return 0;
+}
 inline absl::Status MlaDecode(const bf16* q_abs, const bf16* q_pe, int64_t rows, int64_t heads, int64_t latent,
                               int64_t rope, const cu::PagedCacheBf16& cache, const int32_t* sel,
-                              const int32_t* offsets, float scale, bf16* out) {
-  return cu::MlaDecodeAttention(q_abs, q_pe, rows, heads, latent, rope, cache, sel, offsets, scale, out);
+                              const int32_t* offsets, float scale, bf16* out, void* workspace,
+                              int64_t workspace_bytes) {
+  return cu::MlaDecodeAttention(q_abs, q_pe, rows, heads, latent, rope, cache, sel, offsets, scale, out, nullptr,
+                                workspace, workspace_bytes);
 }
+// (No workspace in float32: the arguments are taken and not used.)
 inline absl::Status MlaDecode(const float* q_abs, const float* q_pe, int64_t rows, int64_t heads, int64_t latent,
                               int64_t rope, const cu::PagedCacheF32& cache, const int32_t* sel,
-                              const int32_t* offsets, float scale, float* out) {
+                              const int32_t* offsets, float scale, float* out, void* /*workspace*/,
+                              int64_t /*workspace_bytes*/) {
   return cu::MlaDecodeAttentionF32(q_abs, q_pe, rows, heads, latent, rope, cache, sel, offsets, scale, out);
 }
 inline absl::Status IndexerScores(const bf16* qi, const float* w, int64_t rows, int64_t heads, int64_t dim,

@@ -31,6 +31,8 @@ struct Glm5NextCuda::Step {
   float *qc, *kc, *vc, *g, *beta, *o;
   // MLA and the pooled indexer
   T *cq, *q, *kvc, *q_abs, *o_lat, *o_v, *qi, *ki, *gk;
+  void* mla_ws = nullptr;  // MlaDecode's workspace (act::MlaWorkspaceBytes)
+  int64_t mla_ws_bytes = 0;
   float *iw, *scores;
   int32_t *top_ids, *top_counts, *sel;
   bool have_selection = false;
@@ -151,6 +153,8 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   FERRY_ASSIGN_OR_RETURN(b.kvc, take(R * L));
   FERRY_ASSIGN_OR_RETURN(b.q_abs, take(R * H * L));
   FERRY_ASSIGN_OR_RETURN(b.o_lat, take(R * H * L));
+  b.mla_ws_bytes = act::MlaWorkspaceBytes<T>(R, H);
+  FERRY_ASSIGN_OR_RETURN(b.mla_ws, ws_.Take<unsigned char>(b.mla_ws_bytes));
   FERRY_ASSIGN_OR_RETURN(b.o_v, take(R * H * V));
   FERRY_ASSIGN_OR_RETURN(b.qi, take(R * Hi * Di));
   FERRY_ASSIGN_OR_RETURN(b.ki, take(R * Di));
@@ -320,7 +324,8 @@ absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
     return absl::FailedPreconditionError("a shared indexer layer comes before any full one");
   }
   FERRY_RETURN_IF_ERROR(act::MlaDecode(b.q_abs, static_cast<const T*>(nullptr), R, H, L, 0, latent, b.sel,
-                                       b.sel_offsets, 1.0f / std::sqrt(static_cast<float>(N)), b.o_lat));
+                                       b.sel_offsets, 1.0f / std::sqrt(static_cast<float>(N)), b.o_lat, b.mla_ws,
+                                       b.mla_ws_bytes));
   FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.o_lat, L, H * L, R, L, Ly.w_uv.as<T>(), V * L, V, b.o_v, V, H * V, H));
   return act::Linear(b.o_v, R, H * V, Ly.o_proj.as<T>(), D, b.y);
 }

@@ -28,6 +28,8 @@ struct GlmMoeDsaCuda::Step {
   T* y = nullptr;      // [R, D] a block's output
   // MLA
   T *cq, *q, *kvc, *kpe, *q_abs, *q_pe, *o_lat, *o_v;
+  void* mla_ws = nullptr;  // MlaDecode's workspace (act::MlaWorkspaceBytes)
+  int64_t mla_ws_bytes = 0;
   // indexer
   T *qi, *ki;
   float *iw, *scores;
@@ -119,6 +121,8 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
   FERRY_ASSIGN_OR_RETURN(b.q_abs, take(R * H * L));
   FERRY_ASSIGN_OR_RETURN(b.q_pe, take(R * H * P));
   FERRY_ASSIGN_OR_RETURN(b.o_lat, take(R * H * L));
+  b.mla_ws_bytes = act::MlaWorkspaceBytes<T>(R, H);
+  FERRY_ASSIGN_OR_RETURN(b.mla_ws, ws_.Take<unsigned char>(b.mla_ws_bytes));
   FERRY_ASSIGN_OR_RETURN(b.o_v, take(R * H * V));
   FERRY_ASSIGN_OR_RETURN(b.qi, take(R * Hi * Di));
   FERRY_ASSIGN_OR_RETURN(b.ki, take(R * Di));
@@ -242,7 +246,8 @@ absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
   // A shared layer reuses the latest full layer's selection. Naive prefill: every row, prompt
   // rows included, runs the decode attention kernel over its own selection.
   FERRY_RETURN_IF_ERROR(act::MlaDecode(b.q_abs, P > 0 ? b.q_pe : nullptr, R, H, L, P, latent, b.sel, b.sel_offsets,
-                                       1.0f / std::sqrt(static_cast<float>(N + P)), b.o_lat));
+                                       1.0f / std::sqrt(static_cast<float>(N + P)), b.o_lat, b.mla_ws,
+                                       b.mla_ws_bytes));
   // o_h = W_UV o_lat_h, then o_proj.
   FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.o_lat, L, H * L, R, L, Ly.w_uv.as<T>(), V * L, V, b.o_v, V, H * V, H));
   FERRY_RETURN_IF_ERROR(act::Linear(b.o_v, R, H * V, Ly.o_proj.as<T>(), D, b.y));
