@@ -2,7 +2,8 @@
 # One round of the CUDA backend's checks on the GPU machine: the kernel harness (seed 1), the
 # CUDA model check of both tiny checkpoints (layer by layer, decode path, batching, pages), then
 # `ferry check-golden` on both with --device cuda in both precisions (also with 7-token prefill
-# chunks) and --device cpu for comparison, and `ferry generate --device cuda`. The bf16
+# chunks) and --device cpu for comparison, the model checks and MLA cases again with
+# FERRY_PDL=0, and `ferry generate --device cuda`. The bf16
 # check-golden runs pin the indexer and routing decisions to the float32 run's and count; each
 # also reports its unpinned run (bench/results/h200-check-golden-cuda.md says why).
 # Meant to run there from the repository root with a device bundle on PATH:
@@ -52,6 +53,14 @@ for m in glm-dsa-tiny glm5next-tiny; do
     ferry check-golden --device cuda --precision bf16 --model "tests/data/$m" --prefill-chunk 7
   run "golden-$m-cpu.txt" "check-golden $m cpu" ferry check-golden --device cpu --model "tests/data/$m"
 done
+# Programmatic dependent launch off (FERRY_PDL=0: every LaunchDependent kernel then starts after
+# the one before it ends): the model checks, and the MLA cases (the persistent form's fold).
+for m in glm-dsa-tiny glm5next-tiny; do
+  run "model-check-$m-nopdl.txt" "cuda model check $m FERRY_PDL=0" \
+    env FERRY_PDL=0 ferry-cuda-model-check --model "tests/data/$m"
+done
+run kernel-check-mla-nopdl.txt "kernel check seed 2 mla_decode FERRY_PDL=0" \
+  env FERRY_PDL=0 ferry-kernel-check --seed 2 --filter mla_decode
 run generate-cuda-bf16.txt "generate glm-dsa-tiny cuda bf16" \
   ferry generate --device cuda --model tests/data/glm-dsa-tiny --prompt-ids 5,6,7,8 --max-tokens 8
 run generate-cuda-f32.txt "generate glm-dsa-tiny cuda f32" \

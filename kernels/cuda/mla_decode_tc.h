@@ -77,11 +77,14 @@ bool MlaWgAvailable(int64_t width);
 //     walks a contiguous range of items, its tile loads two tiles ahead across items and q
 //     reloaded only when the row changes; each item's bf16 partial and scalars go to the
 //     workspace, and a second kernel (programmatic dependent launch) folds each row's partials
-//     in rank order as the cluster's owner CTA does. Rows beyond what the workspace holds run in
-//     further launch pairs (the workspace is reused, stream-ordered). H200, 64 heads, batch 64:
-//     103.9 vs 110.7 us; at batch 8 (fewer items than SMs) the cluster form is the faster one.
+//     in rank order as the cluster's owner CTA does. Rows beyond what the workspace holds, or
+//     beyond kMaxItemsP (12) items an SM, run in further launch pairs (the workspace is reused,
+//     stream-ordered); the form is chosen by the items of one pair. H200, 64 heads: batch 64
+//     98.2 vs 110.8 us, batch 32 52.6 vs 67.1; at batch 8 (fewer items than SMs) the cluster form
+//     is the faster one and is kept.
 // Bytes of workspace for `rows` rows at once (kMlaWgRowGroupBytes a row and 64-head group:
-// kMlaTcCluster partials of 64 heads x 512 bf16 and 256 floats of scalars).
+// kMlaTcCluster partials of 64 heads x 512 bf16 and 256 floats of scalars); 0 for 32 heads or
+// fewer, which run the mma.sync kernel.
 inline constexpr int64_t kMlaWgRowGroupBytes = int64_t{kMlaTcCluster} * (64 * 512 * 2 + 256 * 4);
 int64_t MlaWgWorkspaceBytes(int64_t rows, int64_t heads);
 

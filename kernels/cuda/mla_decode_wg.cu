@@ -843,6 +843,7 @@ absl::Status LaunchPersistent(const __nv_bfloat16* qa, const __nv_bfloat16* qp, 
 }  // namespace
 
 int64_t MlaWgWorkspaceBytes(int64_t rows, int64_t heads) {
+  if (heads <= 32) return 0;  // MlaDecodeTc keeps the mma.sync kernel: no workspace form
   return rows * ((heads + kHeadsW - 1) / kHeadsW) * kMlaWgRowGroupBytes;
 }
 
@@ -853,12 +854,13 @@ absl::Status MlaDecodeWg(const uint16_t* q_abs, const uint16_t* q_pe, int64_t ro
   const auto* qa = reinterpret_cast<const __nv_bfloat16*>(q_abs);
   const auto* qp = reinterpret_cast<const __nv_bfloat16*>(q_pe);
   auto* o = reinterpret_cast<__nv_bfloat16*>(out);
-  // The persistent form once the items (rows x groups x K) outnumber the SMs: with fewer, each
-  // CTA has one item either way and the fold's second launch costs ~3 us more than the cluster
-  // merge (bench/results/h200-mla-decode.md, session 9). Both forms give the same bits.
+  // The persistent form once a launch pair's items (rows x groups x K) outnumber the SMs: with
+  // fewer, each CTA has one item either way and the fold's second launch costs ~3 us more than
+  // the cluster merge (bench/results/h200-mla-decode.md, session 9). Both forms give the same
+  // bits, so the choice may depend on the batch.
   const int sms = SmCount();
   const int64_t chunk = PersistentChunk(heads, workspace, workspace_bytes, sms);
-  if (chunk > 0 && rows * ((heads + kHeadsW - 1) / kHeadsW) * kK > sms) {
+  if (chunk > 0 && std::min(chunk, rows) * ((heads + kHeadsW - 1) / kHeadsW) * kK > sms) {
     auto* st = static_cast<cudaStream_t>(stream);
     return rope == 0 ? LaunchPersistent<512>(qa, qp, rows, heads, cache, sel, sel_offsets, scale_log2, o, workspace,
                                              chunk, sms, st)

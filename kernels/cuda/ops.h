@@ -125,13 +125,13 @@ struct PagedCacheBf16 {
 //   Otherwise one block per (row, head), which needs no alignment beyond the REQUIRES below
 //   (q and out may be misaligned slices, e.g. at an odd element).
 // Slices at whole rows of 16-byte aligned buffers keep the path (and the bits) of the whole.
-// Workspace (optional; nothing is allocated): device memory the sm_90a tensor-core form uses to
-// run persistent once rows x head groups x 8 outnumber the SMs (one wave over all rows, partials
-// merged through the workspace; 6% faster at batch 64 on an H200, the same bits:
-// mla_decode_tc.h). MlaDecodeWorkspaceBytes(rows, heads) bytes, 16-byte
-// aligned, hold `rows` rows at once; less (down to one row) runs more launches; null / 0, a
-// misaligned one, or any other path: unused. Stream-ordered: it must not be in use by other work
-// on another stream during the call.
+// Workspace (optional; nothing is allocated): device memory the sm_90a tensor-core form (more
+// than 32 heads) uses to run persistent once rows x head groups x 8 outnumber the SMs (one wave
+// over the rows, partials merged through the workspace; on an H200 at 64 heads 11% faster at
+// batch 64, 22% at 32; the same bits: mla_decode_tc.h). MlaDecodeWorkspaceBytes(rows, heads)
+// bytes, 16-byte aligned, hold up to `rows` rows a launch; less (down to one row's) runs more
+// launches; less than one row's, null / 0, a misaligned one, or any other path: unused.
+// Stream-ordered: it must not be in use by other work on another stream during the call.
 // Empty selection: that row's output is 0. A selection with sel_offsets[r + 1] <
 // sel_offsets[r], or naming a token or page the cache cannot address (see PagedCacheBf16):
 // that row's output is NaN for every head. NaN inputs propagate (as in the CPU twin).
@@ -142,8 +142,9 @@ absl::Status MlaDecodeAttention(const uint16_t* q_abs, const uint16_t* q_pe, int
                                 int64_t latent, int64_t rope, const PagedCacheBf16& cache, const int32_t* sel,
                                 const int32_t* sel_offsets, float scale, uint16_t* out,
                                 void* stream = nullptr, void* workspace = nullptr, int64_t workspace_bytes = 0);
-// The workspace with which MlaDecodeAttention takes `rows` rows of `heads` heads in one launch
-// pair (532480 bytes a row and 64-head group). REQUIRES: rows >= 0, heads >= 1.
+// The workspace with which MlaDecodeAttention takes up to `rows` rows of `heads` heads in one
+// launch pair (532480 bytes a row and 64-head group; 0 for heads <= 32, where no form uses one).
+// REQUIRES: rows >= 0, heads >= 1.
 int64_t MlaDecodeWorkspaceBytes(int64_t rows, int64_t heads);
 
 // Lightning-indexer scores, float32 out: for query row r and each visible key s < n_keys[r],

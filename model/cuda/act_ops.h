@@ -181,8 +181,8 @@ inline absl::Status MoeCombine(const float* slots, const float* weights, const f
   return cu::MoeCombineF32Slots(slots, weights, shared, rows, top_k, dim, x, nullptr, assign);
 }
 // The decode attention's workspace for a step of `rows` query rows: room for 64 rows at once (34
-// MB at 64 heads; more rows run in further launches, mla_decode_tc.h), bf16 only (the float32
-// op has no persistent form).
+// MB at 64 heads; more rows run in further launches, mla_decode_tc.h; none at 32 heads or fewer),
+// bf16 only (the float32 op has no persistent form).
 template <typename T>
 int64_t MlaWorkspaceBytes(int64_t rows, int64_t heads) {
   if constexpr (std::is_same_v<T, bf16>) return cu::MlaDecodeWorkspaceBytes(rows < 64 ? rows : 64, heads);

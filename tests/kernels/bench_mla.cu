@@ -11,7 +11,7 @@
 // median of 31), queued behind a 20 ms spin so the events see device time, not launch gaps.
 // Each point runs twice: without a workspace (the cluster form) and with one (the persistent form
 // where MlaDecodeWg takes it: more items than SMs); the two outputs of the last set must agree
-// bit for bit. Then GatherKernel reads the same rows alone (no math): what the gather pattern
+// bit for bit (the bench fails otherwise). Then GatherKernel reads the same rows alone (no math): what the gather pattern
 // itself reaches, in the same timing, against the streaming read.
 #include <cuda_runtime.h>
 
@@ -330,6 +330,12 @@ int RunMlaBench() {
            p.batch, p.heads, p.rope, double(p.batch) * kSel * (kLatent + p.rope) * 2 / 1e6, p.us, p.gbs,
            100.0 * p.gbs / read_gbs, p.us_ws, p.gbs_ws, 100.0 * p.gbs_ws / read_gbs, p.nan, p.differ, p.gather_us,
            p.gather_gbs);
+  }
+  long differ = 0;
+  for (const MlaPoint& p : points) differ += p.differ;
+  if (differ != 0) {
+    printf("FAILED: %ld outputs differ between the forms (they must give the same bits)\n", differ);
+    return 1;
   }
   return 0;
 }
