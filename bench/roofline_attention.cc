@@ -89,7 +89,8 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
     absl::StatusOr<int32_t*> table = dev.Take<int32_t>(max_b * max_ppr);
     absl::StatusOr<int32_t*> sel = dev.Take<int32_t>(max_b * K);
     absl::StatusOr<int32_t*> offsets = dev.Take<int32_t>(max_b + 1);
-    // The workspace the model gives the op (model/cuda/act_ops.h: up to 64 rows at once).
+    // The workspace the model gives the op at these batch sizes (model/cuda/act_ops.h: steps of up
+    // to 64 rows).
     const int64_t ws_bytes = cu::MlaDecodeWorkspaceBytes(std::min<int64_t>(max_b, 64), H);
     absl::StatusOr<uint8_t*> ws = dev.Take<uint8_t>(ws_bytes);
     absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
@@ -142,7 +143,7 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
         absl::StatusOr<std::vector<double>> ms = TimeEvents(
             [&] {
               return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, cache, *sel, *offsets, scale,
-                                            *out, nullptr, *ws, ws_bytes);
+                                            *out, nullptr, B <= 64 ? *ws : nullptr, B <= 64 ? ws_bytes : 0);
             },
             o.warmup, o.reps, flush);
         if (!ms.ok()) {

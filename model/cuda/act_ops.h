@@ -180,12 +180,17 @@ inline absl::Status MoeCombine(const float* slots, const float* weights, const f
                                int64_t top_k, int64_t dim, float* x, bool assign = false) {
   return cu::MoeCombineF32Slots(slots, weights, shared, rows, top_k, dim, x, nullptr, assign);
 }
-// The decode attention's workspace for a step of `rows` query rows: room for 64 rows at once (34
-// MB at 64 heads; more rows run in further launches, mla_decode_tc.h; none at 32 heads or fewer),
-// bf16 only (the float32 op has no persistent form).
+// The decode attention's workspace for a step of `rows` query rows: decode-sized steps only (up to
+// 64 rows: 34 MB at 64 heads; none at 32 heads or fewer), bf16 only (the float32 op has no
+// persistent form). Prefill-sized steps keep the cluster form: its CTAs are scheduled by the
+// hardware, while the persistent form splits the items statically, which rows of unequal
+// selection lengths (a prompt's first 2048 positions) would unbalance (not measured).
+inline constexpr int64_t kMlaWorkspaceMaxRows = 64;
 template <typename T>
 int64_t MlaWorkspaceBytes(int64_t rows, int64_t heads) {
-  if constexpr (std::is_same_v<T, bf16>) return cu::MlaDecodeWorkspaceBytes(rows < 64 ? rows : 64, heads);
+  if constexpr (std::is_same_v<T, bf16>) {
+    return rows <= kMlaWorkspaceMaxRows ? cu::MlaDecodeWorkspaceBytes(rows, heads) : 0;
+  }
   return 0;
 }
 inline absl::Status MlaDecode(const bf16* q_abs, const bf16* q_pe, int64_t rows, int64_t heads, int64_t latent,

@@ -11,8 +11,8 @@
 // median of 31), queued behind a 20 ms spin so the events see device time, not launch gaps.
 // Each point runs twice: without a workspace (the cluster form) and with one (the persistent form
 // where MlaDecodeWg takes it: more items than SMs); the two outputs of the last set must agree
-// bit for bit (the bench fails otherwise). Then GatherKernel reads the same rows alone (no math): what the gather pattern
-// itself reaches, in the same timing, against the streaming read.
+// bit for bit (the bench fails otherwise). Then GatherKernel reads the same rows alone (no
+// math): what the gather pattern itself reaches, in the same timing, against the streaming read.
 #include <cuda_runtime.h>
 
 #include <algorithm>
