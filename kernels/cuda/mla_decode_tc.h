@@ -88,6 +88,23 @@ bool MlaWgAvailable(int64_t width);
 inline constexpr int64_t kMlaWgRowGroupBytes = int64_t{kMlaTcCluster} * (64 * 512 * 2 + 256 * 4);
 int64_t MlaWgWorkspaceBytes(int64_t rows, int64_t heads);
 
+// The persistent form's pieces (mla_decode_wg_persistent.cu), for MlaWgAvailable and MlaDecodeWg:
+//   MlaWgPersistentSetUp: readies its kernel for rows of `width` values (512 or 576) on `device`
+//     (shared memory, SM count); false when it cannot run there. Called once a device and width,
+//     under MlaWgAvailable's lock, before any launch.
+//   MlaWgPersistentRows: the rows a launch pair takes with this workspace on the current device,
+//     or 0 when MlaDecodeWg runs the cluster form (no usable workspace, not set up, or a pair's
+//     items would not outnumber the SMs).
+//   MlaDecodeWgPersistent: the launch pairs. REQUIRES: pair_rows == MlaWgPersistentRows(...) > 0
+//     and what MlaDecodeWg requires.
+bool MlaWgPersistentSetUp(int device, int64_t width);
+int64_t MlaWgPersistentRows(int64_t rows, int64_t heads, int64_t width, const void* workspace,
+                            int64_t workspace_bytes);
+absl::Status MlaDecodeWgPersistent(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads,
+                                   int64_t rope, const PagedView& cache, const int32_t* sel,
+                                   const int32_t* sel_offsets, float scale, uint16_t* out, void* workspace,
+                                   int64_t pair_rows, void* stream);
+
 // Launches the sm_90a form (persistent when the workspace allows, else cluster). REQUIRES: what
 // MlaDecodeTc requires, and MlaWgAvailable(512 + rope).
 absl::Status MlaDecodeWg(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
