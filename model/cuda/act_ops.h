@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "absl/status/status.h"
+#include "common/status.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/device_pages.h"

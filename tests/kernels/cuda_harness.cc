@@ -85,10 +85,16 @@ int main(int argc, char** argv) {
     }
   }
   const auto cases = ferry::harness::AllCases();
+  // A failed host check ends the run before any line the ctest pass pattern matches (it would
+  // otherwise pass on "no CUDA device: skipped", whatever the exit status).
   const int host_failed = ferry::harness::RunFp8HostChecks() + ferry::harness::RunMlaHostChecks();
+  if (host_failed != 0) {
+    printf("ferry-kernel-check: %d host checks FAILED\n", host_failed);
+    return 1;
+  }
   if (ferry::kernels::cuda::DeviceCount() == 0) {
     printf("ferry-kernel-check: no CUDA device: skipped %zu device cases\n", cases.size());
-    return host_failed == 0 ? 0 : 1;
+    return 0;
   }
   if (bench_mla) return ferry::harness::RunMlaBench() == 0 ? 0 : 1;
   if (bench_indexer) return ferry::harness::RunIndexerBench() == 0 ? 0 : 1;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/mla_decode_tc.h"
+#include "model/cuda/act_ops.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -477,6 +478,12 @@ int RunMlaHostChecks() {
   expect(cu::MlaDecodeWorkspaceBytes(1, 48) == cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(1, 48)");
   expect(cu::MlaDecodeWorkspaceBytes(64, 32) == 0, "MlaDecodeWorkspaceBytes(64, 32): no form uses one");
   expect(cu::kMlaWgRowGroupBytes == 532480, "kMlaWgRowGroupBytes");
+  // What the model gives it: decode-sized bf16 steps only.
+  namespace act = model::cuda::act;
+  expect(act::MlaWorkspaceBytes<uint16_t>(64, 64) == 64 * cu::kMlaWgRowGroupBytes, "model workspace, 64 rows");
+  expect(act::MlaWorkspaceBytes<uint16_t>(65, 64) == 0, "model workspace, a 65-row (prefill-sized) step");
+  expect(act::MlaWorkspaceBytes<uint16_t>(8, 32) == 0, "model workspace, 32 heads");
+  expect(act::MlaWorkspaceBytes<float>(8, 64) == 0, "model workspace, float32");
   // A well-formed call on host memory up to the workspace check (nothing runs: rows == 0 after it).
   alignas(16) static uint16_t arena[64 * 576];
   static int32_t table[1] = {0};
