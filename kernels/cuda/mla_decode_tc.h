@@ -73,15 +73,16 @@ bool MlaWgAvailable(int64_t width);
 //     memory (no workspace). Each CTA pays its own q load, lookups and merge: at batch 64 about
 //     half of the time (bench/results/h200-mla-decode.md).
 //   persistent: when a workspace is given (16-byte aligned, at least MlaWgWorkspaceBytes(1,
-//     heads) bytes) and the items outnumber the device's SMs: one wave of at most one CTA an SM
-//     walks a contiguous range of items, its tile loads two tiles ahead across items and q
-//     reloaded only when the row changes; each item's bf16 partial and scalars go to the
-//     workspace, and a second kernel (programmatic dependent launch) folds each row's partials
-//     in rank order as the cluster's owner CTA does. Rows beyond what the workspace holds, or
+//     heads) bytes) and the items outnumber the device's SMs: one wave of at most one CTA an SM,
+//     each walking a contiguous range of items with a producer warpgroup (row lookups and
+//     copies into two stages, across item boundaries) and two consumer warpgroups (the tiles,
+//     q reloaded only when the row changes, then each item's bf16 partial and scalars into the
+//     workspace); a second kernel (programmatic dependent launch) folds each row's partials in
+//     rank order as the cluster's owner CTA does. Rows beyond what the workspace holds, or
 //     beyond kMaxItemsP (12) items an SM, run in further launch pairs (the workspace is reused,
-//     stream-ordered); the form is chosen by the items of one pair. H200, 64 heads: batch 64
-//     98.2 vs 110.8 us, batch 32 52.6 vs 67.1; at batch 8 (fewer items than SMs) the cluster form
-//     is the faster one and is kept.
+//     stream-ordered); the form is chosen by the items of one pair. H200, 64 heads, rope 64:
+//     batch 64 88.4 vs 111.1 us, batch 32 47.4 vs 67.2; at batch 8 (fewer items than SMs) the
+//     cluster form is the faster one and is kept.
 // Bytes of workspace for `rows` rows at once (kMlaWgRowGroupBytes a row and 64-head group:
 // kMlaTcCluster partials of 64 heads x 512 bf16 and 256 floats of scalars); 0 for 32 heads or
 // fewer, which run the mma.sync kernel.

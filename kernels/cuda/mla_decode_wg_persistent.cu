@@ -1,11 +1,12 @@
 // Sparse MLA decode on sm_90a, the persistent form (mla_decode_tc.h: MlaDecodeWg with a
 // workspace): the same work items as the cluster form of mla_decode_wg.cu (row r, head group y,
 // rank c: tiles c, c + K, ... of the row, online softmax over them), but a wave of at most one
-// CTA an SM walks a contiguous range of items, its tile loads running two tiles ahead across item
-// boundaries, and each item's bf16 partial goes to a workspace; a second kernel folds a row's
-// partials in rank order (MlaDecodeWgFoldKernel). Each item's partial is computed by WgTile
-// exactly as the cluster form computes it, and the fold's arithmetic is the cluster merge's, so
-// the two forms give the same bits.
+// CTA an SM, each walking a contiguous range of items: a producer warpgroup looks up and copies
+// the tiles' rows into two stages, running across item boundaries, while two consumer
+// warpgroups compute them (WgTile) and store each item's bf16 partial to a workspace; a second
+// kernel folds each row's partials in rank order (MlaDecodeWgFoldKernel). Each item's partial is
+// computed by WgTile exactly as the cluster form computes it, and the fold's arithmetic is the
+// cluster merge's, so the two forms give the same bits.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -25,15 +26,20 @@ namespace ferry::kernels::cuda {
 namespace {
 
 constexpr int kMaxItemsP = 12;    // items a CTA (shared-memory table)
-constexpr int kTabRowsP = 128;    // table entries a buffer: 2 tiles
+constexpr int kProducerThreads = 128;                      // warpgroup 2: lookups and copies
+constexpr int kThreadsP = kThreadsW + kProducerThreads;    // a CTA: two consumer warpgroups, the producer
+// setmaxnreg budgets: 128 x 72 + 256 x 208 <= 65536 (ptxas: no spills; used by sm_90a code only).
+[[maybe_unused]] constexpr int kProducerRegs = 72, kConsumerRegs = 208;
+constexpr int kFoldScalars = (4 * kK + 1) * kHk + kK;      // floats of FoldSlice's scalars
 constexpr int kMlP = 256;         // floats of an item's scalars: m [64], l [2][64], the bad flag
 constexpr int64_t kItemOP = int64_t{kHeadsW} * kLatentW;  // bf16 of an item's partial
 static_assert(kMlaWgRowGroupBytes == kK * (kItemOP * 2 + kMlP * 4), "workspace of a (row, head group)");
 
-// Where thread t (of 128) of warpgroup wg keeps, after a tile, its four outputs of column group jj
-// (heads 16 (t / 32) + (t % 32) / 4 and that + 8, latent columns 256 wg + 8 jj + 2 (t % 4) and +1,
-// as WgTile leaves them): an item's partial is stored in this layout, bf16 [2][32][128][4].
-__host__ __device__ constexpr int PartialAt(int wg, int jj, int t) { return ((wg * 32 + jj) * 128 + t) * 4; }
+// Where thread t (of 128) of warpgroup wg keeps, after a tile, its eight outputs of column groups
+// 2 jp and 2 jp + 1 (o[8 jp .. 8 jp + 7] as WgTile leaves them: heads 16 (t / 32) + (t % 32) / 4
+// and that + 8, latent columns 256 wg + 8 jj + 2 (t % 4) and + 1): an item's partial is stored in
+// this layout, bf16 [2][16][128][8], one 16-byte store a thread and column-group pair.
+__host__ __device__ constexpr int PartialAt(int wg, int jp, int t) { return ((wg * 16 + jp) * 128 + t) * 8; }
 
 struct ItemP {
   int row;    // in the launch's rows
@@ -53,24 +59,131 @@ struct SmemP {
   static constexpr int kQ = 0;
   static constexpr int kKv = kQ + kBlocks * kBlock;
   static constexpr int kP = kKv + 2 * kStage;
-  static constexpr int kTab = kP + kBlock;                     // [2][kTabRowsP] int64 row offsets
-  static constexpr int kRed = kTab + 2 * kTabRowsP * 8;        // [2][64] float
+  static constexpr int kRed = kP + kBlock;                     // [2][64] float
   static constexpr int kItems = kRed + 2 * 64 * 4;             // [kMaxItemsP] ItemP
   static constexpr int kTotal = kItems + kMaxItemsP * 32;      // int: tiles of the CTA
-  static constexpr int kBars = kTotal + 8;                     // full[2], q
-  static constexpr int kBytes = kBars + 24;
+  static constexpr int kBars = kTotal + 8;                     // mbarriers: full[2], empty[2], q
+  static constexpr int kBytes = kBars + 40;
   static_assert(sizeof(ItemP) == 32, "item table entry");
   static_assert(kKv % 1024 == 0 && kStage % 1024 == 0 && kP % 1024 == 0, "swizzle atoms 1024-byte aligned");
   static_assert(kBytes <= kMlaTcSmemBytes, "shared memory of a CTA");
 };
 
-// grid: min(items, SMs) CTAs of 256 threads, CTA b taking items [b * items / grid, (b + 1) *
+// One slice of a (row, group)'s fold, by a CTA of 128 threads: heads c, c + K, ... of the group
+// (as the cluster form's CTA c owns them), from the `parts` partials of its items with tiles
+// (ws_o / ws_ml from the group's rank-0 item on), with the cluster merge's arithmetic
+// (MlaMergeWeights, then per value acc += w_c' * partial_c' in rank order, MlaMergeOut), into
+// out_group (the row's first head of the group). Thread k takes column groups 2 jp and 2 jp + 1,
+// jp = k % 16, of warpgroup half h = (k / 16) % 2, for heads 16 v + c and 16 v + c + 8, v = k /
+// 32: in PartialAt's layout the 64 bytes of threads 32 v + 4 c + 0..3. `broken` (end < begin) or
+// an item's bad flag makes the slice NaN; n == 0 makes it zero. `scalars`: shared memory for m,
+// sums, weights and flags. Every load of the workspace goes out in one round.
+__device__ __forceinline__ void FoldSlice(float* scalars, const __nv_bfloat16* ws_o, const float* ws_ml,
+                                          int c, int parts, int n, bool broken, __nv_bfloat16* out_group,
+                                          int hcount) {
+  static_assert(kHk == 8 && kK == 8, "heads 16 v + c and + 8 are the slice's eight");
+  float* recv_m = scalars;                  // [K][kHk]
+  float* recv_l = recv_m + kK * kHk;        // [K][2][kHk]
+  float* wgt = recv_l + kK * 2 * kHk;       // [kHk][K]
+  float* inv = wgt + kHk * kK;              // [kHk]
+  float* flag_s = inv + kHk;                // [K]: item c's bad flag
+  const int t = threadIdx.x;
+  const int jp = t & 15, h = (t >> 4) & 1, v = t >> 5;
+  const __nv_bfloat16* src = ws_o + PartialAt(h, jp, 32 * v + 4 * c);
+  uint4 part[kK][4];
+#pragma unroll
+  for (int cc = 0; cc < kK; ++cc) {
+    if (cc < parts) {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) part[cc][u] = __ldcg(reinterpret_cast<const uint4*>(src + cc * kItemOP + 8 * u));
+    }
+  }
+  if (t < kK * kHk) {  // items past `parts` had no tiles: max -inf, sums 0
+    const int cc = t / kHk, hh = t % kHk, head = hh * kK + c;
+    const bool has = cc < parts;
+    const float* ml = ws_ml + cc * kMlP;
+    recv_m[cc * kHk + hh] = has ? __ldcg(ml + head) : -INFINITY;
+    recv_l[(cc * 2) * kHk + hh] = has ? __ldcg(ml + 64 + head) : 0.0f;
+    recv_l[(cc * 2 + 1) * kHk + hh] = has ? __ldcg(ml + 128 + head) : 0.0f;
+  } else if (t < kK * kHk + kK) {
+    const int cc = t - kK * kHk;
+    flag_s[cc] = cc < parts ? __ldcg(ws_ml + cc * kMlP + 192) : 0.0f;
+  }
+  __syncthreads();
+  MlaMergeWeights<kK, kHk, 2>(recv_m, recv_l, wgt, inv);
+  bool bad = broken;
+#pragma unroll
+  for (int cc = 0; cc < kK; ++cc) bad = bad || flag_s[cc] != 0.0f;
+  __syncthreads();
+  const int hh0 = 2 * v, hh1 = 2 * v + 1;  // heads 16 v + c = hh0 * K + c and + 8
+  float acc0[2][8], acc1[2][8];             // heads hh0 / hh1: [column group 2 jp + jq][column]
+#pragma unroll
+  for (int jq = 0; jq < 2; ++jq) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc0[jq][e] = acc1[jq][e] = 0.0f;
+  }
+#pragma unroll
+  for (int cc = 0; cc < kK; ++cc) {
+    if (cc >= parts) break;
+    const float w0 = wgt[hh0 * kK + cc], w1 = wgt[hh1 * kK + cc];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {  // thread 32 v + 4 c + u: columns 2 u, 2 u + 1 of each group
+      const uint32_t w32[4] = {part[cc][u].x, part[cc][u].y, part[cc][u].z, part[cc][u].w};
+#pragma unroll
+      for (int jq = 0; jq < 2; ++jq) {
+        const float2 f0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w32[2 * jq]));
+        const float2 f1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w32[2 * jq + 1]));
+        acc0[jq][2 * u] += w0 * f0.x;
+        acc0[jq][2 * u + 1] += w0 * f0.y;
+        acc1[jq][2 * u] += w1 * f1.x;
+        acc1[jq][2 * u + 1] += w1 * f1.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int hx = 0; hx < 2; ++hx) {
+    const int hh = hx == 0 ? hh0 : hh1, head = hh * kK + c;
+    if (head >= hcount) continue;
+#pragma unroll
+    for (int jq = 0; jq < 2; ++jq) {
+      __align__(16) __nv_bfloat16 val[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) val[e] = MlaMergeOut(hx == 0 ? acc0[jq][e] : acc1[jq][e], inv[hh], bad, n);
+      *reinterpret_cast<uint4*>(out_group + head * kLatentW + 256 * h + 8 * (2 * jp + jq)) =
+          *reinterpret_cast<const uint4*>(val);
+    }
+  }
+  }
+
+// The fold: one CTA of 128 threads a slice (item index s: heads slice s % K of row-group s / K,
+// as the cluster form's CTA s % K owns them), FoldSlice over the items' partials. Launched after
+// the item kernel (programmatic dependent launch: it waits for all of it before reading the
+// workspace).
+__global__ void __launch_bounds__(128)
+    MlaDecodeWgFoldKernel(const __nv_bfloat16* __restrict__ ws_o, const float* __restrict__ ws_ml,
+                          const int32_t* __restrict__ sel_offsets, int64_t row0, int groups, int heads,
+                          __nv_bfloat16* __restrict__ out) {
+  __shared__ float scalars[kFoldScalars];
+  const int64_t slice = blockIdx.x, grp = slice / kK;
+  const int c = static_cast<int>(slice % kK), y = static_cast<int>(grp % groups);
+  const int64_t r = row0 + grp / groups;
+  // The selection was written before the item kernel began: read it before waiting for that.
+  const int64_t begin = sel_offsets[r], end = sel_offsets[r + 1];
+  const int n = end < begin ? 0 : static_cast<int>(end - begin);
+  PdlWait();
+  FoldSlice(scalars, ws_o + grp * kK * kItemOP, ws_ml + grp * kK * kMlP, c, min(kK, (n + kTileW - 1) / kTileW),
+            n, end < begin, out + (r * heads + y * kHeadsW) * kLatentW, min(kHeadsW, heads - y * kHeadsW));
+}
+
+// grid: min(items, SMs) CTAs of kThreadsP threads, CTA b taking items [b * items / grid, (b + 1) *
 // items / grid) of the launch's rows x groups x K (item i: rank i % K, group (i / K) % groups,
-// row i / (K * groups)); row0 is the launch's first row of q, sel_offsets and the page table.
-// Writes item i's partial to ws_o [i][kItemOP] (bf16, unnormalised, in PartialAt's layout) and
-// ws_ml [i][kMlP] (m, the two warpgroups' sums, the bad flag), for items with tiles only.
+// row i / (K * groups)); row0 is the launch's first row of q, sel_offsets, the page table and
+// out. Warpgroups 0 and 1 compute (WgTile), warpgroup 2 looks up the rows of each tile and copies
+// them into the stage the consumers released (full / empty mbarriers a stage). Writes item i's
+// partial to ws_o [i][kItemOP] (bf16, unnormalised, in PartialAt's layout) and ws_ml [i][kMlP] (m,
+// the two warpgroups' sums, the bad flag), for items with tiles only.
 template <int W>
-__global__ void __launch_bounds__(kThreadsW, 1)
+__global__ void __launch_bounds__(kThreadsP, 1)
     MlaDecodeWgPersistentKernel(const __nv_bfloat16* __restrict__ q_abs, const __nv_bfloat16* __restrict__ q_pe,
                                 int heads, PagedView cache, const int32_t* __restrict__ sel,
                                 const int32_t* __restrict__ sel_offsets, int64_t row0, int items, int groups,
@@ -79,15 +192,11 @@ __global__ void __launch_bounds__(kThreadsW, 1)
   using L = SmemP<W>;
   extern __shared__ __align__(1024) unsigned char smem[];
   PdlLaunchDependents();  // the fold may be scheduled as CTAs retire; it waits for all of this grid
-  float* red = reinterpret_cast<float*>(smem + L::kRed);
   ItemP* item = reinterpret_cast<ItemP*>(smem + L::kItems);
   int* total_s = reinterpret_cast<int*>(smem + L::kTotal);
-  int64_t* tab = reinterpret_cast<int64_t*>(smem + L::kTab);
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t full0 = sbase + L::kBars, qbar = full0 + 16;
-  const int tid = threadIdx.x, wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31;
-  const int g = lane >> 2, q4 = lane & 3;
-  const int row0h = 16 * v + g;  // this thread's heads in O: row0h and row0h + 8
+  const uint32_t full0 = sbase + L::kBars, empty0 = full0 + 16, qbar = full0 + 32;
+  const int tid = threadIdx.x;
 
   const int64_t i_begin = blockIdx.x * static_cast<int64_t>(items) / gridDim.x;
   const int count = static_cast<int>((blockIdx.x + 1) * static_cast<int64_t>(items) / gridDim.x - i_begin);
@@ -110,8 +219,10 @@ __global__ void __launch_bounds__(kThreadsW, 1)
   }
   if (tid == 0) {
     if ((sbase & 1023) != 0) __trap();  // the swizzle atoms need a 1024-byte aligned base
-    ptx::MbarInit(full0, kThreadsW);
-    ptx::MbarInit(full0 + 8, kThreadsW);
+    ptx::MbarInit(full0, kProducerThreads);
+    ptx::MbarInit(full0 + 8, kProducerThreads);
+    ptx::MbarInit(empty0, kThreadsW);
+    ptx::MbarInit(empty0 + 8, kThreadsW);
     ptx::MbarInit(qbar, kThreadsW);
     ptx::MbarInitFence();
   }
@@ -126,245 +237,163 @@ __global__ void __launch_bounds__(kThreadsW, 1)
   }
   __syncthreads();
   const int total = *total_s;
-  if (total == 0) return;
-
   // The item of flat tile ft (< total).
   auto item_of = [&](int ft) {
     int j = 0;
     while (ft >= item[j].first + item[j].tiles) ++j;
     return j;
   };
-  // q [64 heads x W] of item j's row and group into the swizzled layout (rows past the heads
-  // zero), then an arrival on qbar once this thread's copies land.
-  auto load_q = [&](int j) {
-    const int h0 = item[j].group * kHeadsW;
-    CopyQW<W>(sbase + L::kQ, q_abs, q_pe, heads, row0 + item[j].row, h0, min(kHeadsW, heads - h0));
-    ptx::CpAsyncMbarArrive(qbar);
-  };
 
-  // Row offsets, two tiles a table buffer (block b: flat tiles 2b, 2b + 1; the first half of each
-  // warpgroup's threads looks up one entry each, `ent`), as in the cluster form: kPastEnd for a
-  // token past its item's tiles or row (zero-filled), kBad for an unaddressable one (zero-filled,
-  // the row becomes NaN). The lookups run ahead of their use: a block's ids two blocks early,
-  // its pages one block early.
-  const bool table_thread = (tid & 64) == 0;
-  const int ent = (tid & 63) | ((tid >> 7) << 6);  // its entry (table threads)
-  // An id is the selected int32 as it was loaded (the load is not waited for until the next
-  // block's step), or kNoToken for a token past its item's tiles or row.
-  constexpr int64_t kPastEnd = -1, kBad = -2, kNoToken = INT64_MIN;
-  auto load_id = [&](int blk) -> int64_t {
-    const int ft = 2 * blk + (ent >> 6);
-    if (ft >= total) return kNoToken;
-    const ItemP& e = item[item_of(ft)];
-    const int j = (e.rank + (ft - e.first) * kK) * kTileW + (ent & (kTileW - 1));
-    return j < e.n ? static_cast<int64_t>(sel[e.begin + j]) : kNoToken;
-  };
-  auto load_page = [&](int blk, int64_t id) {
-    const int ft = 2 * blk + (ent >> 6);
-    if (ft >= total || id < 0) return -1;
-    const int64_t index = id >> cache.page_shift;
-    if (index >= cache.table_stride) return -1;
-    return cache.page_table[(row0 + item[item_of(ft)].row) * cache.table_stride + index];
-  };
-  auto store_offset = [&](int blk, int64_t id, int page) {
-    int64_t off = kPastEnd;
-    if (id != kNoToken) {
-      off = id < 0 || page < 0 || page >= cache.n_pages
-                ? kBad
-                : page * cache.page_stride + (id & ((1 << cache.page_shift) - 1)) * cache.width;
-      if (off == kBad) item[item_of(2 * blk + (ent >> 6))].bad = 1;
-    }
-    tab[(blk & 1) * kTabRowsP + ent] = off;
-  };
-  // Flat tile ft into stage ft % 2 (CopyTileW), then an arrival on the stage's mbarrier. The
-  // cached rows are read once: evicted first, so that the items' partials stay in L2 for the fold.
-  const uint64_t once = ptx::EvictFirstPolicy();
-  auto copy_tile = [&](int ft) {
-    const int s = ft & 1;
-    CopyTileW<W, true>(sbase + L::kKv + s * L::kStage, tab + ((ft >> 1) & 1) * kTabRowsP + (ft & 1) * kTileW,
-                       cache.arena, q_abs, once);
-    ptx::CpAsyncMbarArrive(full0 + 8 * s);
-  };
-
-  int j = item_of(0);
-  load_q(j);
-  int64_t id_next = kNoToken, id_after = kNoToken;  // block b + 1's id and page, b + 2's id
-  int page_next = -1;
-  if (table_thread) {  // two round trips: the ids of blocks 0..3, then the pages of 0..2
-    const int64_t id0 = load_id(0), id1 = load_id(1);
-    id_next = load_id(2);
-    id_after = load_id(3);
-    const int page0 = load_page(0, id0), page1 = load_page(1, id1);
-    page_next = load_page(2, id_next);
-    store_offset(0, id0, page0);
-    store_offset(1, id1, page1);
-  }
-  __syncthreads();
-  copy_tile(0);
-  if (total > 1) copy_tile(1);
-
-  float o[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  uint32_t q_phase = 0;
-  bool q_pending = true;  // a q load went out that the next tile must wait for
-
-#pragma unroll 1
-  for (int ft = 0; ft < total; ++ft) {
-    while (ft >= item[j].first + item[j].tiles) ++j;
-    const ItemP e = item[j];
-    const int it = ft - e.first, t = e.rank + it * kK;
-    const bool last = it == e.tiles - 1;
-    if (q_pending) {
-      ptx::MbarWait(qbar, q_phase & 1);
-      ++q_phase;
-      q_pending = false;
-    }
-    const uint32_t kv = sbase + L::kKv + (ft & 1) * L::kStage;
-    ptx::MbarWait(full0 + 8 * (ft & 1), (ft >> 1) & 1);
-    wgmma::ProxyFence();
-    // After this item's last tile: the next item with tiles, and whether it needs another q.
-    int jn = -1;
-    if (last && ft + 1 < total) {
-      jn = item_of(ft + 1);
-      if (item[jn].row == e.row && item[jn].group == e.group) jn = -1;
-    }
-    WgTile<W>(sbase + L::kQ, kv, sbase + L::kP, smem + L::kP, red, min(kTileW, e.n - t * kTileW), scale_log2, o,
-              m_run, l_run, [&] {
-                if (jn >= 0) load_q(jn);
-              });
-    if (jn >= 0) q_pending = true;
-    if (last) {
-      // The item's partial: bf16 outputs in the accumulators' own layout (PartialAt: each warp's
-      // stores one contiguous 256 bytes), then maxima, sums and the flag.
-      const int64_t i = i_begin + j;
-      __nv_bfloat16* dst = ws_o + i * kItemOP + PartialAt(wg, 0, tid & 127);
-#pragma unroll
-      for (int jj = 0; jj < 32; ++jj) {
-        uint2 val;
-        val.x = PackBf16W(o[4 * jj], o[4 * jj + 1]);
-        val.y = PackBf16W(o[4 * jj + 2], o[4 * jj + 3]);
-        *reinterpret_cast<uint2*>(dst + PartialAt(0, jj, 0)) = val;
+  if (tid >= kThreadsW) {
+    // The producer: warp w copies rows 16 w .. 16 w + 15 of every tile into the stage the
+    // consumers released, lane l chunk l % 8 of every 64-value column block of rows 16 w + 4 i + l
+    // / 8 (eight lanes a 128-byte line: each copy instruction reads four whole lines). Lane l
+    // looks up row 16 w + l % 16 and passes its address to the lanes that copy it.
+    wgmma::DecMaxRegs<kProducerRegs>();
+    const int p = tid - kThreadsW, lane = p & 31, my_row = 16 * (p >> 5) + (lane & 15);
+    constexpr int64_t kNoToken = INT64_MIN;
+    // The selected id of row my_row of tile ft, or kNoToken past its item's tiles or row.
+    auto load_id = [&](int ft) -> int64_t {
+      if (ft >= total) return kNoToken;
+      const ItemP& e = item[item_of(ft)];
+      const int j = (e.rank + (ft - e.first) * kK) * kTileW + my_row;
+      return j < e.n ? static_cast<int64_t>(sel[e.begin + j]) : kNoToken;
+    };
+    // That row's cached address, or null (zero-filled) past its item's tiles or row and when
+    // unaddressable (then the item's bad flag is set, before the arrival on the tile's stage:
+    // the consumers see it).
+    auto resolve = [&](int ft, int64_t id) -> const __nv_bfloat16* {
+      if (ft >= total || id == kNoToken) return nullptr;
+      const int j = item_of(ft);
+      int page = -1;
+      if (id >= 0 && (id >> cache.page_shift) < cache.table_stride) {
+        page = cache.page_table[(row0 + item[j].row) * cache.table_stride + (id >> cache.page_shift)];
       }
-      float* ml = ws_ml + i * kMlP;
-      if (q4 == 0) {
+      if (id < 0 || page < 0 || page >= cache.n_pages) {
+        item[j].bad = 1;
+        __threadfence_block();
+        return nullptr;
+      }
+      return cache.arena + page * cache.page_stride + (id & ((1 << cache.page_shift) - 1)) * cache.width;
+    };
+    const uint64_t once = ptx::EvictFirstPolicy();  // read once: the partials stay in L2 instead
+    // The lookups run a tile ahead of the copies: tile ft + 1's ids and pages while the
+    // consumers compute tile ft - 1.
+    int64_t id_next = load_id(1);
+    const __nv_bfloat16* src = resolve(0, load_id(0));
+#pragma unroll 1
+    for (int ft = 0; ft < total; ++ft) {
+      const int s = ft & 1;
+      if (ft >= 2) ptx::MbarWait(empty0 + 8 * s, ((ft >> 1) + 1) & 1);  // the consumers released tile ft - 2
+      const uint32_t dst = sbase + L::kKv + s * L::kStage;
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          const int h = row0h + 8 * hh;
-          if (wg == 0) ml[h] = m_run[hh];
-          ml[64 + 64 * wg + h] = l_run[hh];
+      for (int i = 0; i < 4; ++i) {
+        const int from = 4 * i + (lane >> 3);
+        const auto* row_src = reinterpret_cast<const __nv_bfloat16*>(
+            __shfl_sync(0xffffffffu, reinterpret_cast<uintptr_t>(src), from));
+        const int row = 16 * (p >> 5) + from;
+#pragma unroll
+        for (int b = 0; b < W / 64; ++b) {
+          const int c = 8 * b + (lane & 7);
+          ptx::CpAsync16Hint(dst + SwzW(row, c), row_src != nullptr ? row_src + c * 8 : q_abs,
+                             row_src != nullptr ? 16 : 0, once);
         }
       }
-      if (tid == 0) ml[192] = e.bad != 0 ? 1.0f : 0.0f;
-#pragma unroll
-      for (int k = 0; k < 128; ++k) o[k] = 0.0f;
-      m_run[0] = m_run[1] = -INFINITY;
-      l_run[0] = l_run[1] = 0.0f;
-    }
-    NamedSync(3);  // both warpgroups are done with this stage and with P
-
-    if (ft + 2 < total) copy_tile(ft + 2);
-    if ((ft & 1) == 0 && table_thread && ft + 4 < total) {  // block ft / 2 + 2 (see the table comment)
-      const int blk = ft / 2 + 2;
-      store_offset(blk, id_next, page_next);
-      page_next = load_page(blk + 1, id_after);
+      ptx::CpAsyncMbarArrive(full0 + 8 * s);
+      const int64_t id_after = load_id(ft + 2);
+      src = resolve(ft + 1, id_next);
       id_next = id_after;
-      id_after = load_id(blk + 2);
+    }
+    ptx::CpAsyncCommit();  // the last copies land before the thread exits
+    ptx::CpAsyncWait<0>();
+    return;
+  }
+
+  wgmma::IncMaxRegs<kConsumerRegs>();
+  float* red = reinterpret_cast<float*>(smem + L::kRed);
+  const int wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, q4 = lane & 3;
+  const int row0h = 16 * v + g;  // this thread's heads in O: row0h and row0h + 8
+  if (total > 0) {
+    // q [64 heads x W] of item j's row and group into the swizzled layout (rows past the heads
+    // zero), then an arrival on qbar once this thread's copies land.
+    auto load_q = [&](int j) {
+      const int h0 = item[j].group * kHeadsW;
+      CopyQW<W>(sbase + L::kQ, q_abs, q_pe, heads, row0 + item[j].row, h0, min(kHeadsW, heads - h0));
+      ptx::CpAsyncMbarArrive(qbar);
+    };
+    int j = item_of(0);
+    load_q(j);
+
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    uint32_t q_phase = 0;
+    bool q_pending = true;  // a q load went out that the next tile must wait for
+
+#pragma unroll 1
+    for (int ft = 0; ft < total; ++ft) {
+      while (ft >= item[j].first + item[j].tiles) ++j;
+      const int it = ft - item[j].first, t = item[j].rank + it * kK;
+      const bool last = it == item[j].tiles - 1;
+      if (q_pending) {
+        ptx::MbarWait(qbar, q_phase & 1);
+        ++q_phase;
+        q_pending = false;
+      }
+      const uint32_t kv = sbase + L::kKv + (ft & 1) * L::kStage;
+      ptx::MbarWait(full0 + 8 * (ft & 1), (ft >> 1) & 1);
+      wgmma::ProxyFence();
+      const ItemP e = item[j];  // after the wait: the producer's bad flags of this tile are in
+      // After this item's last tile: the next item with tiles, and whether it needs another q.
+      int jn = -1;
+      if (last && ft + 1 < total) {
+        jn = item_of(ft + 1);
+        if (item[jn].row == e.row && item[jn].group == e.group) jn = -1;
+      }
+      // Neither P nor `red` needs a barrier between tiles: a warpgroup writes them for tile ft + 1
+      // only past that tile's first named barrier, which the other passes once done with tile ft.
+      WgTile<W>(sbase + L::kQ, kv, sbase + L::kP, smem + L::kP, red, min(kTileW, e.n - t * kTileW), scale_log2, o,
+                m_run, l_run, [&] {
+                  if (jn >= 0) load_q(jn);
+                });
+      ptx::MbarArrive(empty0 + 8 * (ft & 1));  // this warpgroup's products are complete: the stage is free
+      if (jn >= 0) q_pending = true;
+      if (last) {
+        // The item's partial: bf16 outputs in the accumulators' own layout (PartialAt: each warp's
+        // stores one contiguous 512 bytes), then maxima, sums and the flag.
+        const int64_t i = i_begin + j;
+        __nv_bfloat16* dst = ws_o + i * kItemOP + PartialAt(wg, 0, tid & 127);
+#pragma unroll
+        for (int jp = 0; jp < 16; ++jp) {
+          uint4 val;
+          val.x = PackBf16W(o[8 * jp], o[8 * jp + 1]);
+          val.y = PackBf16W(o[8 * jp + 2], o[8 * jp + 3]);
+          val.z = PackBf16W(o[8 * jp + 4], o[8 * jp + 5]);
+          val.w = PackBf16W(o[8 * jp + 6], o[8 * jp + 7]);
+          *reinterpret_cast<uint4*>(dst + PartialAt(0, jp, 0)) = val;
+        }
+        float* ml = ws_ml + i * kMlP;
+        if (q4 == 0) {
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int h = row0h + 8 * hh;
+            if (wg == 0) ml[h] = m_run[hh];
+            ml[64 + 64 * wg + h] = l_run[hh];
+          }
+        }
+        if (tid == 0) ml[192] = e.bad != 0 ? 1.0f : 0.0f;
+#pragma unroll
+        for (int k = 0; k < 128; ++k) o[k] = 0.0f;
+        m_run[0] = m_run[1] = -INFINITY;
+        l_run[0] = l_run[1] = 0.0f;
+      }
     }
   }
 #else
   __trap();  // built without sm_90a: MlaWgAvailable is false, nothing launches this
 #endif
-}
-
-// The fold of the persistent form: one CTA of 256 threads an item (row, group, c), owning heads
-// c, c + K, ... of the group, as the cluster form's CTA c does, with the same arithmetic
-// (MlaMergeWeights, then per value acc += w_c' * partial_c' in rank order, MlaMergeOut). Thread k
-// takes the column group jj = k % 32 of warpgroup half wg = (k / 32) % 2 for heads 16 v + c and
-// 16 v + c + 8, v = k / 64: in PartialAt's layout the 8 columns of both heads are the 32 bytes
-// of threads 32 v + 4 c + (0..3). Launched after the item kernel (programmatic dependent launch:
-// it waits for all of it before reading the workspace).
-__global__ void __launch_bounds__(256)
-    MlaDecodeWgFoldKernel(const __nv_bfloat16* __restrict__ ws_o, const float* __restrict__ ws_ml,
-                          const int32_t* __restrict__ sel_offsets, int64_t row0, int groups, int heads,
-                          __nv_bfloat16* __restrict__ out) {
-  static_assert(kHk == 8 && kK == 8, "heads 16 v + c and + 8 are the CTA's eight");
-  __shared__ float recv_m[kK * kHk], recv_l[kK * 2 * kHk], wgt[kHk * kK], inv[kHk];
-  __shared__ int bad_s;
-  const int64_t i = blockIdx.x, first = i - i % kK;  // the row's item of rank 0
-  const int c = static_cast<int>(i % kK), y = static_cast<int>((i / kK) % groups);
-  const int64_t r = row0 + i / (static_cast<int64_t>(kK) * groups);
-  const int tid = threadIdx.x;
-  // The selection was written before the item kernel began: read it before waiting for that.
-  const int64_t begin = sel_offsets[r], end = sel_offsets[r + 1];
-  PdlWait();
-  // Every load of the workspace goes out before any is used: the K items of the row all have
-  // room there, those without tiles (c >= parts) hold stale values that are loaded and not used.
-  const int v = tid >> 6, wg = (tid >> 5) & 1, jj = tid & 31;
-  const __nv_bfloat16* src = ws_o + first * kItemOP + PartialAt(wg, jj, 32 * v + 4 * c);
-  uint4 part[kK][2];
-#pragma unroll
-  for (int cc = 0; cc < kK; ++cc) {
-    part[cc][0] = *reinterpret_cast<const uint4*>(src + cc * kItemOP);
-    part[cc][1] = *reinterpret_cast<const uint4*>(src + cc * kItemOP + 8);
-  }
-  float mlv[3] = {0.0f, 0.0f, 0.0f}, flag = 0.0f;
-  if (tid < kK * kHk) {
-    const int cc = tid / kHk, h = (tid % kHk) * kK + c;
-    const float* ml = ws_ml + (first + cc) * kMlP;
-    mlv[0] = ml[h];
-    mlv[1] = ml[64 + h];
-    mlv[2] = ml[128 + h];
-    flag = ml[192];
-  }
-  const int n = end < begin ? 0 : static_cast<int>(end - begin);
-  const int parts = min(kK, (n + kTileW - 1) / kTileW);
-  if (tid < kK * kHk) {  // items past `parts` had no tiles: max -inf, sums 0
-    const int cc = tid / kHk, hh = tid % kHk;
-    const bool has = cc < parts;
-    recv_m[cc * kHk + hh] = has ? mlv[0] : -INFINITY;
-    recv_l[(cc * 2) * kHk + hh] = has ? mlv[1] : 0.0f;
-    recv_l[(cc * 2 + 1) * kHk + hh] = has ? mlv[2] : 0.0f;
-  }
-  if (tid == 0) bad_s = end < begin ? 1 : 0;
-  __syncthreads();
-  if (tid < kK * kHk && tid % kHk == 0 && tid / kHk < parts && flag != 0.0f) bad_s = 1;
-  MlaMergeWeights<kK, kHk, 2>(recv_m, recv_l, wgt, inv);
-  __syncthreads();
-  const int hh0 = 2 * v, hh1 = 2 * v + 1;  // heads 16 v + c = hh0 * K + c and + 8
-  float acc0[8], acc1[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) acc0[e] = acc1[e] = 0.0f;
-#pragma unroll
-  for (int cc = 0; cc < kK; ++cc) {
-    if (cc >= parts) break;
-    // Threads q4 = 0..3: [head hh0: columns 2 q4, +1][head hh1: the same], 8 bytes each.
-    const uint32_t w32[8] = {part[cc][0].x, part[cc][0].y, part[cc][0].z, part[cc][0].w,
-                             part[cc][1].x, part[cc][1].y, part[cc][1].z, part[cc][1].w};
-    const float w0 = wgt[hh0 * kK + cc], w1 = wgt[hh1 * kK + cc];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float2 f0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w32[2 * q]));
-      const float2 f1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w32[2 * q + 1]));
-      acc0[2 * q] += w0 * f0.x;
-      acc0[2 * q + 1] += w0 * f0.y;
-      acc1[2 * q] += w1 * f1.x;
-      acc1[2 * q + 1] += w1 * f1.y;
-    }
-  }
-  const bool bad = bad_s != 0;
-  const int hcount = min(kHeadsW, heads - y * kHeadsW);
-  __nv_bfloat16* o = out + (r * heads + y * kHeadsW) * kLatentW + 256 * wg + 8 * jj;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int hh = half == 0 ? hh0 : hh1, h = hh * kK + c;
-    if (h >= hcount) continue;
-    __align__(16) __nv_bfloat16 val[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) val[e] = MlaMergeOut(half == 0 ? acc0[e] : acc1[e], inv[hh], bad, n);
-    *reinterpret_cast<uint4*>(o + h * kLatentW) = *reinterpret_cast<const uint4*>(val);
-  }
 }
 
 // Per device (MlaWgPersistentSetUp, under MlaWgAvailable's lock, before any launch there): its
@@ -415,12 +444,13 @@ absl::Status LaunchPersistent(const __nv_bfloat16* qa, const __nv_bfloat16* qp, 
   auto* ws_o = static_cast<__nv_bfloat16*>(workspace);
   auto* ws_ml = reinterpret_cast<float*>(static_cast<char*>(workspace) + chunk * groups * kK * kItemOP * 2);
   for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-    const int items = static_cast<int>(std::min(chunk, rows - r0) * groups * kK);
+    const int64_t launch_rows = std::min(chunk, rows - r0);
+    const int items = static_cast<int>(launch_rows * groups * kK);
     const int grid = std::min(items, sms);
-    MlaDecodeWgPersistentKernel<W><<<grid, kThreadsW, SmemP<W>::kBytes, stream>>>(
+    MlaDecodeWgPersistentKernel<W><<<grid, kThreadsP, SmemP<W>::kBytes, stream>>>(
         qa, qp, static_cast<int>(heads), cache, sel, sel_offsets, r0, items, groups, scale_log2, ws_o, ws_ml);
     FERRY_CUDA_RETURN_IF_ERROR(cudaGetLastError());
-    FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MlaDecodeWgFoldKernel, dim3(items), dim3(256), 0, stream, ws_o,
+    FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(MlaDecodeWgFoldKernel, dim3(items), dim3(128), 0, stream, ws_o,
                                                ws_ml, sel_offsets, r0, groups, static_cast<int>(heads), out));
   }
   return absl::OkStatus();
@@ -443,9 +473,9 @@ bool MlaWgPersistentSetUp(int device, int64_t width) {
 
 int64_t MlaWgPersistentRows(int64_t rows, int64_t heads, int64_t width, const void* workspace,
                             int64_t workspace_bytes) {
-  // The persistent form once a launch pair's items (rows x groups x K) outnumber the SMs: with
-  // fewer, each CTA has one item either way and the fold's second launch costs ~3 us more than
-  // the cluster merge (bench/results/h200-mla-decode.md, session 9).
+  // The persistent form once a launch's items (rows x groups x K) outnumber the SMs: with fewer,
+  // each CTA has one item either way and the fold's second launch costs ~3 us more than the
+  // cluster merge (bench/results/h200-mla-decode.md, session 9).
   const int sms = ReadySms(width);
   const int64_t chunk = PersistentChunk(heads, workspace, workspace_bytes, sms);
   if (chunk <= 0 || std::min(chunk, rows) * ((heads + kHeadsW - 1) / kHeadsW) * kK <= sms) return 0;

@@ -5,6 +5,8 @@
 //
 //   ferry-kernel-check [--seed N] [--filter SUBSTRING]
 //   ferry-kernel-check --bench-mla     (MlaDecodeAttention GB/s vs read bandwidth; bench_mla.cu)
+//   ferry-kernel-check --bench-mla-load (the MLA kernel's load path alone; bench_mla_parts.cu)
+//   ferry-kernel-check --bench-mla-tile (the MLA tile's math alone, in parts; bench_mla_parts.cu)
 //   ferry-kernel-check --bench-indexer (IndexerScores GB/s vs read bandwidth; bench_indexer.cu)
 //   ferry-kernel-check --bench-gemv (GemvBf16 / MoeGemvBf16 GB/s vs read bandwidth and cuBLAS; bench_gemv.cu)
 //
@@ -70,17 +72,19 @@ std::vector<Case> AllCases() {
 int main(int argc, char** argv) {
   unsigned seed = std::random_device{}();
   std::string filter;
-  bool bench_mla = false, bench_indexer = false, bench_gemv = false;
+  bool bench_mla = false, bench_mla_load = false, bench_mla_tile = false, bench_indexer = false, bench_gemv = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = static_cast<unsigned>(std::stoul(argv[++i]));
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
     else if (std::strcmp(argv[i], "--bench-mla") == 0) bench_mla = true;
+    else if (std::strcmp(argv[i], "--bench-mla-load") == 0) bench_mla_load = true;
+    else if (std::strcmp(argv[i], "--bench-mla-tile") == 0) bench_mla_tile = true;
     else if (std::strcmp(argv[i], "--bench-indexer") == 0) bench_indexer = true;
     else if (std::strcmp(argv[i], "--bench-gemv") == 0) bench_gemv = true;
     else {
       fprintf(stderr,
-              "usage: ferry-kernel-check [--seed N] [--filter SUBSTRING] | --bench-mla | --bench-indexer | "
-              "--bench-gemv\n");
+              "usage: ferry-kernel-check [--seed N] [--filter SUBSTRING] | --bench-mla | --bench-mla-load | "
+              "--bench-mla-tile | --bench-indexer | --bench-gemv\n");
       return 2;
     }
   }
@@ -97,6 +101,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (bench_mla) return ferry::harness::RunMlaBench() == 0 ? 0 : 1;
+  if (bench_mla_load) return ferry::harness::RunMlaLoadBench() == 0 ? 0 : 1;
+  if (bench_mla_tile) return ferry::harness::RunMlaTileBench() == 0 ? 0 : 1;
   if (bench_indexer) return ferry::harness::RunIndexerBench() == 0 ? 0 : 1;
   if (bench_gemv) return ferry::harness::RunGemvBench() == 0 ? 0 : 1;
   auto name = ferry::kernels::cuda::DeviceName(0);

@@ -148,6 +148,11 @@ int RunMlaHostChecks();
 // ferry-kernel-check --bench-mla (bench_mla.cu): MlaDecodeAttention's GB/s at the model shapes
 // against the measured read bandwidth; prints a table, returns 0 when every point ran.
 int RunMlaBench();
+// ferry-kernel-check --bench-mla-load: the MLA kernel's load path alone (a ring of 64-token stages,
+// no math) with more stages or L2 prefetch, against the read bandwidth (bench_mla_parts.cu).
+int RunMlaLoadBench();
+// ferry-kernel-check --bench-mla-tile: the sm_90a MLA tile's math alone, in parts (bench_mla_parts.cu).
+int RunMlaTileBench();
 // ferry-kernel-check --bench-indexer: IndexerScores GB/s at the model shapes (bench_indexer.cu).
 int RunIndexerBench();
 // ferry-kernel-check --bench-gemv: GemvBf16 / MoeGemvBf16 GB/s at the decode step's matrix shapes
