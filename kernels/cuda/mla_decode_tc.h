@@ -73,16 +73,15 @@ bool MlaWgAvailable(int64_t width);
 //     memory (no workspace). Each CTA pays its own q load, lookups and merge: at batch 64 about
 //     half of the time (bench/results/h200-mla-decode.md).
 //   persistent: when a workspace is given (16-byte aligned, at least MlaWgWorkspaceBytes(1,
-//     heads) bytes) and the items outnumber the device's SMs: one wave of at most one CTA an SM,
-//     each walking a contiguous range of items with a producer warpgroup (row lookups and
-//     copies into two stages, across item boundaries) and two consumer warpgroups (the tiles,
-//     q reloaded only when the row changes, then each item's bf16 partial and scalars into the
-//     workspace); a second kernel (programmatic dependent launch) folds each row's partials in
-//     rank order as the cluster's owner CTA does. Rows beyond what the workspace holds, or
-//     beyond kMaxItemsP (12) items an SM, run in further launch pairs (the workspace is reused,
-//     stream-ordered); the form is chosen by the items of one pair. H200, 64 heads, rope 64:
-//     batch 64 88.4 vs 111.1 us, batch 32 47.4 vs 67.2; at batch 8 (fewer items than SMs) the
-//     cluster form is the faster one and is kept.
+//     heads) bytes): one wave of at most one CTA an SM, each walking a contiguous range of items
+//     with a producer warpgroup (row lookups and copies into two stages, across item
+//     boundaries) and two consumer warpgroups (the tiles, q reloaded only when the row changes,
+//     then each item's bf16 partial and scalars into the workspace); a second kernel
+//     (programmatic dependent launch) folds each row's partials in rank order as the cluster's
+//     owner CTA does. Rows beyond what the workspace holds, or beyond kMaxItemsP (12) items an
+//     SM, run in further launch pairs (the workspace is reused, stream-ordered). H200, 64
+//     heads, rope 64: batch 64 88.4 vs 111.1 us, batch 32 47.4 vs 67.2, batch 16 33.0 vs 45.5;
+//     batch 1 and 8 as fast as the cluster form.
 // Bytes of workspace for `rows` rows at once (kMlaWgRowGroupBytes a row and 64-head group:
 // kMlaTcCluster partials of 64 heads x 512 bf16 and 256 floats of scalars); 0 for 32 heads or
 // fewer, which run the mma.sync kernel.
@@ -94,13 +93,11 @@ int64_t MlaWgWorkspaceBytes(int64_t rows, int64_t heads);
 //     (shared memory, SM count); false when it cannot run there. Called once a device and width,
 //     under MlaWgAvailable's lock, before any launch.
 //   MlaWgPersistentRows: the rows a launch pair takes with this workspace on the current device,
-//     or 0 when MlaDecodeWg runs the cluster form (no usable workspace, not set up, or a pair's
-//     items would not outnumber the SMs).
+//     or 0 when MlaDecodeWg runs the cluster form (no usable workspace, or not set up).
 //   MlaDecodeWgPersistent: the launch pairs. REQUIRES: pair_rows == MlaWgPersistentRows(...) > 0
 //     and what MlaDecodeWg requires.
 bool MlaWgPersistentSetUp(int device, int64_t width);
-int64_t MlaWgPersistentRows(int64_t rows, int64_t heads, int64_t width, const void* workspace,
-                            int64_t workspace_bytes);
+int64_t MlaWgPersistentRows(int64_t heads, int64_t width, const void* workspace, int64_t workspace_bytes);
 absl::Status MlaDecodeWgPersistent(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads,
                                    int64_t rope, const PagedView& cache, const int32_t* sel,
                                    const int32_t* sel_offsets, float scale, uint16_t* out, void* workspace,

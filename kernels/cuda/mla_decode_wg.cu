@@ -275,7 +275,7 @@ bool MlaWgAvailable(int64_t width) {
 absl::Status MlaDecodeWg(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
                          const PagedView& cache, const int32_t* sel, const int32_t* sel_offsets, float scale,
                          uint16_t* out, void* workspace, int64_t workspace_bytes, void* stream) {
-  if (const int64_t pair_rows = MlaWgPersistentRows(rows, heads, kLatentW + rope, workspace, workspace_bytes);
+  if (const int64_t pair_rows = MlaWgPersistentRows(heads, kLatentW + rope, workspace, workspace_bytes);
       pair_rows > 0) {
     return MlaDecodeWgPersistent(q_abs, q_pe, rows, heads, rope, cache, sel, sel_offsets, scale, out, workspace,
                                  pair_rows, stream);

@@ -471,15 +471,10 @@ bool MlaWgPersistentSetUp(int device, int64_t width) {
   return ok;
 }
 
-int64_t MlaWgPersistentRows(int64_t rows, int64_t heads, int64_t width, const void* workspace,
-                            int64_t workspace_bytes) {
-  // The persistent form once a launch's items (rows x groups x K) outnumber the SMs: with fewer,
-  // each CTA has one item either way and the fold's second launch costs ~3 us more than the
-  // cluster merge (bench/results/h200-mla-decode.md, session 9).
-  const int sms = ReadySms(width);
-  const int64_t chunk = PersistentChunk(heads, workspace, workspace_bytes, sms);
-  if (chunk <= 0 || std::min(chunk, rows) * ((heads + kHeadsW - 1) / kHeadsW) * kK <= sms) return 0;
-  return chunk;
+int64_t MlaWgPersistentRows(int64_t heads, int64_t width, const void* workspace, int64_t workspace_bytes) {
+  // The persistent form whenever the workspace allows: on an H200 at 64 heads as fast as the
+  // cluster form at batch 1 and 8, 27% faster at 16, 29% at 32 (bench/results/h200-mla-decode.md).
+  return PersistentChunk(heads, workspace, workspace_bytes, ReadySms(width));
 }
 
 absl::Status MlaDecodeWgPersistent(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads,

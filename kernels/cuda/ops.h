@@ -126,11 +126,11 @@ struct PagedCacheBf16 {
 //   (q and out may be misaligned slices, e.g. at an odd element).
 // Slices at whole rows of 16-byte aligned buffers keep the path (and the bits) of the whole.
 // Workspace (optional; nothing is allocated): device memory the sm_90a tensor-core form (more
-// than 32 heads) uses to run persistent once rows x head groups x 8 outnumber the SMs (one wave
-// over the rows, partials merged through the workspace; on an H200 at 64 heads 20% faster at
-// batch 64, 29% at 32; the same bits: mla_decode_tc.h). MlaDecodeWorkspaceBytes(rows, heads)
-// bytes, 16-byte aligned, hold up to `rows` rows a launch; less (down to one row's) runs more
-// launches; less than one row's, null / 0, a misaligned one, or any other path: unused.
+// than 32 heads) uses to run persistent (one wave over the rows, partials merged through the
+// workspace; on an H200 at 64 heads 20% faster at batch 64, 29% at 32, 27% at 16, as fast at 1
+// and 8; the same bits: mla_decode_tc.h). MlaDecodeWorkspaceBytes(rows, heads) bytes, 16-byte
+// aligned, hold up to `rows` rows a launch; less (down to one row's) runs more launches; less
+// than one row's, null / 0, a misaligned one, or any other path: unused.
 // Stream-ordered: it must not be in use by other work on another stream during the call.
 // Empty selection: that row's output is 0. A selection with sel_offsets[r + 1] <
 // sel_offsets[r], or naming a token or page the cache cannot address (see PagedCacheBf16):
