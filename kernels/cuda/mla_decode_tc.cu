@@ -4,7 +4,10 @@
 // One CTA of 8 warps holds every head of its head group (HT = 32 or 64 rows of q, W = latent +
 // rope columns) in shared memory and streams its tiles of 32 selected cached rows through a
 // kStages-deep cp.async ring (3 or 4: two or three tiles in flight while one is computed), so
-// each cached row is read from memory once for all heads. The row addresses of a CTA's tiles are
+// each cached row is read from memory once for all heads. The small form (kSmall, for the 99 KiB
+// of shared memory a block of sm_120 / sm_121, a GB10) keeps q in registers instead (each warp
+// the A fragments of its head tile and k-slice, loaded once through the last stage), always in
+// 32-head groups, with two stages; otherwise the same tile, split, merge and bits as HT = 32. The row addresses of a CTA's tiles are
 // looked up once, up front (kTab), and each tile's arrival is an mbarrier, so no warp waits on a
 // lookup or on another warp's copies. A tile, with two CTA barriers:
 //   S = Q K^T   [HT x 32]: warp (head tile of MH, k-slice) with mma.sync m16n8k16 bf16, float32
@@ -28,6 +31,8 @@
 #include <cuda_bf16.h>
 
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -52,13 +57,15 @@ using ptx::Mma;
 
 namespace cg = cooperative_groups;
 
-// grid (rows * K, head groups), cluster (K, 1, 1), kThreads threads. See the file comment.
-template <int HT, int W, int K, int MH>
+// grid (rows * K, head groups), cluster (K, 1, 1), kThreads threads. See the file comment;
+// kSmall: q in registers (Smem's small form).
+template <int HT, int W, int K, int MH, bool kSmall = false>
 __global__ void __launch_bounds__(kThreads, 1)
     MlaDecodeTcKernel(const __nv_bfloat16* __restrict__ q_abs, const __nv_bfloat16* __restrict__ q_pe, int heads,
                       PagedView cache, const int32_t* __restrict__ sel, const int32_t* __restrict__ sel_offsets,
                       float scale_log2, __nv_bfloat16* __restrict__ out) {
-  using L = Smem<HT, W, MH>;
+  using L = Smem<HT, W, MH, kSmall>;
+  constexpr int kTabTiles = L::kTabTiles;
   constexpr int kRope = W - kLatent;
   constexpr int kA = HT / 16;       // PV: m-blocks of 16 heads
   constexpr int kMb = MH / 16;      // S: m-blocks a warp
@@ -104,8 +111,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   // q rows [q_abs | q_pe] of this head group (cp.async from every thread; tile 0's mbarrier
-  // covers them, as it covers each thread's earlier copies); heads past `heads` are zero.
-  if (my_tiles > 0) {
+  // covers them, as it covers each thread's earlier copies); heads past `heads` are zero. The
+  // small form stages them in the last K/V stage (below, after tile 0's copy went out).
+  const uint32_t q_at = kSmall ? sbase + L::kKv + (kStages - 1) * L::kStage : sbase + L::kQ;
+  auto load_q = [&] {
     for (int i = tid; i < HT * L::kChunks; i += kThreads) {
       const int h = i / L::kChunks, c = i % L::kChunks;
       const __nv_bfloat16* src = q_abs;
@@ -115,9 +124,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         src = c < kLatent / 8 ? q_abs + rh * kLatent + c * 8 : q_pe + rh * kRope + (c - kLatent / 8) * 8;
         bytes = 16;
       }
-      CpAsync16(sbase + L::kQ + Swz(h, c, L::kRowBytes), src, bytes);
+      CpAsync16(q_at + Swz(h, c, L::kRowBytes), src, bytes);
     }
-  }
+  };
+  if (!kSmall && my_tiles > 0) load_q();
   __syncthreads();  // the flags and mbarriers are initialised before any tile load
 
   // Loads. The row addresses of kTabTiles tiles at a time are looked up together into kTab
@@ -176,12 +186,37 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     CpAsyncMbarArrive(full0 + 8 * s);
   };
+  const int hs = warp % kHs, ks = warp / kHs;
+  // The small form's q: this warp's A fragments of S (heads [MH hs, +MH), k-slice ks), loaded
+  // once from the staged rows.
+  uint32_t qa[kSmall ? L::kStepsPerWarp : 1][kMb][4];
   if (my_tiles > 0) {
     load_table(0);
     __syncthreads();  // kTab holds tiles 0 .. kTabTiles - 1
+    if constexpr (kSmall) {
+      copy_tile(0);
+      load_q();
+      ptx::CpAsyncCommit();
+      ptx::CpAsyncWait<0>();
+      __syncthreads();  // every thread's q rows landed
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) {
-      if (s < my_tiles) copy_tile(s);
+      for (int kq = 0; kq < L::kStepsPerWarp; ++kq) {
+#pragma unroll
+        for (int mb = 0; mb < kMb; ++mb) {
+          Ldsm4(qa[kq][mb], q_at + Swz(MH * hs + 16 * mb + (lane & 15), 2 * (ks * L::kStepsPerWarp + kq) + (lane >> 4),
+                                      L::kRowBytes));
+        }
+      }
+      __syncthreads();  // the staging stage is free for its tile
+#pragma unroll
+      for (int s = 1; s < kStages; ++s) {
+        if (s < my_tiles) copy_tile(s);
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) {
+        if (s < my_tiles) copy_tile(s);
+      }
     }
   }
 
@@ -196,7 +231,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Running max and sum (exp2 domain) of head kHpw warp + lane / kLph (every lane of the head
   // holds them).
   float m_run = -INFINITY, l_run = 0.0f;
-  const int hs = warp % kHs, ks = warp / kHs;
   for (int it = 0; it < my_tiles; ++it) {
     const int t = rank + it * K;
     const uint32_t kv = sbase + L::kKv + (it % kStages) * L::kStage;
@@ -219,7 +253,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         uint32_t a[kMb][4];
 #pragma unroll
         for (int mb = 0; mb < kMb; ++mb) {
-          Ldsm4(a[mb], sbase + L::kQ + Swz(MH * hs + 16 * mb + (lane & 15), 2 * k + (lane >> 4), L::kRowBytes));
+          if constexpr (kSmall) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) a[mb][e] = qa[kq][mb][e];
+          } else {
+            Ldsm4(a[mb], sbase + L::kQ + Swz(MH * hs + 16 * mb + (lane & 15), 2 * k + (lane >> 4), L::kRowBytes));
+          }
         }
 #pragma unroll
         for (int p = 0; p < 2; ++p) {
@@ -401,11 +440,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int HT>
 constexpr int kMhFor = HT == 64 ? 32 : 16;
 
-// Whether the path can run (HT, W) on `device`: compute capability >= 9.0, the opt-in shared
-// memory, and at least one co-resident cluster of kCluster CTAs.
-template <int HT, int W>
+// Whether the path can run (HT, W) on `device` (kSmall: the small form, HT = 32): compute
+// capability >= 9.0, the opt-in shared memory, and at least one co-resident cluster of kCluster
+// CTAs.
+template <int HT, int W, bool kSmall = false>
 bool Available(int device) {
-  constexpr int bytes = Smem<HT, W, kMhFor<HT>>::kBytes;
+  constexpr int bytes = Smem<HT, W, kMhFor<HT>, kSmall>::kBytes;
   int optin = 0, major = 0;
   if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
@@ -413,7 +453,7 @@ bool Available(int device) {
     return false;
   }
   if (major < 9 || optin < bytes) return false;
-  auto kernel = MlaDecodeTcKernel<HT, W, kCluster, kMhFor<HT>>;
+  auto kernel = MlaDecodeTcKernel<HT, W, kCluster, kMhFor<HT>, kSmall>;
   if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) != cudaSuccess) {
     cudaGetLastError();
     return false;
@@ -428,34 +468,55 @@ bool Available(int device) {
   return clusters > 0;
 }
 
-// Available() per (device, HT, W), worked out once.
-bool AvailableCached(int device, int ht, int w) {
+// FERRY_MLA_TC_SMALL=1 in the environment (read once): the small form for every head count
+// wherever it can run, and no wgmma form (to check and time it on a device that has the
+// shared memory for the others).
+bool ForceSmall() {
+  static const bool force = [] {
+    const char* v = std::getenv("FERRY_MLA_TC_SMALL");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return force;
+}
+
+// The form for (heads, W) on `device`, worked out once: 32 or 64 (the head tile of the standard
+// form: HeadTile(heads)), 0 for the small form (32-head tiles, for devices without the shared
+// memory of the standard one, or forced), -1 when neither runs.
+int FormCached(int device, int64_t heads, int w) {
   static std::mutex mu;
-  static auto* known = new std::map<std::tuple<int, int, int>, bool>();
+  static auto* known = new std::map<std::tuple<int, int, int>, int>();
+  const int ht = heads <= 32 ? 32 : 64;
   std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(device, ht, w);
   if (auto it = known->find(key); it != known->end()) return it->second;
-  bool ok = false;
-  if (ht == 32 && w == 512) ok = Available<32, 512>(device);
-  if (ht == 32 && w == 576) ok = Available<32, 576>(device);
-  if (ht == 64 && w == 512) ok = Available<64, 512>(device);
-  if (ht == 64 && w == 576) ok = Available<64, 576>(device);
-  (*known)[key] = ok;
-  return ok;
+  bool standard = false;
+  if (!ForceSmall()) {
+    if (ht == 32 && w == 512) standard = Available<32, 512>(device);
+    if (ht == 32 && w == 576) standard = Available<32, 576>(device);
+    if (ht == 64 && w == 512) standard = Available<64, 512>(device);
+    if (ht == 64 && w == 576) standard = Available<64, 576>(device);
+  }
+  int form = standard ? ht : -1;
+  if (!standard) {
+    const bool small = w == 512 ? Available<32, 512, true>(device) : Available<32, 576, true>(device);
+    if (small) form = 0;
+  }
+  (*known)[key] = form;
+  return form;
 }
 
 int HeadTile(int64_t heads) { return heads <= 32 ? 32 : 64; }
 
-template <int HT, int W>
+template <int HT, int W, bool kSmall = false>
 absl::Status Launch(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, const PagedView& cache,
                     const int32_t* sel, const int32_t* sel_offsets, float scale, uint16_t* out, void* stream) {
   cudaLaunchAttribute attr[1];
   cudaLaunchConfig_t cfg = MlaClusterConfig(
       dim3(static_cast<unsigned>(rows * kCluster), static_cast<unsigned>((heads + HT - 1) / HT), 1), kThreads,
-      Smem<HT, W, kMhFor<HT>>::kBytes, stream, attr);
+      Smem<HT, W, kMhFor<HT>, kSmall>::kBytes, stream, attr);
   const float scale_log2 = scale * 1.4426950408889634f;
   FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(
-      &cfg, MlaDecodeTcKernel<HT, W, kCluster, kMhFor<HT>>, reinterpret_cast<const __nv_bfloat16*>(q_abs),
+      &cfg, MlaDecodeTcKernel<HT, W, kCluster, kMhFor<HT>, kSmall>, reinterpret_cast<const __nv_bfloat16*>(q_abs),
       reinterpret_cast<const __nv_bfloat16*>(q_pe), static_cast<int>(heads), cache, sel, sel_offsets, scale_log2,
       reinterpret_cast<__nv_bfloat16*>(out)));
   return absl::OkStatus();
@@ -487,7 +548,7 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
     cudaGetLastError();
     return false;
   }
-  return AvailableCached(device, HeadTile(heads), static_cast<int>(latent + rope));
+  return FormCached(device, heads, static_cast<int>(latent + rope)) >= 0;
 }
 
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,
@@ -496,9 +557,15 @@ absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t ro
   // More than 32 heads: the wgmma form (64-row head groups). Up to 32, the mma.sync kernel's
   // 32-head variant measured faster than padding q to 64 rows (97.8 vs 109.0 us at batch 64,
   // bench/results/h200-mla-decode.md).
-  if (HeadTile(heads) == 64 && MlaWgAvailable(kLatent + rope)) {
+  if (HeadTile(heads) == 64 && !ForceSmall() && MlaWgAvailable(kLatent + rope)) {
     return MlaDecodeWg(q_abs, q_pe, rows, heads, rope, cache, sel, sel_offsets, scale, out, workspace,
                        workspace_bytes, stream);
+  }
+  int device = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  if (FormCached(device, heads, static_cast<int>(kLatent + rope)) == 0) {  // the small form: 32-head groups
+    if (rope == 0) return Launch<32, 512, true>(q_abs, q_pe, rows, heads, cache, sel, sel_offsets, scale, out, stream);
+    return Launch<32, 576, true>(q_abs, q_pe, rows, heads, cache, sel, sel_offsets, scale, out, stream);
   }
   const bool wide = HeadTile(heads) == 64;
   if (!wide && rope == 0) return Launch<32, 512>(q_abs, q_pe, rows, heads, cache, sel, sel_offsets, scale, out, stream);

@@ -38,8 +38,12 @@ inline constexpr int64_t kMlaTcSmemBytes = 232448;  // 227 KiB, the sm_90 opt-in
 //     out and cache.arena 16-byte aligned, cache.page_stride a multiple of 8 values (with rows of
 //     512 or 576 values every cached row then starts 16-byte aligned). sel, sel_offsets and the
 //     page table are read an int32 at a time, as by the per-head kernel: no extra alignment;
-//   device: compute capability >= 9.0, the shared memory (up to kMlaTcSmemBytes a CTA) and
-//     co-resident clusters of kMlaTcCluster CTAs.
+//   device: compute capability >= 9.0, co-resident clusters of kMlaTcCluster CTAs, and the
+//     shared memory of the standard form (up to kMlaTcSmemBytes a CTA) or else of the small
+//     form (at most 99 KiB, the opt-in of sm_120 / sm_121, a GB10: q in registers, 32-head
+//     groups, two stages; mla_decode_tc.cu). FERRY_MLA_TC_SMALL=1 in the environment takes the
+//     small form wherever it runs, instead of the standard and the wgmma forms (to check and
+//     time it on an H200).
 // Thread safety: safe from several host threads (the per-device set-up is done once, locked).
 bool MlaTcApplies(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t latent,
                   int64_t rope, const PagedCacheBf16& cache, const uint16_t* out);

@@ -21,8 +21,12 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kDimsPerWarp = kLatent / kWarps;  // PV: latent columns a warp owns
 constexpr int kOStride = kLatent + 8;           // bf16 a head row of the merge buffer (16-byte pad)
 constexpr int kSStride = kTile + 4;             // float a head row of the S partials (16-byte pad)
-constexpr int kTabTiles = 16;                   // tiles whose row addresses are looked up at once
 constexpr int kSmemLimit = static_cast<int>(kMlaTcSmemBytes);  // 227 KiB, the sm_90 opt-in limit of a CTA
+// The small form (kSmall): for devices whose opt-in shared memory a block is 99 KiB (sm_120 /
+// sm_121: GB10), q is held in registers (each warp its A fragments) instead of shared memory,
+// staged once through the last K/V stage, and two stages suffice (one tile in flight beside the
+// one computed: a GB10 reads ~6 GB/s an SM).
+constexpr int kSmallSmemLimit = 99 * 1024;
 static_assert(kDimsPerWarp == 64, "PV loops assume 8 n-tiles of 8 columns a warp");
 static_assert(kTile == 32, "S, the softmax and P assume 32-token tiles (4 n-tiles, 4 chunks a P row)");
 
@@ -34,8 +38,10 @@ static_assert(kTile == 32, "S, the softmax and P assume 32-token tiles (4 n-tile
 //   is done by warp w, which sums the kKSplit partials in ks order. P has its own region, so one
 //   tile's S partials may be written while another warp still reads the previous tile's P:
 //   two CTA barriers a tile.
-template <int HT, int W, int MH>
+template <int HT, int W, int MH, bool kSmall = false>
 struct Smem {
+  static constexpr int kLimit = kSmall ? kSmallSmemLimit : kSmemLimit;
+  static constexpr int kTabTiles = kSmall ? 8 : 16;  // tiles whose row addresses are looked up at once
   static constexpr int kRowBytes = W * 2;
   static constexpr int kChunks = W / 8;
   static constexpr int kSTiles = HT / MH;
@@ -44,12 +50,12 @@ struct Smem {
   static constexpr int kStepsPerWarp = kSteps / kKSplit;
   static constexpr int kStage = kTile * kRowBytes;
   static constexpr int kPartBytes = kKSplit * HT * kSStride * 4;
-  static constexpr int kFixed = HT * kRowBytes + kPartBytes + HT * 64 + 5 * HT * 4 + 64 + 16 + 8 * kMaxStages +
+  static constexpr int kQBytes = kSmall ? 0 : HT * kRowBytes;
+  static constexpr int kFixed = kQBytes + kPartBytes + HT * 64 + 5 * HT * 4 + 64 + 16 + 8 * kMaxStages +
                                 kTabTiles * kTile * 8;
-  static constexpr int kStages = (kSmemLimit - kFixed) / kStage < kMaxStages ? (kSmemLimit - kFixed) / kStage
-                                                                             : kMaxStages;
+  static constexpr int kStages = (kLimit - kFixed) / kStage < kMaxStages ? (kLimit - kFixed) / kStage : kMaxStages;
   static constexpr int kQ = 0;
-  static constexpr int kKv = kQ + HT * kRowBytes;         // kStages stages of kTile rows
+  static constexpr int kKv = kQ + kQBytes;                 // kStages stages of kTile rows
   static constexpr int kPart = kKv + kStages * kStage;     // [kKSplit][HT][kSStride] float
   static constexpr int kP = kPart + kPartBytes;            // [HT][32] bf16, swizzled (PAddr)
   static constexpr int kTab = kP + HT * 64;                // [kTabTiles * kTile] int64 row offsets
@@ -65,10 +71,12 @@ struct Smem {
   // all, into q and the K/V stages.
   static_assert(HT * kOStride * 2 <= kPart - kQ, "merge buffer fits in q and the stages");
   static_assert(kKSplit >= 2 && kSteps % kKSplit == 0, "S k-slices");
-  static_assert(kStages >= 3, "at least two tiles in flight beside the one computed");
+  static_assert(kStages >= (kSmall ? 2 : 3), "tiles in flight beside the one computed");
+  static_assert(!kSmall || (HT == kTile && kStage >= HT * kRowBytes), "q is staged through one stage");
+  static_assert(kTabTiles * kTile % kThreads == 0, "whole table entries a thread");
   static_assert(kChunks % 8 == 0, "the swizzle stays inside a row");
   static_assert(kFull % 8 == 0, "mbarrier alignment");
-  static_assert(kBytes <= kSmemLimit, "shared memory of a CTA");
+  static_assert(kBytes <= kLimit, "shared memory of a CTA");
 };
 
 __device__ __forceinline__ uint32_t Swz(int row, int chunk, int row_bytes) {
