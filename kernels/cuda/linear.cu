@@ -161,7 +161,7 @@ absl::Status GroupedLinearBf16(const LinearGroupBf16* groups, int64_t n, int64_t
   for (int64_t g = 0; g < n && st.ok(); ++g) {
     const LinearGroupBf16& p = groups[g];
     if (p.rows == 0) continue;
-    st = LinearOn(G.handles[next], G.streams[next], p.x, p.rows, in, p.w, out, p.y);
+    st.Update(LinearOn(G.handles[next], G.streams[next], p.x, p.rows, in, p.w, out, p.y));
     next = (next + 1) % used;
   }
   // Join even after an error, so `stream` never runs ahead of work already queued.

@@ -548,7 +548,9 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
     cudaGetLastError();
     return false;
   }
-  return FormCached(device, heads, static_cast<int>(latent + rope)) >= 0;
+  const int form = FormCached(device, heads, static_cast<int>(latent + rope));
+  // The small form's grid y counts 32-head groups.
+  return form > 0 || (form == 0 && heads <= int64_t{65535} * 32);
 }
 
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,

@@ -33,7 +33,7 @@ inline constexpr int64_t kMlaTcSmemBytes = 232448;  // 227 KiB, the sm_90 opt-in
 // True when the tensor-core path takes these arguments on the current device; MlaDecodeAttention
 // runs the per-head kernel otherwise (same contract, ops.h). All of:
 //   shape: latent 512, rope 0 or 64, cache.width == latent + rope, and the grid's limits:
-//     rows * kMlaTcCluster <= INT32_MAX, heads <= 65535 * 64;
+//     rows * kMlaTcCluster <= INT32_MAX, heads <= 65535 * 64 (65535 * 32 for the small form);
 //   alignment, for its 16-byte cp.async loads and 16-byte stores: q_abs, q_pe (when rope > 0),
 //     out and cache.arena 16-byte aligned, cache.page_stride a multiple of 8 values (with rows of
 //     512 or 576 values every cached row then starts 16-byte aligned). sel, sel_offsets and the
