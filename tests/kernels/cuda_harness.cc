@@ -59,6 +59,7 @@ std::vector<Case> AllCases() {
   }
   AddDenseCases(&cases);
   AddAttentionCases(&cases);
+  AddIndexerCases(&cases);
   AddSelectCases(&cases);
   AddModelCases(&cases);
   AddNextCases(&cases);

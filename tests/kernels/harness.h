@@ -135,6 +135,7 @@ inline double RelErr(const std::vector<float>& got, const std::vector<float>& wa
 // The case groups, one file each.
 void AddDenseCases(std::vector<Case>* cases);      // harness_dense.cc
 void AddAttentionCases(std::vector<Case>* cases);  // harness_attention.cc
+void AddIndexerCases(std::vector<Case>* cases);    // harness_indexer.cc
 void AddSelectCases(std::vector<Case>* cases);     // harness_select.cc
 void AddModelCases(std::vector<Case>* cases);      // harness_model.cc
 void AddNextCases(std::vector<Case>* cases);       // harness_next.cc

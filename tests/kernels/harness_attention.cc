@@ -1,15 +1,13 @@
-// ferry-kernel-check cases for the paged attention-side ops: MlaDecodeAttention against
-// cpu::MlaAttendRow, IndexerScores against cpu::IndexerScoresRow. Each case builds conversations
-// whose rows are scattered over a shuffled page arena (unused table entries are -1, so a read past
-// a conversation's pages would show), gathers each conversation's rows back into a contiguous
-// cache on the host, and runs the CPU twin on that.
+// ferry-kernel-check cases for MlaDecodeAttention against cpu::MlaAttendRow, and its host-side
+// checks. Each case builds conversations whose rows are scattered over a shuffled page arena
+// (PagedConversations, harness_paged.h: unused table entries are -1, so a read past a
+// conversation's pages would show), gathers each conversation's rows back into a contiguous cache
+// on the host, and runs the CPU twin on that. (IndexerScores: harness_indexer.cc.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -17,91 +15,21 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/mla_decode_tc.h"
 #include "model/cuda/act_ops.h"
 #include "tests/kernels/harness.h"
+#include "tests/kernels/harness_paged.h"
 
 namespace ferry::harness {
 namespace {
 
 namespace cpu = kernels::cpu;
 
-// Conversations of the given lengths over a shuffled arena of pages (plus a few spare pages),
-// `width` bf16 values a row. Each page is [lead | page_rows rows | tail] with lead + tail = gap
-// values of other data (as when a page holds every layer's rows): the cache view starts at
-// arena + lead with page_stride = page_rows * width + gap.
-struct PagedConversations {
-  int64_t page_rows = 0, width = 0, n_pages = 0, table_stride = 0, lead = 0, page_stride = 0;
-  std::vector<uint16_t> arena_bits;
-  std::vector<float> arena;
-  std::vector<std::vector<int32_t>> tables;  // per conversation, table_stride entries (-1 unused)
-
-  PagedConversations(std::mt19937& rng, const std::vector<int64_t>& lengths, int64_t p, int64_t w, int64_t gap)
-      : page_rows(p), width(w), lead(8 * (gap / 16)), page_stride(p * w + gap) {
-    for (int64_t len : lengths) {
-      const int64_t pages = (len + p - 1) / p;
-      n_pages += pages;
-      table_stride = std::max(table_stride, pages + 1);  // one spare entry, left at -1
-    }
-    n_pages += 3;
-    RandomBf16(n_pages * page_stride, 1.0f, 0.0f, rng, &arena_bits, &arena);
-    std::vector<int32_t> ids(n_pages);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    size_t next = 0;
-    for (int64_t len : lengths) {
-      std::vector<int32_t> t(table_stride, -1);
-      for (int64_t i = 0; i < (len + p - 1) / p; ++i) t[i] = ids[next++];
-      tables.push_back(t);
-    }
-  }
-  // Row t of conversation c as floats (REQUIRES its page is mapped).
-  const float* Row(int64_t c, int64_t t) const {
-    return arena.data() + lead + tables[c][t / page_rows] * page_stride + (t % page_rows) * width;
-  }
-  // Rows 0..len-1 of conversation c, contiguous.
-  std::vector<float> Gather(int64_t c, int64_t len) const {
-    std::vector<float> out(len * width);
-    for (int64_t t = 0; t < len; ++t) std::memcpy(&out[t * width], Row(c, t), width * sizeof(float));
-    return out;
-  }
-  // The device view; `arena_dev` holds arena_bits, `table_dev` the query rows' tables.
-  cu::PagedCacheBf16 View(const uint16_t* arena_dev, const int32_t* table_dev) const {
-    cu::PagedCacheBf16 v;
-    v.arena = arena_dev + lead;
-    v.n_pages = n_pages;
-    v.page_rows = page_rows;
-    v.page_stride = page_stride;
-    v.width = width;
-    v.page_table = table_dev;
-    v.table_stride = table_stride;
-    return v;
-  }
-  // The same geometry over a float32 copy of the arena (the verification precision's kernels).
-  cu::PagedCacheF32 ViewF32(const float* arena_dev, const int32_t* table_dev) const {
-    const cu::PagedCacheBf16 b = View(nullptr, table_dev);
-    return cu::PagedCacheF32{arena_dev + lead, b.n_pages, b.page_rows, b.page_stride, b.width, b.page_table,
-                             b.table_stride};
-  }
-};
-
-// The ascending selection of n of [0, len): all of them when n >= len.
-std::vector<int32_t> Select(std::mt19937& rng, int64_t len, int64_t n) {
-  std::vector<int32_t> all(len);
-  std::iota(all.begin(), all.end(), 0);
-  if (n < len) {
-    std::shuffle(all.begin(), all.end(), rng);
-    all.resize(n);
-    std::sort(all.begin(), all.end());
-  }
-  return all;
-}
-
-// Whether the current device can run MlaDecodeAttention's tensor-core path: compute capability
-// >= 9.0 with kMlaTcSmemBytes of opt-in shared memory a block (mla_decode_tc.h; an sm_120/121
-// part has 99 KiB and runs the per-head kernel).
+// Whether the current device can run MlaDecodeAttention's tensor-core path in its standard form:
+// compute capability >= 9.0 with kMlaTcSmemBytes of opt-in shared memory a block
+// (mla_decode_tc.h; an sm_120/121 part has 99 KiB and runs the small form, which these cases
+// check on an H200 with FERRY_MLA_TC_SMALL=1, scripts/gpu-check-golden.sh).
 bool TcDevice() {
   int device = 0, major = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
@@ -305,142 +233,6 @@ Result MlaInvarianceCase(std::mt19937& rng, int64_t heads, int64_t rope) {
   return r;
 }
 
-struct IndexerShape {
-  int64_t heads, dim, page_rows, gap, score_stride;
-  std::vector<int64_t> n_keys;  // per row (each row its own conversation); > stride: invalid
-  int64_t bad_page_row;         // this row's second page is unmapped (-1): those keys score NaN
-};
-
-Result IndexerCase(std::mt19937& rng, const IndexerShape& s, bool f32 = false) {
-  Result r;
-  r.tolerance = 1e-4;  // float32 sums in another order (both precisions: the inputs are bf16-exact)
-  const int64_t R = s.n_keys.size(), H = s.heads, D = s.dim, stride = s.score_stride;
-  std::vector<int64_t> lengths;
-  for (int64_t n : s.n_keys) lengths.push_back(std::min(n, stride));
-  PagedConversations pc(rng, lengths, s.page_rows, D, s.gap);
-  std::vector<uint16_t> qb;
-  std::vector<float> qf;
-  RandomBf16(R * H * D, 1.0f, 0.0f, rng, &qb, &qf);
-  const std::vector<float> w = RandomF32(R * H, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f, rng);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  std::vector<int32_t> table, n_keys;
-  std::vector<float> want_valid, got_valid;
-  std::vector<char> expect_poison(R * stride, 0);
-  std::vector<float> want(R * stride, NAN);
-  for (int64_t t = 0; t < R; ++t) {
-    std::vector<int32_t> row_table = pc.tables[t];
-    n_keys.push_back(static_cast<int32_t>(s.n_keys[t]));
-    if (s.n_keys[t] > stride) {
-      table.insert(table.end(), row_table.begin(), row_table.end());
-      continue;  // invalid: the whole row NaN
-    }
-    const int64_t n = s.n_keys[t];
-    std::vector<float> keys = pc.Gather(t, n);
-    cpu::IndexerScoresRow(qf.data() + t * H * D, w.data() + t * H, H, D, keys.data(), D, n, scale,
-                          want.data() + t * stride);
-    if (t == s.bad_page_row && n > s.page_rows) {
-      row_table[1] = -1;
-      for (int64_t k = s.page_rows; k < std::min(n, 2 * s.page_rows); ++k) want[t * stride + k] = NAN;
-    }
-    for (int64_t k = n; k < stride; ++k) expect_poison[t * stride + k] = 1;
-    table.insert(table.end(), row_table.begin(), row_table.end());
-  }
-  Device dev(&r.error);
-  int32_t* dtable = dev.Upload(table);
-  float* dw = dev.Upload(w);
-  int32_t* dn = dev.Upload(n_keys);
-  float* scores = dev.Poisoned<float>(R * stride);
-  if (f32) {
-    const cu::PagedCacheF32 cache = pc.ViewF32(dev.Upload(pc.arena), dtable);
-    float* q = dev.Upload(qf);
-    if (!r.error.empty()) return r;
-    HARNESS_CHECK_OK(cu::IndexerScoresF32(q, dw, R, H, D, cache, dn, scale, scores, stride));
-  } else {
-    const cu::PagedCacheBf16 cache = pc.View(dev.Upload(pc.arena_bits), dtable);
-    uint16_t* q = dev.Upload(qb);
-    if (!r.error.empty()) return r;
-    HARNESS_CHECK_OK(cu::IndexerScores(q, dw, R, H, D, cache, dn, scale, scores, stride));
-  }
-  HARNESS_CHECK_OK(cu::Synchronize());
-  const std::vector<float> got = dev.Download(scores, R * stride);
-  if (!r.error.empty()) return r;
-  std::vector<float> g2, w2;
-  for (int64_t i = 0; i < R * stride; ++i) {
-    if (expect_poison[i]) {
-      uint32_t bits;
-      std::memcpy(&bits, &got[i], 4);
-      r.mismatched += bits != 0xffffffffu;  // entries past n_keys stay as they were
-    } else {
-      g2.push_back(got[i]);
-      w2.push_back(want[i]);
-    }
-  }
-  r.rel_err = RelErr(g2, w2, &r.unwritten);
-  return r;
-}
-
-// Batch invariance of IndexerScores at the model shape (32 heads x 128, 64-row pages): each of
-// 8 ragged rows (one empty) scored alone, and rows 2..4 as their own launch, must equal the batch
-// bitwise; the batch is also checked against the CPU twin.
-Result IndexerInvarianceCase(std::mt19937& rng, int64_t heads) {
-  Result r;
-  r.tolerance = 1e-4;
-  const std::vector<int64_t> lengths = {4096, 3001, 0, 64, 65, 2500, 1, 4000};
-  const int64_t R = lengths.size(), H = heads, D = 128, stride = 4096;
-  PagedConversations pc(rng, lengths, 64, D, 0);
-  std::vector<uint16_t> qb;
-  std::vector<float> qf;
-  RandomBf16(R * H * D, 1.0f, 0.0f, rng, &qb, &qf);
-  const std::vector<float> w = RandomF32(R * H, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f, rng);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  std::vector<int32_t> table, n_keys;
-  std::vector<float> want, got_valid;
-  for (int64_t t = 0; t < R; ++t) {
-    table.insert(table.end(), pc.tables[t].begin(), pc.tables[t].end());
-    n_keys.push_back(static_cast<int32_t>(lengths[t]));
-    std::vector<float> row(lengths[t]);
-    const std::vector<float> keys = pc.Gather(t, lengths[t]);
-    cpu::IndexerScoresRow(qf.data() + t * H * D, w.data() + t * H, H, D, keys.data(), D, lengths[t], scale,
-                          row.data());
-    want.insert(want.end(), row.begin(), row.end());
-  }
-  Device dev(&r.error);
-  uint16_t* arena = dev.Upload(pc.arena_bits);
-  int32_t* dtable = dev.Upload(table);
-  uint16_t* q = dev.Upload(qb);
-  float* dw = dev.Upload(w);
-  int32_t* dn = dev.Upload(n_keys);
-  float* batch = dev.Poisoned<float>(R * stride);
-  float* part = dev.Poisoned<float>(R * stride);
-  if (!r.error.empty()) return r;
-  auto run = [&](int64_t first, int64_t n, float* out) {
-    return cu::IndexerScores(q + first * H * D, dw + first * H, n, H, D,
-                             pc.View(arena, dtable + first * pc.table_stride), dn + first, scale,
-                             out + first * stride, stride);
-  };
-  HARNESS_CHECK_OK(run(0, R, batch));
-  HARNESS_CHECK_OK(cu::Synchronize());
-  const std::vector<float> got = dev.Download(batch, R * stride);
-  for (int64_t t = 0; t < R; ++t) HARNESS_CHECK_OK(run(t, 1, part));
-  HARNESS_CHECK_OK(cu::Synchronize());
-  std::vector<float> alone = dev.Download(part, R * stride);
-  long differ = 0;
-  // Bitwise over whole rows: entries past n_keys are the poison on both sides.
-  for (int64_t i = 0; i < R * stride; ++i) differ += std::memcmp(&alone[i], &got[i], 4) != 0;
-  HARNESS_CHECK_OK(run(2, 3, part));
-  HARNESS_CHECK_OK(cu::Synchronize());
-  alone = dev.Download(part, R * stride);
-  for (int64_t i = 2 * stride; i < 5 * stride; ++i) differ += std::memcmp(&alone[i], &got[i], 4) != 0;
-  if (!r.error.empty()) return r;
-  for (int64_t t = 0; t < R; ++t) {
-    got_valid.insert(got_valid.end(), got.begin() + t * stride, got.begin() + t * stride + lengths[t]);
-  }
-  r.mismatched = differ;
-  r.rel_err = RelErr(got_valid, want, &r.unwritten);
-  r.note = absl::StrCat(differ, " scores differ between a row alone and in the batch");
-  return r;
-}
-
 // `rows` query rows over `convs` conversations in turn (row t: conversation t % convs).
 std::vector<int64_t> ManyRows(int64_t rows, int64_t convs) {
   std::vector<int64_t> v(rows);
@@ -545,11 +337,11 @@ void AddAttentionCases(std::vector<Case>* cases) {
       // Selections past 4096 tokens: a CTA of the path owns more than 16 tiles, so it looks up
       // its row addresses in several rounds (mla_decode_tc.cu, kTabTiles).
       {64, 512, 64, 64, 0, {9000, 5000}, {0, 1, 0, 1}, 9000, true},
-      // More items (rows x 8) than an H200 has SMs (132), so the workspace runs the persistent
-      // form: its CTAs take one or two items, some of two rows (q reloaded); rope 64 and 0. Then
-      // the same rows through a 17-row workspace (pairs of 17 and 7 rows: 136 items, the
-      // persistent form, then 56 in the same form), 128 heads (two groups a row), and 200 short
-      // rows (1600 items: past 12 an SM, pairs of 198 and 2 rows).
+      // More items (rows x 8) than an H200 has SMs (132), so the persistent form's CTAs (every
+      // case with a workspace runs it) take one or two items, some of two rows (q reloaded); rope
+      // 64 and 0. Then the same rows through a 17-row workspace (pairs of 17 and 7 rows), 128
+      // heads (two groups a row), and 200 short rows (1600 items: past 12 an SM, pairs of 198 and
+      // 2 rows).
       {64, 512, 64, 64, 0, {3000, 2100, 70, 5000, 2048, 1, 9000, 640},
        {0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0, 0, 2, 4, 6, 1, 3, 5, 7}, 2048, true},
       {64, 512, 0, 64, 0, {3000, 2100, 70, 5000, 2048, 1, 9000, 640},
@@ -568,38 +360,6 @@ void AddAttentionCases(std::vector<Case>* cases) {
       cases->push_back({absl::StrCat("mla_decode batch invariance heads=", heads, " rope=", rope),
                         [=](std::mt19937& rng) { return MlaInvarianceCase(rng, heads, rope); }});
     }
-  }
-  const std::vector<IndexerShape> idx = {
-      // GLM-5.x indexer: 32 heads x 128, a full 128K-token context and a short one.
-      {32, 128, 64, 0, 131072, {131072, 4097}, -1},
-      // Empty, one key, an unmapped page, and an invalid n_keys (> stride); pages shared with
-      // other layers' rows.
-      {32, 128, 16, 1000, 2048, {0, 1, 300, 2048, 2049}, 2},
-      {64, 64, 128, 0, 1024, {1000, 999, 3}, -1},
-      {5, 17, 2, 3, 40, {9, 31}, 1},
-      // The tensor-core path at the model shape (32 heads x 128, 64-row pages shuffled over the
-      // arena): 4K and 32K contexts, ragged rows (tile and block edges: 64, 65, 255, 257), an empty
-      // row, an unmapped page (row 3 / row 0), an invalid n_keys.
-      {32, 128, 64, 0, 32768, {32768, 4096, 0, 30001, 4097, 255, 32769}, 3},
-      {32, 128, 64, 0, 4096, {4096, 4000, 0, 1, 64, 65, 257, 256}, 0},
-      // Longer rows ending inside a 256-key CTA chunk and inside a 64-key tile.
-      {32, 128, 64, 0, 70000, {70000, 65537, 8193}, 0},
-      // The other head counts it takes (16, 48, 64), pages with a gap between them.
-      {16, 128, 64, 1000, 4096, {4096, 1000, 0}, 1},
-      {48, 128, 64, 0, 4096, {3000, 4096, 17}, 0},
-      {64, 128, 32, 1000, 4096, {4096, 129, 0, 2000}, 3},
-  };
-  for (const IndexerShape& s : idx) {
-    cases->push_back({absl::StrCat("indexer_scores heads=", s.heads, " dim=", s.dim, " page=", s.page_rows,
-                                   s.gap > 0 ? "+gap" : "", " n_keys=", absl::StrJoin(s.n_keys, ",")),
-                      [=](std::mt19937& rng) { return IndexerCase(rng, s); }});
-    cases->push_back({absl::StrCat("indexer_scores_f32 heads=", s.heads, " dim=", s.dim, " page=", s.page_rows,
-                                   " n_keys=", absl::StrJoin(s.n_keys, ",")),
-                      [=](std::mt19937& rng) { return IndexerCase(rng, s, true); }});
-  }
-  for (int64_t heads : {32, 64}) {
-    cases->push_back({absl::StrCat("indexer_scores batch invariance heads=", heads, " dim=128"),
-                      [=](std::mt19937& rng) { return IndexerInvarianceCase(rng, heads); }});
   }
 }
 
