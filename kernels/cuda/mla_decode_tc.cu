@@ -7,9 +7,9 @@
 // each cached row is read from memory once for all heads. The small form (kSmall, for the 99 KiB
 // of shared memory a block of sm_120 / sm_121, a GB10) keeps q in registers instead (each warp
 // the A fragments of its head tile and k-slice, loaded once through the last stage), always in
-// 32-head groups, with two stages; otherwise the same tile, split, merge and bits as HT = 32. The row addresses of a CTA's tiles are
-// looked up once, up front (kTab), and each tile's arrival is an mbarrier, so no warp waits on a
-// lookup or on another warp's copies. A tile, with two CTA barriers:
+// 32-head groups, with two stages; otherwise the same tile, split, merge and bits as HT = 32.
+// The row addresses of a CTA's tiles are looked up once, up front (kTab), and each tile's arrival
+// is an mbarrier, so no warp waits on a lookup or on another warp's copies. A tile, with two CTA barriers:
 //   S = Q K^T   [HT x 32]: warp (head tile of MH, k-slice) with mma.sync m16n8k16 bf16, float32
 //                accumulate, Q and K from swizzled shared memory by ldmatrix; every warp stores
 //                its partial to shared memory;
@@ -468,6 +468,8 @@ bool Available(int device) {
   return clusters > 0;
 }
 
+int HeadTile(int64_t heads) { return heads <= 32 ? 32 : 64; }
+
 // FERRY_MLA_TC_SMALL=1 in the environment (read once): the small form for every head count
 // wherever it can run, and no wgmma form (to check and time it on a device that has the
 // shared memory for the others).
@@ -485,7 +487,7 @@ bool ForceSmall() {
 int FormCached(int device, int64_t heads, int w) {
   static std::mutex mu;
   static auto* known = new std::map<std::tuple<int, int, int>, int>();
-  const int ht = heads <= 32 ? 32 : 64;
+  const int ht = HeadTile(heads);
   std::lock_guard<std::mutex> lock(mu);
   const auto key = std::make_tuple(device, ht, w);
   if (auto it = known->find(key); it != known->end()) return it->second;
@@ -504,8 +506,6 @@ int FormCached(int device, int64_t heads, int w) {
   (*known)[key] = form;
   return form;
 }
-
-int HeadTile(int64_t heads) { return heads <= 32 ? 32 : 64; }
 
 template <int HT, int W, bool kSmall = false>
 absl::Status Launch(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, const PagedView& cache,
