@@ -19,7 +19,7 @@
 // Shared memory: q 72 KiB, two 72 KiB stages (rope 64; 64 KiB each at rope 0), P 8 KiB, a 4-tile
 // table of row offsets, the maxima; the merge reuses q, stage 0 and P's space.
 // The same items also run as a persistent wave with the merge through a workspace
-// (mla_decode_wg_persistent.cu); a tile is WgTile (mla_decode_wg_tile.cuh) in both.
+// (mla_decode_wg_persistent.cu), whose warpgroups split a tile by role with WgTile's arithmetic.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreadsW, 1)
   // Tile it (of this CTA) into stage it % 2 (CopyTileW), then an arrival on the stage's mbarrier.
   auto copy_tile = [&](int it) {
     const int s = it & 1;
-    CopyTileW<W, false>(sbase + L::kKv + s * L::kStage, tab + (it % kTabTilesW) * kTileW, cache.arena, q_abs, 0);
+    CopyTileW<W>(sbase + L::kKv + s * L::kStage, tab + (it % kTabTilesW) * kTileW, cache.arena, q_abs);
     ptx::CpAsyncMbarArrive(full0 + 8 * s);
   };
   if (my_tiles > 0) {

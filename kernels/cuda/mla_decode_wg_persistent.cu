@@ -3,10 +3,16 @@
 // rank c: tiles c, c + K, ... of the row, online softmax over them), but a wave of at most one
 // CTA an SM, each walking a contiguous range of items: a producer warpgroup looks up and copies
 // the tiles' rows into two stages, running across item boundaries, while two consumer
-// warpgroups compute them (WgTile) and store each item's bf16 partial to a workspace; a second
-// kernel folds each row's partials in rank order (MlaDecodeWgFoldKernel). Each item's partial is
-// computed by WgTile exactly as the cluster form computes it, and the fold's arithmetic is the
-// cluster merge's, so the two forms give the same bits.
+// warpgroups compute them and store each item's bf16 partial to a workspace; a second kernel
+// folds each row's partials in rank order (MlaDecodeWgFoldKernel).
+//
+// The consumers split a tile by role, not by tokens as WgTile does: warpgroup 0 computes S over
+// all 64 tokens (m64n64: q and K read once, at the tensor rate), the softmax and O's first 256
+// columns with P from its registers, while warpgroup 1 computes O's last 256 columns from P in
+// shared memory, its products overlapping warpgroup 0's next S. The arithmetic is WgTile's, value
+// for value (the same S, maxima, bf16 P, sums of tokens [0, 32) and [32, 64) apart, rescale, then
+// the products in the same k order), and the fold's is the cluster merge's, so the two forms give
+// the same bits (the harness and the bench compare them).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -28,8 +34,9 @@ namespace {
 constexpr int kMaxItemsP = 12;    // items a CTA (shared-memory table)
 constexpr int kProducerThreads = 128;                      // warpgroup 2: lookups and copies
 constexpr int kThreadsP = kThreadsW + kProducerThreads;    // a CTA: two consumer warpgroups, the producer
-// setmaxnreg budgets: 128 x 72 + 256 x 208 <= 65536 (ptxas: no spills; used by sm_90a code only).
-[[maybe_unused]] constexpr int kProducerRegs = 72, kConsumerRegs = 208;
+// setmaxnreg budgets: 128 x (72 + 232 + 160) <= 65536 (used by sm_90a code only).
+[[maybe_unused]] constexpr int kProducerRegs = 72, kScoreRegs = 232, kOutRegs = 160;
+[[maybe_unused]] constexpr int kReady = 1, kFree = 2;  // named barriers between the consumers
 constexpr int kFoldScalars = (4 * kK + 1) * kHk + kK;      // floats of FoldSlice's scalars
 constexpr int kMlP = 256;         // floats of an item's scalars: m [64], l [2][64], the bad flag
 constexpr int64_t kItemOP = int64_t{kHeadsW} * kLatentW;  // bf16 of an item's partial
@@ -40,6 +47,14 @@ static_assert(kMlaWgRowGroupBytes == kK * (kItemOP * 2 + kMlP * 4), "workspace o
 // and that + 8, latent columns 256 wg + 8 jj + 2 (t % 4) and + 1): an item's partial is stored in
 // this layout, bf16 [2][16][128][8], one 16-byte store a thread and column-group pair.
 __host__ __device__ constexpr int PartialAt(int wg, int jp, int t) { return ((wg * 16 + jp) * 128 + t) * 8; }
+
+// Named barrier `id` of the two consumer warpgroups: BarSync waits for it, BarArrive only arrives.
+[[maybe_unused]] __device__ __forceinline__ void BarSync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreadsW) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void BarArrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreadsW) : "memory");
+}
 
 struct ItemP {
   int row;    // in the launch's rows
@@ -73,11 +88,14 @@ struct SmemP {
 // (as the cluster form's CTA c owns them), from the `parts` partials of its items with tiles
 // (ws_o / ws_ml from the group's rank-0 item on), with the cluster merge's arithmetic
 // (MlaMergeWeights, then per value acc += w_c' * partial_c' in rank order, MlaMergeOut), into
-// out_group (the row's first head of the group). Thread k takes column groups 2 jp and 2 jp + 1,
-// jp = k % 16, of warpgroup half h = (k / 16) % 2, for heads 16 v + c and 16 v + c + 8, v = k /
-// 32: in PartialAt's layout the 64 bytes of threads 32 v + 4 c + 0..3. `broken` (end < begin) or
-// an item's bad flag makes the slice NaN; n == 0 makes it zero. `scalars`: shared memory for m,
-// sums, weights and flags. Every load of the workspace goes out in one round.
+// out_group (the row's first head of the group). In PartialAt's layout the slice is, for each
+// warpgroup half h and column-group pair jp, the 16-byte chunks of consumer threads 32 v + 4 c + u
+// (v, u < 4): heads 16 v + c and + 8, columns 256 h + 8 (2 jp + jq) + 2 u and + 1 (jq < 2).
+// Thread k takes u = k % 4, v = (k / 4) % 4 and the pairs (h, jp) = P / 16, P % 16 for P = k / 16
+// + 8 i, i < 4: a warp's load then reads 64 whole bytes (two sectors) at each of eight places.
+// `broken` (end < begin) or an item's bad flag makes the slice NaN; n == 0 makes it zero.
+// `scalars`: shared memory for m, sums, weights and flags. Every load of the workspace goes out
+// in one round.
 __device__ __forceinline__ void FoldSlice(float* scalars, const __nv_bfloat16* ws_o, const float* ws_ml,
                                           int c, int parts, int n, bool broken, __nv_bfloat16* out_group,
                                           int hcount) {
@@ -88,14 +106,18 @@ __device__ __forceinline__ void FoldSlice(float* scalars, const __nv_bfloat16* w
   float* inv = wgt + kHk * kK;              // [kHk]
   float* flag_s = inv + kHk;                // [K]: item c's bad flag
   const int t = threadIdx.x;
-  const int jp = t & 15, h = (t >> 4) & 1, v = t >> 5;
-  const __nv_bfloat16* src = ws_o + PartialAt(h, jp, 32 * v + 4 * c);
+  const int u = t & 3, v = (t >> 2) & 3, p0 = t >> 4;
+  const __nv_bfloat16* src = ws_o + PartialAt(0, 0, 32 * v + 4 * c + u);  // plus PartialAt(h, jp, 0) of pair P
   uint4 part[kK][4];
 #pragma unroll
   for (int cc = 0; cc < kK; ++cc) {
     if (cc < parts) {
 #pragma unroll
-      for (int u = 0; u < 4; ++u) part[cc][u] = __ldcg(reinterpret_cast<const uint4*>(src + cc * kItemOP + 8 * u));
+      for (int i = 0; i < 4; ++i) {
+        const int pair = p0 + 8 * i;
+        part[cc][i] =
+            __ldcg(reinterpret_cast<const uint4*>(src + cc * kItemOP + PartialAt(pair >> 4, pair & 15, 0)));
+      }
     }
   }
   if (t < kK * kHk) {  // items past `parts` had no tiles: max -inf, sums 0
@@ -116,27 +138,27 @@ __device__ __forceinline__ void FoldSlice(float* scalars, const __nv_bfloat16* w
   for (int cc = 0; cc < kK; ++cc) bad = bad || flag_s[cc] != 0.0f;
   __syncthreads();
   const int hh0 = 2 * v, hh1 = 2 * v + 1;  // heads 16 v + c = hh0 * K + c and + 8
-  float acc0[2][8], acc1[2][8];             // heads hh0 / hh1: [column group 2 jp + jq][column]
+  float acc0[4][4], acc1[4][4];             // heads hh0 / hh1: [pair i][2 jq + column 2 u / 2 u + 1]
 #pragma unroll
-  for (int jq = 0; jq < 2; ++jq) {
+  for (int i = 0; i < 4; ++i) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc0[jq][e] = acc1[jq][e] = 0.0f;
+    for (int e = 0; e < 4; ++e) acc0[i][e] = acc1[i][e] = 0.0f;
   }
 #pragma unroll
   for (int cc = 0; cc < kK; ++cc) {
     if (cc >= parts) break;
     const float w0 = wgt[hh0 * kK + cc], w1 = wgt[hh1 * kK + cc];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {  // thread 32 v + 4 c + u: columns 2 u, 2 u + 1 of each group
-      const uint32_t w32[4] = {part[cc][u].x, part[cc][u].y, part[cc][u].z, part[cc][u].w};
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t w32[4] = {part[cc][i].x, part[cc][i].y, part[cc][i].z, part[cc][i].w};
 #pragma unroll
       for (int jq = 0; jq < 2; ++jq) {
         const float2 f0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w32[2 * jq]));
         const float2 f1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w32[2 * jq + 1]));
-        acc0[jq][2 * u] += w0 * f0.x;
-        acc0[jq][2 * u + 1] += w0 * f0.y;
-        acc1[jq][2 * u] += w1 * f1.x;
-        acc1[jq][2 * u + 1] += w1 * f1.y;
+        acc0[i][2 * jq] += w0 * f0.x;
+        acc0[i][2 * jq + 1] += w0 * f0.y;
+        acc1[i][2 * jq] += w1 * f1.x;
+        acc1[i][2 * jq + 1] += w1 * f1.y;
       }
     }
   }
@@ -145,15 +167,18 @@ __device__ __forceinline__ void FoldSlice(float* scalars, const __nv_bfloat16* w
     const int hh = hx == 0 ? hh0 : hh1, head = hh * kK + c;
     if (head >= hcount) continue;
 #pragma unroll
-    for (int jq = 0; jq < 2; ++jq) {
-      __align__(16) __nv_bfloat16 val[8];
+    for (int i = 0; i < 4; ++i) {
+      const int pair = p0 + 8 * i, h = pair >> 4, jp = pair & 15;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) val[e] = MlaMergeOut(hx == 0 ? acc0[jq][e] : acc1[jq][e], inv[hh], bad, n);
-      *reinterpret_cast<uint4*>(out_group + head * kLatentW + 256 * h + 8 * (2 * jp + jq)) =
-          *reinterpret_cast<const uint4*>(val);
+      for (int jq = 0; jq < 2; ++jq) {
+        const float* a = hx == 0 ? acc0[i] : acc1[i];
+        const __nv_bfloat162 val = __halves2bfloat162(MlaMergeOut(a[2 * jq], inv[hh], bad, n),
+                                                       MlaMergeOut(a[2 * jq + 1], inv[hh], bad, n));
+        *reinterpret_cast<__nv_bfloat162*>(out_group + head * kLatentW + 256 * h + 8 * (2 * jp + jq) + 2 * u) = val;
+      }
     }
   }
-  }
+}
 
 // The fold: one CTA of 128 threads a slice (item index s: heads slice s % K of row-group s / K,
 // as the cluster form's CTA s % K owns them), FoldSlice over the items' partials. Launched after
@@ -175,13 +200,32 @@ __global__ void __launch_bounds__(128)
             n, end < begin, out + (r * heads + y * kHeadsW) * kLatentW, min(kHeadsW, heads - y * kHeadsW));
 }
 
+// An item's partial, this thread's part of it: o (a warpgroup's accumulators) as bf16 at dst (its
+// PartialAt(wg, 0, t) in the item's partial: each warp's stores one contiguous 512 bytes), kept
+// in L2 for the fold; then o = 0 for the next item.
+[[maybe_unused]] __device__ __forceinline__ void StoreItemO(float (&o)[128], __nv_bfloat16* dst) {
+  const uint64_t keep = ptx::EvictLastPolicy();
+#pragma unroll
+  for (int jp = 0; jp < 16; ++jp) {
+    uint4 val;
+    val.x = PackBf16W(o[8 * jp], o[8 * jp + 1]);
+    val.y = PackBf16W(o[8 * jp + 2], o[8 * jp + 3]);
+    val.z = PackBf16W(o[8 * jp + 4], o[8 * jp + 5]);
+    val.w = PackBf16W(o[8 * jp + 6], o[8 * jp + 7]);
+    ptx::St16Hint(dst + PartialAt(0, jp, 0), val, keep);
+  }
+#pragma unroll
+  for (int k = 0; k < 128; ++k) o[k] = 0.0f;
+}
+
 // grid: min(items, SMs) CTAs of kThreadsP threads, CTA b taking items [b * items / grid, (b + 1) *
 // items / grid) of the launch's rows x groups x K (item i: rank i % K, group (i / K) % groups,
 // row i / (K * groups)); row0 is the launch's first row of q, sel_offsets, the page table and
-// out. Warpgroups 0 and 1 compute (WgTile), warpgroup 2 looks up the rows of each tile and copies
-// them into the stage the consumers released (full / empty mbarriers a stage). Writes item i's
-// partial to ws_o [i][kItemOP] (bf16, unnormalised, in PartialAt's layout) and ws_ml [i][kMlP] (m,
-// the two warpgroups' sums, the bad flag), for items with tiles only.
+// out. Warpgroups 0 and 1 compute (the file comment's roles), warpgroup 2 looks up the rows of
+// each tile and copies them into the stage the consumers released (full / empty mbarriers a
+// stage). Writes item i's partial to ws_o [i][kItemOP] (bf16, unnormalised, in PartialAt's
+// layout) and ws_ml [i][kMlP] (m, the sums of the two token halves, the bad flag), for items with
+// tiles only.
 template <int W>
 __global__ void __launch_bounds__(kThreadsP, 1)
     MlaDecodeWgPersistentKernel(const __nv_bfloat16* __restrict__ q_abs, const __nv_bfloat16* __restrict__ q_pe,
@@ -223,7 +267,7 @@ __global__ void __launch_bounds__(kThreadsP, 1)
     ptx::MbarInit(full0 + 8, kProducerThreads);
     ptx::MbarInit(empty0, kThreadsW);
     ptx::MbarInit(empty0 + 8, kThreadsW);
-    ptx::MbarInit(qbar, kThreadsW);
+    ptx::MbarInit(qbar, 128);  // warpgroup 0 loads q
     ptx::MbarInitFence();
   }
   __syncthreads();
@@ -259,31 +303,39 @@ __global__ void __launch_bounds__(kThreadsP, 1)
       const int j = (e.rank + (ft - e.first) * kK) * kTileW + my_row;
       return j < e.n ? static_cast<int64_t>(sel[e.begin + j]) : kNoToken;
     };
+    // Whether id addresses a page table entry of the row.
+    auto in_table = [&](int64_t id) { return id >= 0 && (id >> cache.page_shift) < cache.table_stride; };
+    // That row's page table entry (-1 where there is none to read).
+    auto load_page = [&](int ft, int64_t id) -> int {
+      if (ft >= total || id == kNoToken || !in_table(id)) return -1;
+      return cache.page_table[(row0 + item[item_of(ft)].row) * cache.table_stride + (id >> cache.page_shift)];
+    };
     // That row's cached address, or null (zero-filled) past its item's tiles or row and when
     // unaddressable (then the item's bad flag is set, before the arrival on the tile's stage:
     // the consumers see it).
-    auto resolve = [&](int ft, int64_t id) -> const __nv_bfloat16* {
+    auto resolve = [&](int ft, int64_t id, int page) -> const __nv_bfloat16* {
       if (ft >= total || id == kNoToken) return nullptr;
-      const int j = item_of(ft);
-      int page = -1;
-      if (id >= 0 && (id >> cache.page_shift) < cache.table_stride) {
-        page = cache.page_table[(row0 + item[j].row) * cache.table_stride + (id >> cache.page_shift)];
-      }
-      if (id < 0 || page < 0 || page >= cache.n_pages) {
-        item[j].bad = 1;
+      if (!in_table(id) || page < 0 || page >= cache.n_pages) {
+        item[item_of(ft)].bad = 1;
         __threadfence_block();
         return nullptr;
       }
       return cache.arena + page * cache.page_stride + (id & ((1 << cache.page_shift) - 1)) * cache.width;
     };
     const uint64_t once = ptx::EvictFirstPolicy();  // read once: the partials stay in L2 instead
-    // The lookups run a tile ahead of the copies: tile ft + 1's ids and pages while the
-    // consumers compute tile ft - 1.
-    int64_t id_next = load_id(1);
-    const __nv_bfloat16* src = resolve(0, load_id(0));
+    // The lookups run ahead of the copies, each dependent read a tile before its use: with tile
+    // ft's copies go out the reads of tile ft + 3's ids and of tile ft + 2's pages, and tile ft +
+    // 1's addresses are formed.
+    int64_t id1 = load_id(1), id2 = load_id(2);
+    const int64_t id0 = load_id(0);
+    int pg1 = load_page(1, id1);
+    const __nv_bfloat16* src = resolve(0, id0, load_page(0, id0));
 #pragma unroll 1
     for (int ft = 0; ft < total; ++ft) {
       const int s = ft & 1;
+      // Ahead of the copies (which fill the load queue): tile ft + 3's ids, tile ft + 2's pages.
+      const int64_t id3 = load_id(ft + 3);
+      const int pg2 = load_page(ft + 2, id2);
       if (ft >= 2) ptx::MbarWait(empty0 + 8 * s, ((ft >> 1) + 1) & 1);  // the consumers released tile ft - 2
       const uint32_t dst = sbase + L::kKv + s * L::kStage;
 #pragma unroll
@@ -300,38 +352,43 @@ __global__ void __launch_bounds__(kThreadsP, 1)
         }
       }
       ptx::CpAsyncMbarArrive(full0 + 8 * s);
-      const int64_t id_after = load_id(ft + 2);
-      src = resolve(ft + 1, id_next);
-      id_next = id_after;
+      src = resolve(ft + 1, id1, pg1);
+      id1 = id2;
+      pg1 = pg2;
+      id2 = id3;
     }
     ptx::CpAsyncCommit();  // the last copies land before the thread exits
     ptx::CpAsyncWait<0>();
     return;
   }
 
-  wgmma::IncMaxRegs<kConsumerRegs>();
-  float* red = reinterpret_cast<float*>(smem + L::kRed);
+  // The consumers. Warpgroup 0: S = Q K^T over the whole tile, the softmax, O's columns [0, 256)
+  // with P from its registers; warpgroup 1: O's columns [256, 512) with P and the correction
+  // from shared memory, its products overlapping warpgroup 0's next S. Named barriers: kReady
+  // (warpgroup 0 has written the tile's P and correction), kFree (warpgroup 1 is done reading
+  // them: warpgroup 0 may write the next tile's).
   const int wg = tid >> 7, v = (tid >> 5) & 3, lane = tid & 31;
   const int g = lane >> 2, q4 = lane & 3;
-  const int row0h = 16 * v + g;  // this thread's heads in O: row0h and row0h + 8
-  if (total > 0) {
-    // q [64 heads x W] of item j's row and group into the swizzled layout (rows past the heads
-    // zero), then an arrival on qbar once this thread's copies land.
-    auto load_q = [&](int j) {
-      const int h0 = item[j].group * kHeadsW;
-      CopyQW<W>(sbase + L::kQ, q_abs, q_pe, heads, row0 + item[j].row, h0, min(kHeadsW, heads - h0));
-      ptx::CpAsyncMbarArrive(qbar);
-    };
-    int j = item_of(0);
-    load_q(j);
-
+  const int row0h = 16 * v + g;  // this thread's heads in S, P and O: row0h and row0h + 8
+  float* corr_s = reinterpret_cast<float*>(smem + L::kRed);  // [64]: the tile's correction a head
+  if (total == 0) return;
+  int j = item_of(0);
+  if (wg == 0) {
+    wgmma::IncMaxRegs<kScoreRegs>();
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+    // q [64 heads x W] of item jj's row and group into the swizzled layout (rows past the heads
+    // zero), then an arrival on qbar once this thread's copies land.
+    auto load_q = [&](int jj) {
+      const int h0 = item[jj].group * kHeadsW;
+      CopyQW<W>(sbase + L::kQ, q_abs, q_pe, heads, row0 + item[jj].row, h0, min(kHeadsW, heads - h0), tid, 128);
+      ptx::CpAsyncMbarArrive(qbar);
+    };
+    load_q(j);
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // l: [half][head]
     uint32_t q_phase = 0;
     bool q_pending = true;  // a q load went out that the next tile must wait for
-
 #pragma unroll 1
     for (int ft = 0; ft < total; ++ft) {
       while (ft >= item[j].first + item[j].tiles) ++j;
@@ -346,48 +403,168 @@ __global__ void __launch_bounds__(kThreadsP, 1)
       ptx::MbarWait(full0 + 8 * (ft & 1), (ft >> 1) & 1);
       wgmma::ProxyFence();
       const ItemP e = item[j];  // after the wait: the producer's bad flags of this tile are in
-      // After this item's last tile: the next item with tiles, and whether it needs another q.
-      int jn = -1;
-      if (last && ft + 1 < total) {
-        jn = item_of(ft + 1);
-        if (item[jn].row == e.row && item[jn].group == e.group) jn = -1;
-      }
-      // Neither P nor `red` needs a barrier between tiles: a warpgroup writes them for tile ft + 1
-      // only past that tile's first named barrier, which the other passes once done with tile ft.
-      WgTile<W>(sbase + L::kQ, kv, sbase + L::kP, smem + L::kP, red, min(kTileW, e.n - t * kTileW), scale_log2, o,
-                m_run, l_run, [&] {
-                  if (jn >= 0) load_q(jn);
-                });
-      ptx::MbarArrive(empty0 + 8 * (ft & 1));  // this warpgroup's products are complete: the stage is free
-      if (jn >= 0) q_pending = true;
-      if (last) {
-        // The item's partial: bf16 outputs in the accumulators' own layout (PartialAt: each warp's
-        // stores one contiguous 512 bytes), then maxima, sums and the flag.
-        const int64_t i = i_begin + j;
-        __nv_bfloat16* dst = ws_o + i * kItemOP + PartialAt(wg, 0, tid & 127);
+      // S [64 heads x 64 tokens]: 36 (rope 0: 32) k16 steps; the descriptors are built once and a
+      // step adds its byte offset / 16 (shared addresses stay below 2^18: no carry).
+      float sacc[32];
 #pragma unroll
-        for (int jp = 0; jp < 16; ++jp) {
-          uint4 val;
-          val.x = PackBf16W(o[8 * jp], o[8 * jp + 1]);
-          val.y = PackBf16W(o[8 * jp + 2], o[8 * jp + 3]);
-          val.z = PackBf16W(o[8 * jp + 4], o[8 * jp + 5]);
-          val.w = PackBf16W(o[8 * jp + 6], o[8 * jp + 7]);
-          *reinterpret_cast<uint4*>(dst + PartialAt(0, jp, 0)) = val;
+      for (int i = 0; i < 32; ++i) sacc[i] = 0.0f;
+      {
+        const uint64_t qd = wgmma::Desc(sbase + L::kQ, 16, 1024), kd = wgmma::Desc(kv, 16, 1024);
+        wgmma::Fence();
+#pragma unroll
+        for (int k = 0; k < W / 16; ++k) {
+          const uint32_t step = ((k >> 2) * kBlock + (k & 3) * 32) >> 4;
+          wgmma::WgmmaM64N64(sacc, qd + step, kd + step, k > 0 ? 1 : 0);
         }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) wgmma::Pin(sacc[i]);
+      }
+      // q is read: after an item's last tile, the next item's q if it is another row or group.
+      if (last && ft + 1 < total) {
+        const int jn = item_of(ft + 1);
+        if (item[jn].row != e.row || item[jn].group != e.group) {
+          load_q(jn);
+          q_pending = true;
+        }
+      }
+      // The softmax, with WgTile's arithmetic: the maxima over the tile (the running max first),
+      // P rounded to bf16, the sums of tokens [0, 32) and [32, 64) kept apart.
+      const int valid = min(kTileW, e.n - t * kTileW);
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int col = 8 * jj + 2 * q4 + (k & 1);
+          float& x = sacc[4 * jj + k];
+          x = col < valid ? x * scale_log2 : -INFINITY;
+          mx[k >> 1] = fmaxf(mx[k >> 1], x);
+        }
+      }
+      float corr[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m_run[h], mx[h]);
+        corr[h] = exp2f(m_run[h] - mn);
+        m_run[h] = mn;
+      }
+      uint32_t pa[16];  // P as the A fragments of the four k16 steps: pa[4 kk .. 4 kk + 3]
+      float sum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float p0 = exp2f(sacc[4 * jj + 2 * h] - m_run[h]), p1 = exp2f(sacc[4 * jj + 2 * h + 1] - m_run[h]);
+          sum[jj >> 2][h] += p0 + p1;
+          pa[2 * jj + h] = PackBf16W(p0, p1);
+        }
+      }
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          sum[half][h] += __shfl_xor_sync(0xffffffffu, sum[half][h], 1);
+          sum[half][h] += __shfl_xor_sync(0xffffffffu, sum[half][h], 2);
+          l_run[half][h] = l_run[half][h] * corr[h] + sum[half][h];
+        }
+      }
+      // P and the correction to warpgroup 1, once it is done with the previous tile's.
+      if (ft > 0) BarSync(kFree);
+      unsigned char* pbase = smem + L::kP;
+#pragma unroll
+      for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int hr = row0h + 8 * h, tok = 8 * jj + 2 * q4;
+          *reinterpret_cast<uint32_t*>(pbase + hr * 128 + (((tok >> 3) ^ (hr & 7)) << 4) + (tok & 7) * 2) =
+              pa[2 * jj + h];
+        }
+      }
+      if (q4 == 0) {
+        corr_s[row0h] = corr[0];
+        corr_s[row0h + 8] = corr[1];
+      }
+      wgmma::ProxyFence();
+      BarArrive(kReady);
+      // O [:, 0:256) = O * corr + P V.
+#pragma unroll
+      for (int jj = 0; jj < 32; ++jj) {
+        o[4 * jj] *= corr[0];
+        o[4 * jj + 1] *= corr[0];
+        o[4 * jj + 2] *= corr[1];
+        o[4 * jj + 3] *= corr[1];
+      }
+      {
+        const uint64_t vd = wgmma::Desc(kv, kBlock, 1024);
+        wgmma::Fence();
+#pragma unroll
+        for (int kk = 0; kk < kTileW / 16; ++kk) {
+          const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+          wgmma::WgmmaM64N256TRegA(o, a, vd + ((kk * 16 * 128) >> 4));
+        }
+        wgmma::Commit();
+        wgmma::Wait<0>();
+#pragma unroll
+        for (int i = 0; i < 128; ++i) wgmma::Pin(o[i]);
+      }
+      ptx::MbarArrive(empty0 + 8 * (ft & 1));  // this warpgroup's products are complete
+      if (last) {  // the item's partial, then maxima, both halves' sums and the flag
+        const int64_t i = i_begin + j;
+        StoreItemO(o, ws_o + i * kItemOP + PartialAt(0, 0, tid));
         float* ml = ws_ml + i * kMlP;
         if (q4 == 0) {
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const int h = row0h + 8 * hh;
-            if (wg == 0) ml[h] = m_run[hh];
-            ml[64 + 64 * wg + h] = l_run[hh];
+          for (int h = 0; h < 2; ++h) {
+            ml[row0h + 8 * h] = m_run[h];
+            ml[64 + row0h + 8 * h] = l_run[0][h];
+            ml[128 + row0h + 8 * h] = l_run[1][h];
           }
         }
         if (tid == 0) ml[192] = e.bad != 0 ? 1.0f : 0.0f;
-#pragma unroll
-        for (int k = 0; k < 128; ++k) o[k] = 0.0f;
         m_run[0] = m_run[1] = -INFINITY;
-        l_run[0] = l_run[1] = 0.0f;
+        l_run[0][0] = l_run[0][1] = l_run[1][0] = l_run[1][1] = 0.0f;
+      }
+    }
+  } else {
+    wgmma::DecMaxRegs<kOutRegs>();
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+#pragma unroll 1
+    for (int ft = 0; ft < total; ++ft) {
+      while (ft >= item[j].first + item[j].tiles) ++j;
+      const bool last = ft - item[j].first == item[j].tiles - 1;
+      const uint32_t kv = sbase + L::kKv + (ft & 1) * L::kStage;
+      ptx::MbarWait(full0 + 8 * (ft & 1), (ft >> 1) & 1);
+      wgmma::ProxyFence();
+      BarSync(kReady);
+      // O [:, 256:512) = O * corr + P V.
+      const float corr0 = corr_s[row0h], corr1 = corr_s[row0h + 8];
+#pragma unroll
+      for (int jj = 0; jj < 32; ++jj) {
+        o[4 * jj] *= corr0;
+        o[4 * jj + 1] *= corr0;
+        o[4 * jj + 2] *= corr1;
+        o[4 * jj + 3] *= corr1;
+      }
+      const uint64_t pd = wgmma::Desc(sbase + L::kP, 16, 1024), vd = wgmma::Desc(kv + 4 * kBlock, kBlock, 1024);
+      wgmma::Fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileW / 16; ++kk) {
+        wgmma::WgmmaM64N256T(o, pd + ((kk * 32) >> 4), vd + ((kk * 16 * 128) >> 4), 1);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+#pragma unroll
+      for (int i = 0; i < 128; ++i) wgmma::Pin(o[i]);
+      if (ft + 1 < total) BarArrive(kFree);
+      ptx::MbarArrive(empty0 + 8 * (ft & 1));
+      if (last) {
+        StoreItemO(o, ws_o + (i_begin + j) * kItemOP + PartialAt(1, 0, tid - 128));
       }
     }
   }

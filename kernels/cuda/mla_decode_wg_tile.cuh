@@ -1,8 +1,10 @@
 // What the two forms of the sm_90a MLA decode kernel share (mla_decode_wg.cu: the cluster form,
 // whose file comment describes a tile; mla_decode_wg_persistent.cu: the persistent form): the tile
 // geometry, the 128-byte swizzle, the copies of q and of a tile's cached rows into shared memory,
-// and one tile of the online softmax (WgTile). Included by those two files alone, inside an
-// anonymous namespace (each its own copy).
+// and one tile of the online softmax as the cluster form computes it (WgTile; the persistent form
+// splits a tile between its warpgroups by role, with the same arithmetic). Included by those two
+// files and the tile bench (tests/kernels/bench_mla_parts.cu) alone, inside an anonymous namespace
+// (each its own copy).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,12 +42,14 @@ __device__ __forceinline__ uint32_t PackBf16W(float lo, float hi) {
 }
 
 // q [64 heads x W] of row r, heads [h0, h0 + 64), into the swizzled layout at q_smem (rows past
-// hcount zero-filled): every thread of the CTA copies its share with 16-byte cp.async.
+// hcount zero-filled): threads first, first + 1, ... (`stride` of them; by default the CTA's two
+// warpgroups) each copy their share with 16-byte cp.async.
 template <int W>
 __device__ __forceinline__ void CopyQW(uint32_t q_smem, const __nv_bfloat16* q_abs, const __nv_bfloat16* q_pe,
-                                       int heads, int64_t r, int h0, int hcount) {
+                                       int heads, int64_t r, int h0, int hcount, int first = threadIdx.x,
+                                       int stride = kThreadsW) {
   constexpr int kRope = W - kLatentW, kChunks = W / 8;
-  for (int i = threadIdx.x; i < kHeadsW * kChunks; i += kThreadsW) {
+  for (int i = first; i < kHeadsW * kChunks; i += stride) {
     const int h = i / kChunks, c = i % kChunks;
     const __nv_bfloat16* src = q_abs;
     int bytes = 0;
@@ -60,11 +64,10 @@ __device__ __forceinline__ void CopyQW(uint32_t q_smem, const __nv_bfloat16* q_a
 
 // A tile's 64 token rows into the stage at `dst`: row i from arena + offs[i], zero-filled where
 // offs[i] < 0 (`any` is a valid address for the zero-byte copies). Thread tid copies chunks
-// tid % 8 of every column block of rows tid / 8 and tid / 8 + 32 with 16-byte cp.async, under
-// the L2 policy `policy` when kHint.
-template <int W, bool kHint>
+// tid % 8 of every column block of rows tid / 8 and tid / 8 + 32 with 16-byte cp.async.
+template <int W>
 __device__ __forceinline__ void CopyTileW(uint32_t dst, const int64_t* offs, const __nv_bfloat16* arena,
-                                          const __nv_bfloat16* any, uint64_t policy) {
+                                          const __nv_bfloat16* any) {
   const int tid = threadIdx.x;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -75,11 +78,7 @@ __device__ __forceinline__ void CopyTileW(uint32_t dst, const int64_t* offs, con
     for (int b = 0; b < W / 64; ++b) {
       const int c = 8 * b + (tid & 7);
       const __nv_bfloat16* from = src != nullptr ? src + c * 8 : any;
-      if constexpr (kHint) {
-        ptx::CpAsync16Hint(dst + SwzW(row, c), from, src != nullptr ? 16 : 0, policy);
-      } else {
-        ptx::CpAsync16(dst + SwzW(row, c), from, src != nullptr ? 16 : 0);
-      }
+      ptx::CpAsync16(dst + SwzW(row, c), from, src != nullptr ? 16 : 0);
     }
   }
 }

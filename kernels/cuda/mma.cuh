@@ -24,6 +24,18 @@ __device__ __forceinline__ uint64_t EvictFirstPolicy() {
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
   return policy;
 }
+// An L2 cache policy under which lines stay in preference to others (for data read back soon).
+__device__ __forceinline__ uint64_t EvictLastPolicy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+// A 16-byte global store with an L2 cache policy (createpolicy) for the lines it writes.
+__device__ __forceinline__ void St16Hint(void* dst, uint4 v, uint64_t policy) {
+  asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\n" ::"l"(dst), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w), "l"(policy)
+               : "memory");
+}
 // CpAsync16 (src_bytes 0 or 16) with an L2 cache policy (createpolicy) for the lines it reads.
 __device__ __forceinline__ void CpAsync16Hint(uint32_t dst, const void* src, int src_bytes, uint64_t policy) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),

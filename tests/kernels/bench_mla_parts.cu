@@ -170,7 +170,7 @@ namespace kc = ferry::kernels::cuda;
 constexpr int kQBytes = 9 * 8192, kStageB = 9 * 8192, kPOff = kQBytes + 2 * kStageB, kRedOff = kPOff + 8192;
 constexpr int kTileSmem = kRedOff + 1024;
 
-// kV: 0 WgTile (the persistent form's tile); 1 S only (m64n32, each warpgroup half the tokens);
+// kV: 0 WgTile (the cluster form's tile); 1 S only (m64n32, each warpgroup half the tokens);
 // 2 PV only (rescale + m64n256 over the tile); 3 S, both barriers, PV (no softmax arithmetic);
 // 4 S at m64n64: each warpgroup all 64 tokens of its own stage (counted as one tile a warpgroup).
 template <int kV>
