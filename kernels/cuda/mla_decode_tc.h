@@ -79,13 +79,14 @@ bool MlaWgAvailable(int64_t width);
 //   persistent: when a workspace is given (16-byte aligned, at least MlaWgWorkspaceBytes(1,
 //     heads) bytes): one wave of at most one CTA an SM, each walking a contiguous range of items
 //     with a producer warpgroup (row lookups and copies into two stages, across item
-//     boundaries) and two consumer warpgroups (the tiles, q reloaded only when the row changes,
-//     then each item's bf16 partial and scalars into the workspace); a second kernel
-//     (programmatic dependent launch) folds each row's partials in rank order as the cluster's
-//     owner CTA does. Rows beyond what the workspace holds, or beyond kMaxItemsP (12) items an
-//     SM, run in further launch pairs (the workspace is reused, stream-ordered). H200, 64
-//     heads, rope 64: batch 64 88.4 vs 111.1 us, batch 32 47.4 vs 67.2, batch 16 33.0 vs 45.5;
-//     batch 1 and 8 as fast as the cluster form.
+//     boundaries) and two consumer warpgroups split by role (warpgroup 0: S over the whole
+//     tile, the softmax and O's first 256 columns; warpgroup 1: O's last 256 columns, with
+//     WgTile's arithmetic), q reloaded only when the row changes, then each item's bf16 partial
+//     and scalars into the workspace; a second kernel (programmatic dependent launch) folds each
+//     row's partials in rank order as the cluster's owner CTA does. Rows beyond what the
+//     workspace holds, or beyond kMaxItemsP (12) items an SM, run in further launch pairs (the
+//     workspace is reused, stream-ordered). H200, 64 heads, rope 64: batch 64 75.7 vs 110.7 us,
+//     32 42.6 vs 67.3, 16 26.4 vs 45.5, 8 22.3 vs 24.9, 1 20.5 vs 23.5.
 // Bytes of workspace for `rows` rows at once (kMlaWgRowGroupBytes a row and 64-head group:
 // kMlaTcCluster partials of 64 heads x 512 bf16 and 256 floats of scalars); 0 for 32 heads or
 // fewer, which run the mma.sync kernel.

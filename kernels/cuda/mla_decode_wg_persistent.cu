@@ -631,8 +631,9 @@ bool MlaWgPersistentSetUp(int device, int64_t width) {
 }
 
 int64_t MlaWgPersistentRows(int64_t heads, int64_t width, const void* workspace, int64_t workspace_bytes) {
-  // The persistent form whenever the workspace allows: on an H200 at 64 heads as fast as the
-  // cluster form at batch 1 and 8, 27% faster at 16, 29% at 32 (bench/results/h200-mla-decode.md).
+  // The persistent form whenever the workspace allows: on an H200 at 64 heads 13% faster than the
+  // cluster form at batch 1, 10% at 8, 42% at 16, 37% at 32, 32% at 64
+  // (bench/results/h200-mla-decode.md).
   return PersistentChunk(heads, workspace, workspace_bytes, ReadySms(width));
 }
 
