@@ -79,9 +79,9 @@ bool MlaWgAvailable(int64_t width);
 //   persistent: when a workspace is given (16-byte aligned, at least MlaWgWorkspaceBytes(1,
 //     heads) bytes): one wave of at most one CTA an SM, each walking a contiguous range of items
 //     with a producer warpgroup (row lookups and copies into two stages, across item
-//     boundaries) and two consumer warpgroups split by role (warpgroup 0: S over the whole
-//     tile, the softmax and O's first 256 columns; warpgroup 1: O's last 256 columns, with
-//     WgTile's arithmetic), q reloaded only when the row changes, then each item's bf16 partial
+//     boundaries) and two consumer warpgroups split by role, with WgTile's arithmetic
+//     (warpgroup 0: S over the whole tile, the softmax and O's first 256 columns; warpgroup 1:
+//     O's last 256 columns), q reloaded only when the row changes, then each item's bf16 partial
 //     and scalars into the workspace; a second kernel (programmatic dependent launch) folds each
 //     row's partials in rank order as the cluster's owner CTA does. Rows beyond what the
 //     workspace holds, or beyond kMaxItemsP (12) items an SM, run in further launch pairs (the

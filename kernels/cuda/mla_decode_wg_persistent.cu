@@ -34,7 +34,10 @@ namespace {
 constexpr int kMaxItemsP = 12;    // items a CTA (shared-memory table)
 constexpr int kProducerThreads = 128;                      // warpgroup 2: lookups and copies
 constexpr int kThreadsP = kThreadsW + kProducerThreads;    // a CTA: two consumer warpgroups, the producer
-// setmaxnreg budgets: 128 x (72 + 232 + 160) <= 65536 (used by sm_90a code only).
+// setmaxnreg budgets (used by sm_90a code only): the launch gives every thread 168 (384 x 168 =
+// 64512 of 65536); the producer's and warpgroup 1's decreases free 12288 + 1024, warpgroup 0's
+// increase takes 8192. ptxas: no spills down to 208 for warpgroup 0 and 160 for warpgroup 1. Keep
+// slack: an increase waits for registers, and a budget the pool cannot meet hangs the launch.
 [[maybe_unused]] constexpr int kProducerRegs = 72, kScoreRegs = 232, kOutRegs = 160;
 [[maybe_unused]] constexpr int kReady = 1, kFree = 2;  // named barriers between the consumers
 constexpr int kFoldScalars = (4 * kK + 1) * kHk + kK;      // floats of FoldSlice's scalars
@@ -74,7 +77,7 @@ struct SmemP {
   static constexpr int kQ = 0;
   static constexpr int kKv = kQ + kBlocks * kBlock;
   static constexpr int kP = kKv + 2 * kStage;
-  static constexpr int kRed = kP + kBlock;                     // [2][64] float
+  static constexpr int kRed = kP + kBlock;                     // [64] float: a tile's correction
   static constexpr int kItems = kRed + 2 * 64 * 4;             // [kMaxItemsP] ItemP
   static constexpr int kTotal = kItems + kMaxItemsP * 32;      // int: tiles of the CTA
   static constexpr int kBars = kTotal + 8;                     // mbarriers: full[2], empty[2], q

@@ -1,5 +1,5 @@
 // The warpgroup matrix multiply of sm_90a (wgmma.mma_async), for mla_decode_wg.cu,
-// linear_fp8.cu and linear_w8a8.cu: shared-memory matrix descriptors for the 128-byte-swizzled
+// mla_decode_wg_persistent.cu, linear_fp8.cu and linear_w8a8.cu: shared-memory matrix descriptors for the 128-byte-swizzled
 // layouts, the instruction shapes they use, and the fences around them. Device code only, and
 // only meaningful when compiled for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); other targets must not
 // call these.
@@ -254,6 +254,8 @@ FERRY_WGMMA_SS8(96, 48, 49, 50, FERRY_WG_SU6, FERRY_WG_DU6)
 FERRY_WGMMA_SS8(112, 56, 57, 58, FERRY_WG_SU7, FERRY_WG_DU7)
 FERRY_WGMMA_SS8(128, 64, 65, 66, FERRY_WG_SU8, FERRY_WG_DU8)
 
+#undef FERRY_WG_D128
+#undef FERRY_WG_S128
 #undef FERRY_WGMMA_SS
 #undef FERRY_WGMMA_SS8
 #undef FERRY_WGMMA_RS
