@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """A diagnostic build of the persistent MLA decode form: per-CTA phase timings.
 
-Rewrites two files of the working tree in place, saving them first under .git/mla-trace/ (never
+Rewrites three files of the working tree in place, saving them first under .git/mla-trace/ (never
 commit them instrumented: `--revert` puts the saved ones back; edits made in between are lost):
-  kernels/cuda/mla_decode_wg_persistent.cu  every instrumented line ends in "// TR": clock64 sums
+  kernels/cuda/mla_decode_wg_persistent.cu and mla_decode_wg_fold.cu  every instrumented line ends
+      in "// TR": clock64 sums
       of each phase a CTA (consumers: waiting for q, for a stage, the tile, the item stores;
       warpgroup 1's products; producer: waiting for a stage, issuing copies, lookups) and
       %globaltimer stamps (CTA start, first tile ready, consumer and producer end, the fold's first
@@ -14,7 +15,7 @@ commit them instrumented: `--revert` puts the saved ones back; edits made in bet
 Usage (from the repository root; a separate build directory keeps the normal one clean):
   bench/tools/mla_trace.py             # instrument
   ninja -C build-bench ferry-kernel-check && cp build-bench/bin/ferry-kernel-check /tmp/fkc-trace
-  bench/tools/mla_trace.py --revert    # restore both files
+  bench/tools/mla_trace.py --revert    # restore the three files
   ... on the GPU: fkc-trace --bench-mla | grep -A6 TRACE
 
 The instrumentation slows the item kernel by about 10% (bench/results/h200-mla-decode.md, session
@@ -27,6 +28,7 @@ import subprocess
 import sys
 
 KERNEL = 'kernels/cuda/mla_decode_wg_persistent.cu'
+FOLD = 'kernels/cuda/mla_decode_wg_fold.cu'
 BENCH = 'tests/kernels/bench_mla.cu'
 
 
@@ -62,7 +64,8 @@ def instrument_kernel(k):
     # the CTA, 13 / 14 clock / stamp when the first tile is ready, 15 warpgroup 1's products.
     k.after('namespace ferry::kernels::cuda {\n', '''constexpr int kTrCtas = 160, kTrSlots = 16;  // TR
 __device__ unsigned long long g_tr[kTrCtas][kTrSlots];  // TR
-__device__ unsigned long long g_tr_fold[2];  // TR
+void MlaTraceFoldReset();  // TR: mla_decode_wg_fold.cu
+void MlaTraceFoldRead(unsigned long long* out);  // TR
 __device__ __forceinline__ unsigned long long Gt() {  // TR
   unsigned long long t;  // TR
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));  // TR
@@ -72,19 +75,13 @@ __device__ __forceinline__ unsigned long long Ck() { return clock64(); }  // TR
 void MlaTraceReset() {  // TR
   static unsigned long long z[kTrCtas * kTrSlots] = {};  // TR
   cudaMemcpyToSymbol(g_tr, z, sizeof(z));  // TR
-  unsigned long long f[2] = {~0ull, 0};  // TR
-  cudaMemcpyToSymbol(g_tr_fold, f, sizeof(f));  // TR
+  MlaTraceFoldReset();  // TR
 }  // TR
 void MlaTraceRead(unsigned long long* out) {  // TR
   cudaMemcpyFromSymbol(out, g_tr, sizeof(g_tr));  // TR
-  cudaMemcpyFromSymbol(out + kTrCtas * kTrSlots, g_tr_fold, sizeof(g_tr_fold));  // TR
+  MlaTraceFoldRead(out + kTrCtas * kTrSlots);  // TR
 }  // TR
 ''')
-    k.replace('  PdlWait();\n  FoldSlice(',
-              '  PdlWait();\n  if (threadIdx.x == 0) atomicMin(&g_tr_fold[0], Gt());  // TR\n  FoldSlice(')
-    i = k.find(');\n', k.find('FoldSlice(', k.find('atomicMin(&g_tr_fold[0]'))) + 3
-    k.text = (k.text[:i] + '  __syncthreads();  // TR\n' +
-              '  if (threadIdx.x == 0) atomicMax(&g_tr_fold[1], Gt());  // TR\n' + k.text[i:])
     k.after('  const int tid = threadIdx.x;\n',
             '  unsigned long long* tr = g_tr[min(static_cast<int>(blockIdx.x), kTrCtas - 1)];  // TR\n'
             '  if (tid == 0) { tr[0] = Gt(); tr[2] = Ck(); }  // TR\n', k.find('MlaDecodeWgPersistentKernel(const'))
@@ -132,6 +129,27 @@ void MlaTraceRead(unsigned long long* out) {  // TR
   if (tid == 0) { tr[7] = c_q; tr[12] = total; }  // TR
 #else
   __trap();  // built without sm_90a''')
+
+
+def instrument_fold(f):
+    # g_tr_fold: the first fold CTA's start past its wait and the last one's end (stamps).
+    f.after('namespace ferry::kernels::cuda {\n', '''__device__ unsigned long long g_tr_fold[2];  // TR
+__device__ __forceinline__ unsigned long long Gt() {  // TR
+  unsigned long long t;  // TR
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));  // TR
+  return t;  // TR
+}  // TR
+void MlaTraceFoldReset() {  // TR
+  unsigned long long v[2] = {~0ull, 0};  // TR
+  cudaMemcpyToSymbol(g_tr_fold, v, sizeof(v));  // TR
+}  // TR
+void MlaTraceFoldRead(unsigned long long* out) { cudaMemcpyFromSymbol(out, g_tr_fold, sizeof(g_tr_fold)); }  // TR
+''')
+    f.replace('  PdlWait();\n  FoldSlice(',
+              '  PdlWait();\n  if (threadIdx.x == 0) atomicMin(&g_tr_fold[0], Gt());  // TR\n  FoldSlice(')
+    i = f.find(');\n', f.find('FoldSlice(', f.find('atomicMin(&g_tr_fold[0]'))) + 3
+    f.text = (f.text[:i] + '  __syncthreads();  // TR\n' +
+              '  if (threadIdx.x == 0) atomicMax(&g_tr_fold[1], Gt());  // TR\n' + f.text[i:])
 
 
 def instrument_bench(b):
@@ -204,25 +222,26 @@ def main():
                             text=True).stdout.strip()
     if sys.argv[1:] == ['--revert']:
         # The files as they were before instrumenting (edits made since are lost with it).
-        for path in (KERNEL, BENCH):
+        for path in (KERNEL, FOLD, BENCH):
             saved = os.path.join(backup, os.path.basename(path))
             if not os.path.exists(saved):
                 sys.exit(f'no saved copy of {path} in {backup}: not instrumented by this script')
             shutil.copyfile(saved, path)
             os.remove(saved)
-        print(f'restored {KERNEL} and {BENCH}')
+        print(f'restored {KERNEL}, {FOLD} and {BENCH}')
         return
     if sys.argv[1:]:
         sys.exit('usage: bench/tools/mla_trace.py [--revert]')
-    k, b = Source(KERNEL), Source(BENCH)
+    k, f, b = Source(KERNEL), Source(FOLD), Source(BENCH)
     instrument_kernel(k)
+    instrument_fold(f)
     instrument_bench(b)
     os.makedirs(backup, exist_ok=True)
-    for path in (KERNEL, BENCH):
+    for path in (KERNEL, FOLD, BENCH):
         shutil.copyfile(path, os.path.join(backup, os.path.basename(path)))
-    k.save()
-    b.save()
-    print(f'instrumented {KERNEL} and {BENCH}; bench/tools/mla_trace.py --revert restores them')
+    for src in (k, f, b):
+        src.save()
+    print(f'instrumented {KERNEL}, {FOLD} and {BENCH}; bench/tools/mla_trace.py --revert restores them')
 
 
 if __name__ == '__main__':

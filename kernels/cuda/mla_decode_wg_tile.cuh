@@ -3,8 +3,8 @@
 // geometry, the 128-byte swizzle, the copies of q and of a tile's cached rows into shared memory,
 // and one tile of the online softmax as the cluster form computes it (WgTile; the persistent form
 // splits a tile between its warpgroups by role, with the same arithmetic). Included by those two
-// files and the tile bench (tests/kernels/bench_mla_parts.cu) alone, inside an anonymous namespace
-// (each its own copy).
+// files, the persistent form's fold (through mla_decode_wg_workspace.cuh) and the tile bench
+// (tests/kernels/bench_mla_parts.cu) alone, inside an anonymous namespace (each its own copy).
 #pragma once
 
 #include <cuda_bf16.h>
