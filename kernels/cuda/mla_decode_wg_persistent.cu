@@ -308,23 +308,10 @@ __global__ void __launch_bounds__(kThreadsP, 1)
       }
       // The softmax, with WgTile's arithmetic: the maxima over the tile (the running max first),
       // P rounded to bf16, the sums of tokens [0, 32) and [32, 64) kept apart.
-      const int valid = min(kTileW, e.n - t * kTileW);
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int col = 8 * jj + 2 * q4 + (k & 1);
-          float& x = sacc[4 * jj + k];
-          x = col < valid ? x * scale_log2 : -INFINITY;
-          mx[k >> 1] = fmaxf(mx[k >> 1], x);
-        }
-      }
-      float corr[2];
+      float mx[2], corr[2];
+      ScaleMaskRowMax<8>(sacc, min(kTileW, e.n - t * kTileW), scale_log2, mx);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
         const float mn = fmaxf(m_run[h], mx[h]);
         corr[h] = exp2f(m_run[h] - mn);
         m_run[h] = mn;
@@ -344,8 +331,7 @@ __global__ void __launch_bounds__(kThreadsP, 1)
       for (int half = 0; half < 2; ++half) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          sum[half][h] += __shfl_xor_sync(0xffffffffu, sum[half][h], 1);
-          sum[half][h] += __shfl_xor_sync(0xffffffffu, sum[half][h], 2);
+          sum[half][h] = QuadSum(sum[half][h]);
           l_run[half][h] = l_run[half][h] * corr[h] + sum[half][h];
         }
       }
@@ -357,8 +343,7 @@ __global__ void __launch_bounds__(kThreadsP, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int hr = row0h + 8 * h, tok = 8 * jj + 2 * q4;
-          *reinterpret_cast<uint32_t*>(pbase + hr * 128 + (((tok >> 3) ^ (hr & 7)) << 4) + (tok & 7) * 2) =
-              pa[2 * jj + h];
+          *reinterpret_cast<uint32_t*>(pbase + PPairAt(hr, tok)) = pa[2 * jj + h];
         }
       }
       if (q4 == 0) {

@@ -83,6 +83,40 @@ __device__ __forceinline__ void CopyTileW(uint32_t dst, const int64_t* offs, con
   }
 }
 
+// The softmax steps both forms take the same way (their bits must agree), on a wgmma accumulator
+// of kJ 8-column blocks (d[4 j + e]: head row0 + 8 (e / 2), column 8 j + 2 q4 + e % 2, q4 = lane %
+// 4): columns at or past `valid` become -inf, the others x * scale_log2; mx = the row maxima over
+// the four lanes that share the rows.
+template <int kJ>
+__device__ __forceinline__ void ScaleMaskRowMax(float (&s)[4 * kJ], int valid, float scale_log2, float (&mx)[2]) {
+  const int q4 = threadIdx.x & 3;
+  mx[0] = mx[1] = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * j + 2 * q4 + (e & 1);
+      float& x = s[4 * j + e];
+      x = col < valid ? x * scale_log2 : -INFINITY;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+  }
+}
+// x summed over the four lanes that share a row (in this order: lane ^ 1, then lane ^ 2).
+__device__ __forceinline__ float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+// Byte offset of P's bf16 pair (tok, tok + 1) of head row hr in its swizzled [64 x 64] block.
+__device__ __forceinline__ uint32_t PPairAt(int hr, int tok) {
+  return static_cast<uint32_t>(hr * 128 + (((tok >> 3) ^ (hr & 7)) << 4) + (tok & 7) * 2);
+}
+
 // One tile of the online softmax, both warpgroups (the file comment's three steps): S = Q K^T
 // over the stage at `kv` with q at `q_smem`, the softmax (maxima exchanged through `red`, P
 // rounded to bf16 into `pbase` / `p_smem`, the same block), O = O * corr + P V. tile_tokens: the
@@ -116,23 +150,8 @@ __device__ __forceinline__ void WgTile(uint32_t q_smem, uint32_t kv, uint32_t p_
   for (int i = 0; i < 16; ++i) wgmma::Pin(sacc[i]);
 
   // Softmax over this warpgroup's tokens; the maxima of both warpgroups combined.
-  const int valid = tile_tokens - 32 * wg;  // tokens of this half inside the row
-  float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = 8 * j + 2 * q4 + (e & 1);
-      float& x = sacc[4 * j + e];
-      x = col < valid ? x * scale_log2 : -INFINITY;
-      mx[e >> 1] = fmaxf(mx[e >> 1], x);
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-  }
+  float mx[2];
+  ScaleMaskRowMax<4>(sacc, tile_tokens - 32 * wg, scale_log2, mx);  // this half's tokens inside the row
   if (q4 == 0) {
     red[wg * 64 + row0] = mx[0];
     red[wg * 64 + row0 + 8] = mx[1];
@@ -155,14 +174,12 @@ __device__ __forceinline__ void WgTile(uint32_t q_smem, uint32_t kv, uint32_t p_
       const float p0 = exp2f(sacc[4 * j + 2 * h] - m_run[h]), p1 = exp2f(sacc[4 * j + 2 * h + 1] - m_run[h]);
       sum[h] += p0 + p1;
       const int hr = row0 + 8 * h, tok = 32 * wg + 8 * j + 2 * q4;
-      *reinterpret_cast<uint32_t*>(pbase + hr * 128 + ((((tok >> 3) ^ (hr & 7))) << 4) + (tok & 7) * 2) =
-          PackBf16W(p0, p1);
+      *reinterpret_cast<uint32_t*>(pbase + PPairAt(hr, tok)) = PackBf16W(p0, p1);
     }
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 1);
-    sum[h] += __shfl_xor_sync(0xffffffffu, sum[h], 2);
+    sum[h] = QuadSum(sum[h]);
     l_run[h] = l_run[h] * corr[h] + sum[h];
   }
   wgmma::ProxyFence();
