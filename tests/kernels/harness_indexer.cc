@@ -30,6 +30,21 @@ struct IndexerShape {
   int64_t bad_page_row;         // this row's second page is unmapped (-1): those keys score NaN
 };
 
+// The query side of R rows of H heads x D: q (bf16 bits and their float values), the per-head
+// weights (scaled by H^-1/2 as the model's are) and the score scale D^-1/2.
+struct IndexerQuery {
+  std::vector<uint16_t> qb;
+  std::vector<float> qf, w;
+  float scale;
+};
+IndexerQuery RandomIndexerQuery(std::mt19937& rng, int64_t R, int64_t H, int64_t D) {
+  IndexerQuery q;
+  RandomBf16(R * H * D, 1.0f, 0.0f, rng, &q.qb, &q.qf);
+  q.w = RandomF32(R * H, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f, rng);
+  q.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  return q;
+}
+
 Result IndexerCase(std::mt19937& rng, const IndexerShape& s, bool f32 = false) {
   Result r;
   r.tolerance = 1e-4;  // float32 sums in another order (both precisions: the inputs are bf16-exact)
@@ -37,11 +52,11 @@ Result IndexerCase(std::mt19937& rng, const IndexerShape& s, bool f32 = false) {
   std::vector<int64_t> lengths;
   for (int64_t n : s.n_keys) lengths.push_back(std::min(n, stride));
   PagedConversations pc(rng, lengths, s.page_rows, D, s.gap);
-  std::vector<uint16_t> qb;
-  std::vector<float> qf;
-  RandomBf16(R * H * D, 1.0f, 0.0f, rng, &qb, &qf);
-  const std::vector<float> w = RandomF32(R * H, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f, rng);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const IndexerQuery query = RandomIndexerQuery(rng, R, H, D);
+  const std::vector<uint16_t>& qb = query.qb;
+  const std::vector<float>& qf = query.qf;
+  const std::vector<float>& w = query.w;
+  const float scale = query.scale;
   std::vector<int32_t> table, n_keys;
   std::vector<float> want_valid, got_valid;
   std::vector<char> expect_poison(R * stride, 0);
@@ -107,11 +122,11 @@ Result IndexerInvarianceCase(std::mt19937& rng, int64_t heads) {
   const std::vector<int64_t> lengths = {4096, 3001, 0, 64, 65, 2500, 1, 4000};
   const int64_t R = lengths.size(), H = heads, D = 128, stride = 4096;
   PagedConversations pc(rng, lengths, 64, D, 0);
-  std::vector<uint16_t> qb;
-  std::vector<float> qf;
-  RandomBf16(R * H * D, 1.0f, 0.0f, rng, &qb, &qf);
-  const std::vector<float> w = RandomF32(R * H, 1.0f / std::sqrt(static_cast<float>(H)), 0.0f, rng);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const IndexerQuery query = RandomIndexerQuery(rng, R, H, D);
+  const std::vector<uint16_t>& qb = query.qb;
+  const std::vector<float>& qf = query.qf;
+  const std::vector<float>& w = query.w;
+  const float scale = query.scale;
   std::vector<int32_t> table, n_keys;
   std::vector<float> want, got_valid;
   for (int64_t t = 0; t < R; ++t) {
