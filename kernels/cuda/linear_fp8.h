@@ -70,6 +70,14 @@ absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t
 absl::Status QuantizeActFp8Rows(const uint16_t* x, const int32_t* src_row, int64_t rows, int64_t in, uint8_t* q,
                                 float* s, int64_t scale_stride, void* stream = nullptr);
 
+// SwiGluBf16 (ops.h) of gate / up, then QuantizeActFp8 of that bf16 output, in one pass: the same
+// bytes and scales as the two calls, without the bf16 [rows, cols] in between (a MoE layer's
+// h before the down projection). q [rows, cols], scales s [groups][scale_stride].
+// REQUIRES: cols >= 1, in_stride >= cols, scale_stride >= rows; q and s disjoint from gate / up.
+absl::Status SwiGluQuantizeActFp8(const uint16_t* gate, const uint16_t* up, int64_t rows, int64_t cols,
+                                  int64_t in_stride, float limit, uint8_t* q, float* s, int64_t scale_stride,
+                                  void* stream = nullptr);
+
 // The device layout of an E4M3 matrix W [out, in] for GroupedLinearW8A8: tiles of 128 rows x 128
 // columns (16 KiB, one scale block), ordered by row block then column block, zero past `out` and
 // `in`; inside a tile row r's 16-byte chunk c sits at r * 128 + 16 (c ^ (r % 8)) (the 128-byte

@@ -17,6 +17,7 @@
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/linear_fp8_shared.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/swiglu.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace ferry::kernels::cuda {
@@ -120,14 +121,14 @@ __device__ __forceinline__ Block8 LayOutBlock8(uint8_t* raw, int N) {
   return b;
 }
 
-// The multiplying warpgroups' share of one item at wgmma width N (the launch's tile rows; the
-// item's nv <= N rows, the product's columns past them discarded): each step's product into
-// `part`, then acc += part * (w scale * x scale of the column), then the tile's store. N is a
-// template parameter so that no step branches on the width: a run-time choice inside the step
-// loop makes ptxas serialize the wgmmas (C7520).
+// The multiplying warpgroups' share of one item at wgmma width N (the item's nv <= N rows rounded
+// up, WithItemWidth; its tile `it.tile` of the launch's tiles of tile_rows; the product's columns
+// past nv discarded): each step's product into `part`, then acc += part * (w scale * x scale of
+// the column), then the tile's store. N is a template parameter so that no step branches on the
+// width: a run-time choice inside the step loop makes ptxas serialize the wgmmas (C7520).
 template <int N>
-__device__ __forceinline__ void MultiplyItem(const Problems8& p, const Item8& it, int nv, int steps, int out,
-                                             int64_t ldy, const int32_t* y_rows, int tid, const Block8& b,
+__device__ __forceinline__ void MultiplyItem(const Problems8& p, const Item8& it, int nv, int tile_rows, int steps,
+                                             int out, int64_t ldy, const int32_t* y_rows, int tid, const Block8& b,
                                              MulRings& r) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const int wg = tid / 128, l = tid % 32;
@@ -173,12 +174,29 @@ __device__ __forceinline__ void MultiplyItem(const Problems8& p, const Item8& it
   const int row0 = p.y_row0[it.prob];
   if (y_rows != nullptr && row0 >= 0) {
     StoreTile<false>(acc, N, nv, tid, it.ob * kBlockOut, out, ldy, smem + Smem8::kOutAt, p.y[it.prob],
-                     y_rows + row0 + it.tile * N);
+                     y_rows + row0 + it.tile * tile_rows);
   } else {
     StoreTile<false>(acc, N, nv, tid, it.ob * kBlockOut, out, ldy, smem + Smem8::kOutAt,
-                     p.y[it.prob] + static_cast<size_t>(it.tile) * N * ldy);
+                     p.y[it.prob] + static_cast<size_t>(it.tile) * tile_rows * ldy);
   }
 #endif
+}
+
+// f(std::integral_constant<int, W>{}) for the wgmma width W of an item of nv <= N rows in a launch
+// of width N: nv rounded up to a multiple of 32, at most N. The x ring keeps the launch's layout
+// (N rows a stage); a narrower item only multiplies, scales and stores fewer columns.
+template <int N, typename F>
+__device__ __forceinline__ void WithItemWidth(int nv, F&& f) {
+  if constexpr (N > 32) {
+    if (nv <= 32) return f(std::integral_constant<int, 32>{});
+  }
+  if constexpr (N > 64) {
+    if (nv <= 64) return f(std::integral_constant<int, 64>{});
+  }
+  if constexpr (N > 96) {
+    if (nv <= 96) return f(std::integral_constant<int, 96>{});
+  }
+  f(std::integral_constant<int, N>{});
 }
 
 template <int N>
@@ -257,7 +275,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
       const Item8 it = DecodeItem(p, count, obs, item);
       const int nv = min(p.rows[it.prob] - it.tile * N, N);
-      MultiplyItem<N>(p, it, nv, steps, out, ldy, y_rows, tid, b, r);
+      WithItemWidth<N>(nv, [&](auto w) {
+        MultiplyItem<decltype(w)::value>(p, it, nv, N, steps, out, ldy, y_rows, tid, b, r);
+      });
     }
   }
 #else
@@ -265,42 +285,118 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// One warp a (row, group of 128 columns), four columns a lane: cpu::QuantizeActFp8 (of x's row
-// src_row[r] for row r when src_row is given).
-__global__ void QuantizeActFp8Kernel(const __nv_bfloat16* x, const int32_t* src_row, int64_t rows, int64_t in,
-                                     uint8_t* q, float* s, int64_t scale_stride) {
-  const int64_t groups = (in + 127) / 128;
-  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (item >= rows * groups) return;
-  const int64_t r = item / groups, g = item % groups, c0 = g * 128 + lane * 4;
-  const __nv_bfloat16* xr = x + (src_row != nullptr ? static_cast<int64_t>(src_row[r]) : r) * in;
-  float v[4];
+// cpu::QuantizeActFp8 of one row's 128-column group by the 128 / kLane lanes that hold it, kLane
+// columns a lane: v the lane's values (columns c0 .. c0 + kLane - 1 of the row, zero past `in`),
+// qr the row's bytes at c0; the group's first lane stores the scale at *s. The group's lanes are
+// aligned in the warp (a 16-lane half for kLane 8), so the shuffles stay within it.
+template <int kLane>
+__device__ __forceinline__ void QuantizeGroupLane(const float (&v)[kLane], int lane, int64_t c0, int64_t in,
+                                                  uint8_t* qr, float* s) {
+  constexpr int kGroupLanes = 128 / kLane;
   float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[i] = c0 + i < in ? __bfloat162float(xr[c0 + i]) : 0.0f;
-    amax = fmaxf(amax, fabsf(v[i]));
-  }
+  for (int i = 0; i < kLane; ++i) amax = fmaxf(amax, fabsf(v[i]));
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  for (int off = kGroupLanes / 2; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  if (c0 >= in) return;  // a lane past the row (only when the row ends inside the warp's columns)
   const float scale = amax / 448.0f;
-  uint32_t packed = 0;
+  uint32_t packed[kLane / 4] = {};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kLane; ++i) {
     const uint32_t b = scale > 0.0f ? __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0;
-    packed |= b << (8 * i);
+    packed[i / 4] |= b << (8 * (i % 4));
   }
-  uint8_t* qr = q + r * in + c0;
-  if (c0 + 3 < in && (reinterpret_cast<uintptr_t>(qr) & 3u) == 0) {
-    *reinterpret_cast<uint32_t*>(qr) = packed;  // the four bytes in one store
+  if (c0 + kLane - 1 < in && (reinterpret_cast<uintptr_t>(qr) & (kLane - 1)) == 0) {
+    if constexpr (kLane == 8) {
+      *reinterpret_cast<uint2*>(qr) = make_uint2(packed[0], packed[1]);  // the eight bytes in one store
+    } else {
+      *reinterpret_cast<uint32_t*>(qr) = packed[0];
+    }
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if (c0 + i < in) qr[i] = static_cast<uint8_t>(packed >> (8 * i));
+    for (int i = 0; i < kLane; ++i) {
+      if (c0 + i < in) qr[i] = static_cast<uint8_t>(packed[i / 4] >> (8 * (i % 4)));
     }
   }
-  if (lane == 0) s[g * scale_stride + r] = scale;
+  if (lane % kGroupLanes == 0) *s = scale;
+}
+
+// The eight bf16 at p (16-byte aligned) as floats.
+__device__ __forceinline__ void LoadBf16x8(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 f = __bfloat1622float2(h[k]);
+    v[2 * k] = f.x;
+    v[2 * k + 1] = f.y;
+  }
+}
+
+// One warp a (row, 32 kLane columns), kLane columns a lane: cpu::QuantizeActFp8 (of x's row
+// src_row[r] for row r when src_row is given). kLane 8 needs x's rows 16-byte aligned.
+template <int kLane>
+__global__ void QuantizeActFp8Kernel(const __nv_bfloat16* x, const int32_t* src_row, int64_t rows, int64_t in,
+                                     uint8_t* q, float* s, int64_t scale_stride) {
+  const int64_t chunks = (in + 32 * kLane - 1) / (32 * kLane);
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (item >= rows * chunks) return;
+  const int64_t r = item / chunks, c0 = (item % chunks) * 32 * kLane + lane * kLane;
+  const __nv_bfloat16* xr = x + (src_row != nullptr ? static_cast<int64_t>(src_row[r]) : r) * in;
+  float v[kLane];
+  bool loaded = false;
+  if constexpr (kLane == 8) {
+    if (c0 + 7 < in) LoadBf16x8(xr + c0, v), loaded = true;
+  }
+  if (!loaded) {
+#pragma unroll
+    for (int i = 0; i < kLane; ++i) v[i] = c0 + i < in ? __bfloat162float(xr[c0 + i]) : 0.0f;
+  }
+  QuantizeGroupLane<kLane>(v, lane, c0, in, q + r * in + c0, s + (c0 / 128) * scale_stride + r);
+}
+
+// SwiGluBf16 then QuantizeActFp8 of its bf16 output in one pass, the same bits (swiglu.cuh's value
+// rounded to bf16, then QuantizeGroupLane): one warp a (row, 32 kLane columns). kLane 8 needs
+// gate's and up's rows 16-byte aligned.
+template <int kLane>
+__global__ void SwiGluQuantizeActFp8Kernel(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t rows,
+                                           int64_t cols, int64_t in_stride, float limit, uint8_t* q, float* s,
+                                           int64_t scale_stride) {
+  const int64_t chunks = (cols + 32 * kLane - 1) / (32 * kLane);
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (item >= rows * chunks) return;
+  const int64_t r = item / chunks, c0 = (item % chunks) * 32 * kLane + lane * kLane;
+  const __nv_bfloat16* gr = gate + r * in_stride + c0;
+  const __nv_bfloat16* ur = up + r * in_stride + c0;
+  float v[kLane];
+  bool loaded = false;
+  if constexpr (kLane == 8) {
+    if (c0 + 7 < cols) {
+      float g[8], u[8];
+      LoadBf16x8(gr, g);
+      LoadBf16x8(ur, u);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(SwiGluOf(g[i], u[i], limit));
+      loaded = true;
+    }
+  }
+  if (!loaded) {
+#pragma unroll
+    for (int i = 0; i < kLane; ++i) {
+      v[i] = c0 + i < cols
+                 ? __bfloat162float(SwiGluOf(__bfloat162float(gr[i]), __bfloat162float(ur[i]), limit))
+                 : 0.0f;
+    }
+  }
+  QuantizeGroupLane<kLane>(v, lane, c0, cols, q + r * cols + c0, s + (c0 / 128) * scale_stride + r);
+}
+
+// Blocks of 256 threads for one warp a (row, 32 kLane columns) over rows x cols.
+template <int kLane>
+int64_t QuantizeBlocks(int64_t rows, int64_t cols) {
+  return (rows * ((cols + 32 * kLane - 1) / (32 * kLane)) + 7) / 8;
 }
 
 // PackFp8W8A8's tiles: 128 x 128 bytes, row r's 16-byte chunk c at r * 128 + 16 (c ^ (r % 8))
@@ -313,8 +409,8 @@ struct W8A8Layout {
   }
 };
 
-// The kernel of each width N = 16 (i + 1): a launch's problems share one width, the most rows
-// of a tile (LaunchWidth; one width a kernel: see MultiplyItem).
+// The kernel of each launch width N = 16 (i + 1): a launch's problems share the tile rows and the
+// x ring's layout (LaunchWidth); each item multiplies at its own width (WithItemWidth).
 using W8A8Kernel = void (*)(Problems8, int, int, int, int, int, int64_t, const int32_t*);
 constexpr W8A8Kernel kW8A8Kernels[kBlockRows / 16] = {
     GroupedLinearW8A8Kernel<16>, GroupedLinearW8A8Kernel<32>, GroupedLinearW8A8Kernel<48>,
@@ -346,11 +442,18 @@ absl::Status QuantizeActFp8Rows(const uint16_t* x, const int32_t* src_row, int64
                                                    " columns with a scale stride of ", scale_stride));
   }
   if (rows == 0) return absl::OkStatus();
-  const int64_t warps = rows * ((in + 127) / 128);
-  const int64_t blocks = (warps + 7) / 8;
-  if (blocks > INT_MAX) return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", warps, " groups"));
-  QuantizeActFp8Kernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const __nv_bfloat16*>(x), src_row, rows, in, q, s, scale_stride);
+  const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
+  auto* st = static_cast<cudaStream_t>(stream);
+  if (QuantizeBlocks<4>(rows, in) > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", rows, " rows of ", in, " columns"));
+  }
+  if (in % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 16-byte loads a lane
+    QuantizeActFp8Kernel<8><<<static_cast<unsigned>(QuantizeBlocks<8>(rows, in)), 256, 0, st>>>(
+        xb, src_row, rows, in, q, s, scale_stride);
+  } else {
+    QuantizeActFp8Kernel<4><<<static_cast<unsigned>(QuantizeBlocks<4>(rows, in)), 256, 0, st>>>(
+        xb, src_row, rows, in, q, s, scale_stride);
+  }
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
@@ -360,6 +463,35 @@ absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t
   return QuantizeActFp8Rows(x, nullptr, rows, in, q, s, scale_stride, stream);
 }
 
+absl::Status SwiGluQuantizeActFp8(const uint16_t* gate, const uint16_t* up, int64_t rows, int64_t cols,
+                                  int64_t in_stride, float limit, uint8_t* q, float* s, int64_t scale_stride,
+                                  void* stream) {
+  if (rows < 0 || cols < 1 || in_stride < cols || scale_stride < rows ||
+      (rows > 0 && (gate == nullptr || up == nullptr || q == nullptr || s == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat("SwiGluQuantizeActFp8: ", rows, " rows of ", cols,
+                                                   " columns, in_stride ", in_stride, ", scale stride ",
+                                                   scale_stride, " (need cols >= 1, in_stride >= cols, "
+                                                   "scale stride >= rows, non-null pointers)"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  const auto* g = reinterpret_cast<const __nv_bfloat16*>(gate);
+  const auto* u = reinterpret_cast<const __nv_bfloat16*>(up);
+  auto* st = static_cast<cudaStream_t>(stream);
+  if (QuantizeBlocks<4>(rows, cols) > INT_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("SwiGluQuantizeActFp8: ", rows, " rows of ", cols, " columns"));
+  }
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (cols % 8 == 0 && in_stride % 8 == 0 && aligned(gate) && aligned(up)) {  // 16-byte loads a lane
+    SwiGluQuantizeActFp8Kernel<8><<<static_cast<unsigned>(QuantizeBlocks<8>(rows, cols)), 256, 0, st>>>(
+        g, u, rows, cols, in_stride, limit, q, s, scale_stride);
+  } else {
+    SwiGluQuantizeActFp8Kernel<4><<<static_cast<unsigned>(QuantizeBlocks<4>(rows, cols)), 256, 0, st>>>(
+        g, u, rows, cols, in_stride, limit, q, s, scale_stride);
+  }
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
 namespace {
 
 bool Usable8(const LinearGroupW8A8& g) {
@@ -367,35 +499,15 @@ bool Usable8(const LinearGroupW8A8& g) {
          Aligned16(g.qx) && Aligned16(g.w) && Aligned16(g.y);
 }
 
-// The launch width N (rows a tile, 16..128): every problem's rows are cut into tiles of N, and a
-// tile streams its problem's whole weight matrix once while its multiply and scaling work grows
-// with N. A problem of fewer than 128 rows and at most 4 x the median's is never cut (a second
-// weight stream costs more than the narrower tiles save: measured, GLM-5.2's 2k-token experts
-// ran 10% slower at 80 rows a tile than at 96); from the narrowest width that holds those, N
-// minimizes sum over problems of tiles(N) x (1 + N / 128). So a MoE layer's few dozen rows an
-// expert and its shared expert of thousands (prefill) run at the experts' width, the shared
-// expert in more tiles, and long prompts (every expert past 128 rows) at 128.
+// The launch width N (rows a tile, 16..128): the most rows of a problem, rounded up to 16, at most
+// 128. A tile streams its problem's whole weight matrix once, so no problem below 128 rows is cut
+// (measured before per-item widths: GLM-5.2's 2k-token experts ran 10% slower at 80 rows a tile
+// than at 96); each item multiplies at its own rows' width (WithItemWidth), so the narrow experts
+// of a launch with a few wide ones (a skewed routing, the shared expert) no longer pay for those.
 int LaunchWidth(const LinearGroupW8A8* groups, int64_t n) {
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i < n; ++i) {
-    if (groups[i].rows > 0) rows.push_back(groups[i].rows);
-  }
-  if (rows.empty()) return kBlockRows;
-  // (The sums below do not depend on the order: nth_element may reorder rows in place.)
-  std::nth_element(rows.begin(), rows.begin() + rows.size() / 2, rows.end());
-  const int64_t median = rows[rows.size() / 2];
-  int64_t whole = 1;  // the most rows of a problem that must fit one tile
-  for (int64_t r : rows) {
-    if (r < kBlockRows && r <= 4 * median) whole = std::max(whole, r);
-  }
-  int best = kBlockRows;
-  double best_cost = -1;
-  for (int w = static_cast<int>((whole + 15) / 16 * 16); w <= kBlockRows; w += 16) {
-    double cost = 0;
-    for (int64_t r : rows) cost += static_cast<double>((r + w - 1) / w) * (1.0 + w / 128.0);
-    if (best_cost < 0 || cost < best_cost) best = w, best_cost = cost;
-  }
-  return best;
+  int64_t most = 1;
+  for (int64_t i = 0; i < n; ++i) most = std::max(most, groups[i].rows);
+  return static_cast<int>(std::min<int64_t>(kBlockRows, (most + 15) / 16 * 16));
 }
 
 // GroupedLinearW8A8 at launch width N, the arguments checked.

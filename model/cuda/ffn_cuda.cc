@@ -157,8 +157,8 @@ absl::Status MoeFp8Experts(const CudaFfn& f, const ModelConfig& c, const uint16_
   if (shared8) FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(a, R, D, s.q8 + slots * D, s.s8 + slots, stride));
   FERRY_RETURN_IF_ERROR(
       cu::GroupedLinearW8A8(gate_up.data(), static_cast<int64_t>(gate_up.size()), D, MI, stride, 2 * MI));
-  FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, rows8, MI, 2 * MI, c.swiglu_limit, s.h));
-  FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(s.h, rows8, MI, s.q8, s.s8, stride));
+  FERRY_RETURN_IF_ERROR(
+      cu::SwiGluQuantizeActFp8(s.gu, s.gu + MI, rows8, MI, 2 * MI, c.swiglu_limit, s.q8, s.s8, stride));
   return cu::GroupedLinearW8A8(down.data(), static_cast<int64_t>(down.size()), MI, D, stride, D, s.order);
 }
 

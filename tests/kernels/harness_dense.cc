@@ -427,7 +427,8 @@ void AddDenseCases(std::vector<Case>* cases) {
                       [=](std::mt19937& rng) { return RopeCase(rng, s); }});
   }
   // SwiGLU: a routed expert (moe_inter 2048, fused gate_up), a dense FFN (12288) with
-  // glm5_next's limit 10, a ragged one with limit 7 computed in place.
+  // glm5_next's limit 10, ragged ones with limit 7 computed in place (333 columns: the one-value
+  // path; multiples of 8 take the 16-byte one).
   cases->push_back({"swiglu_bf16 rows=1 cols=2048 fused", [](std::mt19937& rng) {
                       return SwiGluCase(rng, 1, 2048, true, 0.0f, false);
                     }});
@@ -439,6 +440,9 @@ void AddDenseCases(std::vector<Case>* cases) {
                     }});
   cases->push_back({"swiglu_bf16 rows=7 cols=333 limit=7 in-place", [](std::mt19937& rng) {
                       return SwiGluCase(rng, 7, 333, false, 7.0f, true);
+                    }});
+  cases->push_back({"swiglu_bf16 rows=5 cols=1024 limit=7 in-place", [](std::mt19937& rng) {
+                      return SwiGluCase(rng, 5, 1024, false, 7.0f, true);
                     }});
   // KDA: GLM-5.3-Flash (64 heads x 128), a batch over scattered slots with one bad slot,
   // and a d that is not a power of two.

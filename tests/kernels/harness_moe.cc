@@ -6,14 +6,17 @@
 // batch-invariance check.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/linear_fp8.h"
+#include "kernels/cuda/ops.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -386,6 +389,59 @@ Result QuantizeActCase(std::mt19937& rng, int64_t rows, int64_t in, bool gather)
   return r;
 }
 
+// SwiGluQuantizeActFp8 over a fused gate_up [rows, 2 cols]: its bytes and scales must equal
+// SwiGluBf16 then QuantizeActFp8 on the device (mismatched counts any difference), and its
+// dequantized values the CPU twins' (cpu::SwiGlu rounded to bf16, cpu::QuantizeActFp8; rel_err:
+// only expf against std::exp may move a value across a rounding boundary).
+Result SwiGluQuantizeCase(std::mt19937& rng, int64_t rows, int64_t cols, float limit) {
+  Result r;
+  r.tolerance = 1e-2;
+  const int64_t stride = 2 * cols, groups = (cols + 127) / 128, sstride = rows + 2;
+  std::vector<uint16_t> gub;
+  std::vector<float> guf;
+  RandomBf16(static_cast<size_t>(rows * stride), 6.0f, 0.0f, rng, &gub, &guf);
+  std::vector<float> want(static_cast<size_t>(rows * cols));
+  for (int64_t t = 0; t < rows; ++t) {
+    cpu::SwiGlu(guf.data() + t * stride, guf.data() + t * stride + cols, cols, limit, want.data() + t * cols);
+  }
+  for (float& v : want) v = Bf16ToF32(F32ToBf16(v));
+  {
+    std::vector<uint8_t> wq(want.size());
+    std::vector<float> ws(static_cast<size_t>(groups * sstride));
+    cpu::QuantizeActFp8(want.data(), rows, cols, wq.data(), ws.data(), sstride);
+    for (int64_t t = 0; t < rows; ++t) {
+      for (int64_t c = 0; c < cols; ++c) {
+        want[t * cols + c] = F8E4M3ToF32(wq[t * cols + c]) * ws[(c / 128) * sstride + t];
+      }
+    }
+  }
+  Device dev(&r.error);
+  const uint16_t* d_gu = dev.Upload(gub);
+  uint16_t* d_h = dev.Poisoned<uint16_t>(static_cast<size_t>(rows * cols));
+  uint8_t* d_q1 = dev.Poisoned<uint8_t>(static_cast<size_t>(rows * cols));
+  uint8_t* d_q2 = dev.Poisoned<uint8_t>(static_cast<size_t>(rows * cols));
+  float* d_s1 = dev.Upload(std::vector<float>(static_cast<size_t>(groups * sstride), -1.0f));
+  float* d_s2 = dev.Upload(std::vector<float>(static_cast<size_t>(groups * sstride), -1.0f));
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::SwiGluBf16(d_gu, d_gu + cols, rows, cols, stride, limit, d_h));
+  HARNESS_CHECK_OK(cu::QuantizeActFp8(d_h, rows, cols, d_q1, d_s1, sstride));
+  HARNESS_CHECK_OK(cu::SwiGluQuantizeActFp8(d_gu, d_gu + cols, rows, cols, stride, limit, d_q2, d_s2, sstride));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<uint8_t> q1 = dev.Download(d_q1, rows * cols), q2 = dev.Download(d_q2, rows * cols);
+  const std::vector<float> s1 = dev.Download(d_s1, groups * sstride), s2 = dev.Download(d_s2, groups * sstride);
+  if (!r.error.empty()) return r;
+  for (size_t i = 0; i < q1.size(); ++i) r.mismatched += q1[i] != q2[i];
+  for (size_t i = 0; i < s1.size(); ++i) r.mismatched += std::memcmp(&s1[i], &s2[i], sizeof(float)) != 0;
+  std::vector<float> got(want.size());
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t c = 0; c < cols; ++c) {
+      got[t * cols + c] = F8E4M3ToF32(q2[t * cols + c]) * s2[(c / 128) * sstride + t];
+    }
+  }
+  r.rel_err = RelErr(got, want, &r.unwritten);
+  return r;
+}
+
 // PackFp8W8A8's tiles on the host: 128 x 128, row r's 16-byte chunk c at r * 128 + 16 (c ^ r % 8).
 std::vector<uint8_t> PackW8A8Host(const std::vector<uint8_t>& w, int64_t out, int64_t in) {
   const int64_t kb_count = (in + 127) / 128;
@@ -587,7 +643,16 @@ void AddMoeCases(std::vector<Case>* cases) {
     cases->push_back({absl::StrCat("grouped_linear_w8a8 in=", s.in, " out=", s.out, " problems=", s.rows.size()),
                       [s](std::mt19937& rng) { return GroupedW8A8Case(rng, s); }});
   }
-  for (const auto& [rows, in] : std::vector<std::pair<int64_t, int64_t>>{{9, 6144}, {3, 200}, {2, 16}}) {
+  // 2048 columns: GLM-5.x's moe_intermediate (vector loads); 200: a partial group, an odd row stride
+  // for 4-column loads (400 bytes: every other lane's gate is 8-byte aligned).
+  for (const auto& [rows, cols, limit] : std::vector<std::tuple<int64_t, int64_t, float>>{
+           {37, 2048, 0.0f}, {37, 2048, 7.0f}, {5, 200, 7.0f}, {3, 36, 0.0f}}) {
+    cases->push_back({absl::StrCat("swiglu_quantize_act_fp8 rows=", rows, " cols=", cols, " limit=", limit),
+                      [rows, cols, limit](std::mt19937& rng) { return SwiGluQuantizeCase(rng, rows, cols, limit); }});
+  }
+  // 16-byte loads a lane where in % 8 == 0 (a partial group at 200, two lanes at 16); 100: four
+  // columns a lane.
+  for (const auto& [rows, in] : std::vector<std::pair<int64_t, int64_t>>{{9, 6144}, {3, 200}, {2, 16}, {4, 100}}) {
     for (bool gather : {false, true}) {
       cases->push_back({absl::StrCat("quantize_act_fp8", gather ? "_rows" : "", " rows=", rows, " in=", in),
                         [rows, in, gather](std::mt19937& rng) { return QuantizeActCase(rng, rows, in, gather); }});
