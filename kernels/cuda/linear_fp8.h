@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/gemv.h"
 
 namespace ferry::kernels::cuda {
 
@@ -105,9 +106,36 @@ struct LinearGroupW8A8 {
 // scales applied to each group's partial sum). Batch invariant as GroupedLinearFp8. CPU twin:
 // cpu::LinearW8A8. REQUIRES: GroupedLinearFp8Available(); in % 16 == 0, out % 8 == 0,
 // y_stride >= out and % 8 == 0; qx, w and y 16-byte aligned; scale_stride >= every problem's
-// rows; y_rows (device, may be null) holds every mapped row's destination, no two the same.
-// Up to 600 problems a launch. Errors: INVALID_ARGUMENT with the numbers (nothing launched).
+// rows; y_rows (device, may be null) holds every mapped row's destination, no two the same. Up
+// to 580 problems a launch (more: several launches). Errors: INVALID_ARGUMENT with the numbers
+// (nothing launched).
 absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t in, int64_t out, int64_t scale_stride,
                                int64_t y_stride, const int32_t* y_rows = nullptr, void* stream = nullptr);
+
+// One projection of a MoE layer's FP8 experts for a routing grouped on the device (MoeGroupPairs),
+// without the host: the problem list is built on the device from the groups and the expert tables
+// (FfnAdd's decode dispatch; GroupedLinearW8A8's numerics, batch invariant). parts[k] (k < n_parts,
+// at most 2) are device arrays of n_experts + 1 packed matrices [out, in] (PackFp8W8A8) and their
+// block scales, the shared expert at [n_experts]. For each pair j of group g < *pairs.n_groups
+// (expert e = group_expert[g]) and each part k: out values of W_k[e] · x_j (cpu::LinearW8A8) into
+// columns [k out, (k + 1) out) of y_j, where
+//   x_j: row src_row[j] of (qx, sx) when gather_x (a's rows quantized once), else row j;
+//   y_j: scatter_y: y + order[j] * y_stride for routed groups, y_shared + src_row[j] * y_stride for
+//        the shared group; else y + j * y_stride.
+// sx holds group c of x row r at sx[c * scale_stride + r]. scratch: kGroupedW8A8MoeScratchBytes
+// of device memory (16-byte aligned), overwritten. REQUIRES: GroupedLinearFp8Available(); every
+// group at most max_rows <= 128 pairs (decode-sized: max_rows = the step's rows); in % 16 == 0,
+// out % 8 == 0, y_stride >= n_parts out, % 8 == 0; qx, y, y_shared 16-byte aligned; every chosen
+// expert's table entries non-null. Errors: INVALID_ARGUMENT with the numbers (nothing launched).
+inline constexpr int64_t kGroupedW8A8MoeMaxRows = 128;
+struct W8A8ExpertTable {
+  const uint8_t* const* packed = nullptr;  // device array of n_experts + 1
+  const float* const* scales = nullptr;    // device array of n_experts + 1
+};
+extern const int64_t kGroupedW8A8MoeScratchBytes;
+absl::Status GroupedLinearW8A8Moe(const W8A8ExpertTable* parts, int n_parts, const MoePairs& pairs, int64_t max_rows,
+                                  int64_t n_experts, const uint8_t* qx, const float* sx, int64_t scale_stride,
+                                  bool gather_x, int64_t in, int64_t out, uint16_t* y, int64_t y_stride,
+                                  bool scatter_y, uint16_t* y_shared, void* scratch, void* stream = nullptr);
 
 }  // namespace ferry::kernels::cuda

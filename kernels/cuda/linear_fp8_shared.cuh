@@ -30,8 +30,8 @@ inline constexpr int kMaxXStages = 32;  // x ring stages at most (few rows: many
 inline constexpr int kMaxScales = 256;  // scale blocks along `in`: in <= 32768
 inline constexpr int kMaxProblems = 256;
 // GroupedLinearW8A8's problems a launch: a MoE layer's gate and up of every expert and the shared
-// expert's in one (GLM-5.3-Flash: 2 x 289); 52 bytes each of the kernel's parameters (<= 32 KiB).
-inline constexpr int kMaxProblems8 = 600;
+// expert's in one (GLM-5.3-Flash: 2 x 289); 56 bytes each of the kernel's parameters (<= 32 KiB).
+inline constexpr int kMaxProblems8 = 580;
 inline constexpr int kOutRow = kBlockOut * 2 + 16;  // a row of the output tile in shared memory, bytes
 static_assert(kFp8BlockRows == kBlockOut);
 

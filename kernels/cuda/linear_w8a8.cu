@@ -1,10 +1,9 @@
-// GroupedLinearW8A8 and QuantizeActFp8 (linear_fp8.h): the W8A8 block-FP8 product of the FP8
-// releases, on the warpgroup tensor cores of sm_90a (e4m3 x e4m3 wgmma), and the dynamic
-// activation quantization before it. The block shape, the copy roles and the output store are
-// GroupedLinearFp8's (linear_fp8_shared.cuh); here the weight tiles (pre-swizzled) and the
-// quantized rows go to wgmma as they are, and the blocks are persistent.
+// GroupedLinearW8A8 and its decode form GroupedLinearW8A8Moe (linear_fp8.h): the W8A8 block-FP8
+// product of the FP8 releases, on the warpgroup tensor cores of sm_90a (e4m3 x e4m3 wgmma); the
+// activation quantization before it is quantize_fp8.cu's. The block shape, the copy roles and the
+// output store are GroupedLinearFp8's (linear_fp8_shared.cuh); here the weight tiles
+// (pre-swizzled) and the quantized rows go to wgmma as they are, and the blocks are persistent.
 #include <cuda_bf16.h>
-#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/linear_fp8_shared.cuh"
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/swiglu.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace ferry::kernels::cuda {
@@ -51,17 +50,28 @@ struct Smem8 {
 static_assert(Smem8::kWAt % 1024 == 0 && Smem8::kOutAt % 1024 == 0);
 static_assert(kX8Bytes >= 4 * (kBlockRows * kStep8 + 1024));
 
-struct Problems8 {  // the kernel's parameter: 52 bytes a problem
-  int first_tile[kMaxProblems8];  // the problem's first tile (N rows) among all problems' tiles
-  const uint8_t* qx[kMaxProblems8];
-  const float* sx[kMaxProblems8];
-  const uint8_t* w[kMaxProblems8];
-  const float* scale[kMaxProblems8];
-  __nv_bfloat16* y[kMaxProblems8];
-  int rows[kMaxProblems8];
-  int y_row0[kMaxProblems8];  // >= 0: rows land through the call's row map from there
+// A launch's problems, kCap at most: 56 bytes a problem.
+template <int kCap>
+struct ProblemsT {
+  int first_tile[kCap];  // the problem's first tile (N rows) among all problems' tiles
+  const uint8_t* qx[kCap];
+  const float* sx[kCap];
+  const uint8_t* w[kCap];
+  const float* scale[kCap];
+  __nv_bfloat16* y[kCap];
+  int rows[kCap];
+  int y_row0[kCap];  // >= 0: rows land through the call's row map from there
+  int x_row0[kCap];  // >= 0: row t is row x_rows[x_row0 + t] of qx / sx (the call's x row map)
 };
+using Problems8 = ProblemsT<kMaxProblems8>;  // GroupedLinearW8A8's: the kernel's parameter
 static_assert(sizeof(Problems8) + 64 <= 32764, "a kernel's parameters are at most 32764 bytes");
+// GroupedLinearW8A8Moe's, built on the device (BuildMoeProblemsKernel): every (expert group,
+// part) of a routing, one tile each.
+constexpr int kMaxMoeProblems8 = 2 * (kMoeMaxExperts + 1);
+struct MoeProblems8 {
+  int count, items;
+  ProblemsT<kMaxMoeProblems8> p;
+};
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 // One step's four k32 steps of E4M3 wgmma at width N into d (overwritten). A k32 step moves
@@ -84,7 +94,8 @@ __device__ __forceinline__ void StepMma8(float (&d)[64], uint32_t a, uint32_t b)
 struct Item8 {
   int prob, tile, ob;
 };
-__device__ __forceinline__ Item8 DecodeItem(const Problems8& p, int count, int obs, int item) {
+template <typename P>
+__device__ __forceinline__ Item8 DecodeItem(const P& p, int count, int obs, int item) {
   const int pt = item / obs;
   int lo = 0, hi = count - 1;  // the last problem whose first tile is <= pt
   while (lo < hi) {
@@ -126,8 +137,8 @@ __device__ __forceinline__ Block8 LayOutBlock8(uint8_t* raw, int N) {
 // past nv discarded): each step's product into `part`, then acc += part * (w scale * x scale of
 // the column), then the tile's store. N is a template parameter so that no step branches on the
 // width: a run-time choice inside the step loop makes ptxas serialize the wgmmas (C7520).
-template <int N>
-__device__ __forceinline__ void MultiplyItem(const Problems8& p, const Item8& it, int nv, int tile_rows, int steps,
+template <int N, typename P>
+__device__ __forceinline__ void MultiplyItem(const P& p, const Item8& it, int nv, int tile_rows, int steps,
                                              int out, int64_t ldy, const int32_t* y_rows, int tid, const Block8& b,
                                              MulRings& r) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -199,10 +210,11 @@ __device__ __forceinline__ void WithItemWidth(int nv, F&& f) {
   f(std::integral_constant<int, N>{});
 }
 
-template <int N>
-__global__ void __launch_bounds__(kThreads, 1)
-    GroupedLinearW8A8Kernel(const __grid_constant__ Problems8 p, int count, int items, int in, int out,
-                            int scale_stride, int64_t ldy, const int32_t* y_rows) {
+// The W8A8 block's work over the problems p (count of them, items items; x_rows / y_rows the
+// row maps of problems with x_row0 / y_row0 >= 0). Called by the two kernels below.
+template <int N, typename P>
+__device__ __forceinline__ void GroupedW8A8Block(const P& p, int count, int items, int in, int out, int scale_stride,
+                                                 int64_t ldy, const int32_t* x_rows, const int32_t* y_rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   const int obs = (out + kBlockOut - 1) / kBlockOut, steps = (in + kStep8 - 1) / kStep8;
   const int tid = static_cast<int>(threadIdx.x);
@@ -241,8 +253,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x)) {
         const Item8 it = DecodeItem(p, count, obs, item);
         const int nv = min(p.rows[it.prob] - it.tile * N, N), n16 = (nv + 15) & ~15;
-        const uint8_t* x = p.qx[it.prob] + static_cast<size_t>(it.tile) * N * in;
-        const float* sx = p.sx[it.prob] + static_cast<size_t>(it.tile) * N;
+        // Row r of the item: row xmap[r] of qx / sx through the call's x map, else row tile N + r.
+        const int32_t* xmap =
+            x_rows != nullptr && p.x_row0[it.prob] >= 0 ? x_rows + p.x_row0[it.prob] + it.tile * N : nullptr;
+        const uint8_t* x = p.qx[it.prob] + (xmap != nullptr ? 0 : static_cast<size_t>(it.tile) * N * in);
+        const float* sx = p.sx[it.prob] + (xmap != nullptr ? 0 : static_cast<size_t>(it.tile) * N);
         for (int kt = 0; kt < steps; ++kt, ++g) {
           if (g >= x_stages) ptx::MbarWait(x_empty + 8 * st, phase ^ 1);
           const uint32_t stage = base + static_cast<uint32_t>(st * x_stage_bytes);
@@ -255,13 +270,15 @@ __global__ void __launch_bounds__(kThreads, 1)
           const uint8_t* src = x + static_cast<size_t>(xt >> 3) * in + k;
           for (int r = xt >> 3; r < n16; r += kXCopyThreads / 8, src += static_cast<size_t>(kXCopyThreads / 8) * in) {
             const bool ok = r < nv && k < in;
-            ptx::CpAsync16(stage + r * 128 + ((ch ^ (r & 7)) << 4), ok ? static_cast<const void*>(src) : x,
+            const uint8_t* at = xmap != nullptr && ok ? x + static_cast<size_t>(__ldg(xmap + r)) * in + k : src;
+            ptx::CpAsync16(stage + r * 128 + ((ch ^ (r & 7)) << 4), ok ? static_cast<const void*>(at) : x,
                            ok ? 16 : 0);
           }
           for (int r = xt; r < n16; r += kXCopyThreads) {
             const bool ok = r < nv;
+            const int64_t row = xmap != nullptr && ok ? __ldg(xmap + r) : r;
             ptx::CpAsync4(stage + x_rows_bytes + 4 * r,
-                          ok ? static_cast<const void*>(sx + static_cast<size_t>(kt) * scale_stride + r) : sx,
+                          ok ? static_cast<const void*>(sx + static_cast<size_t>(kt) * scale_stride + row) : sx,
                           ok ? 4 : 0);
           }
           ptx::CpAsyncMbarArrive(x_full + 8 * st);
@@ -280,123 +297,69 @@ __global__ void __launch_bounds__(kThreads, 1)
       });
     }
   }
+#endif
+}
+
+template <int N>
+__global__ void __launch_bounds__(kThreads, 1)
+    GroupedLinearW8A8Kernel(const __grid_constant__ Problems8 p, int count, int items, int in, int out,
+                            int scale_stride, int64_t ldy, const int32_t* y_rows) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  GroupedW8A8Block<N>(p, count, items, in, out, scale_stride, ldy, nullptr, y_rows);
 #else
   __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
 #endif
 }
 
-// cpu::QuantizeActFp8 of one row's 128-column group by the 128 / kLane lanes that hold it, kLane
-// columns a lane: v the lane's values (columns c0 .. c0 + kLane - 1 of the row, zero past `in`),
-// qr the row's bytes at c0; the group's first lane stores the scale at *s. The group's lanes are
-// aligned in the warp (a 16-lane half for kLane 8), so the shuffles stay within it.
-template <int kLane>
-__device__ __forceinline__ void QuantizeGroupLane(const float (&v)[kLane], int lane, int64_t c0, int64_t in,
-                                                  uint8_t* qr, float* s) {
-  constexpr int kGroupLanes = 128 / kLane;
-  float amax = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kLane; ++i) amax = fmaxf(amax, fabsf(v[i]));
-#pragma unroll
-  for (int off = kGroupLanes / 2; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  if (c0 >= in) return;  // a lane past the row (only when the row ends inside the warp's columns)
-  const float scale = amax / 448.0f;
-  uint32_t packed[kLane / 4] = {};
-#pragma unroll
-  for (int i = 0; i < kLane; ++i) {
-    const uint32_t b = scale > 0.0f ? __nv_cvt_float_to_fp8(v[i] / scale, __NV_SATFINITE, __NV_E4M3) : 0;
-    packed[i / 4] |= b << (8 * (i % 4));
-  }
-  if (c0 + kLane - 1 < in && (reinterpret_cast<uintptr_t>(qr) & (kLane - 1)) == 0) {
-    if constexpr (kLane == 8) {
-      *reinterpret_cast<uint2*>(qr) = make_uint2(packed[0], packed[1]);  // the eight bytes in one store
-    } else {
-      *reinterpret_cast<uint32_t*>(qr) = packed[0];
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < kLane; ++i) {
-      if (c0 + i < in) qr[i] = static_cast<uint8_t>(packed[i / 4] >> (8 * (i % 4)));
-    }
-  }
-  if (lane % kGroupLanes == 0) *s = scale;
+// GroupedLinearW8A8Moe's: the problems from BuildMoeProblemsKernel (one tile each).
+template <int N>
+__global__ void __launch_bounds__(kThreads, 1)
+    GroupedLinearW8A8MoeKernel(const MoeProblems8* __restrict__ mp, int in, int out, int scale_stride, int64_t ldy,
+                               const int32_t* x_rows, const int32_t* y_rows) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  GroupedW8A8Block<N>(mp->p, mp->count, mp->items, in, out, scale_stride, ldy, x_rows, y_rows);
+#else
+  __trap();  // built without sm_90a: GroupedLinearFp8Available is false, nothing launches this
+#endif
 }
 
-// The eight bf16 at p (16-byte aligned) as floats.
-__device__ __forceinline__ void LoadBf16x8(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 f = __bfloat1622float2(h[k]);
-    v[2 * k] = f.x;
-    v[2 * k + 1] = f.y;
-  }
-}
-
-// One warp a (row, 32 kLane columns), kLane columns a lane: cpu::QuantizeActFp8 (of x's row
-// src_row[r] for row r when src_row is given). kLane 8 needs x's rows 16-byte aligned.
-template <int kLane>
-__global__ void QuantizeActFp8Kernel(const __nv_bfloat16* x, const int32_t* src_row, int64_t rows, int64_t in,
-                                     uint8_t* q, float* s, int64_t scale_stride) {
-  const int64_t chunks = (in + 32 * kLane - 1) / (32 * kLane);
-  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (item >= rows * chunks) return;
-  const int64_t r = item / chunks, c0 = (item % chunks) * 32 * kLane + lane * kLane;
-  const __nv_bfloat16* xr = x + (src_row != nullptr ? static_cast<int64_t>(src_row[r]) : r) * in;
-  float v[kLane];
-  bool loaded = false;
-  if constexpr (kLane == 8) {
-    if (c0 + 7 < in) LoadBf16x8(xr + c0, v), loaded = true;
-  }
-  if (!loaded) {
-#pragma unroll
-    for (int i = 0; i < kLane; ++i) v[i] = c0 + i < in ? __bfloat162float(xr[c0 + i]) : 0.0f;
-  }
-  QuantizeGroupLane<kLane>(v, lane, c0, in, q + r * in + c0, s + (c0 / 128) * scale_stride + r);
-}
-
-// SwiGluBf16 then QuantizeActFp8 of its bf16 output in one pass, the same bits (swiglu.cuh's value
-// rounded to bf16, then QuantizeGroupLane): one warp a (row, 32 kLane columns). kLane 8 needs
-// gate's and up's rows 16-byte aligned.
-template <int kLane>
-__global__ void SwiGluQuantizeActFp8Kernel(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t rows,
-                                           int64_t cols, int64_t in_stride, float limit, uint8_t* q, float* s,
-                                           int64_t scale_stride) {
-  const int64_t chunks = (cols + 32 * kLane - 1) / (32 * kLane);
-  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (item >= rows * chunks) return;
-  const int64_t r = item / chunks, c0 = (item % chunks) * 32 * kLane + lane * kLane;
-  const __nv_bfloat16* gr = gate + r * in_stride + c0;
-  const __nv_bfloat16* ur = up + r * in_stride + c0;
-  float v[kLane];
-  bool loaded = false;
-  if constexpr (kLane == 8) {
-    if (c0 + 7 < cols) {
-      float g[8], u[8];
-      LoadBf16x8(gr, g);
-      LoadBf16x8(ur, u);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = __bfloat162float(SwiGluOf(g[i], u[i], limit));
-      loaded = true;
+// GroupedLinearW8A8Moe's problem list: problem g n_parts + k is part k of group g (one tile:
+// every group holds at most the launch width's rows). One block.
+struct MoePartTables {
+  const uint8_t* const* packed[2];
+  const float* const* scales[2];
+};
+__global__ void BuildMoeProblemsKernel(MoePartTables t, int n_parts, MoePairs pairs, int n_experts, const uint8_t* qx,
+                                       const float* sx, bool gather_x, int in, int out, __nv_bfloat16* y,
+                                       int64_t y_stride, bool scatter_y, __nv_bfloat16* y_shared,
+                                       MoeProblems8* __restrict__ mp) {
+  const int groups = *pairs.n_groups, obs = (out + kBlockOut - 1) / kBlockOut;
+  for (int i = static_cast<int>(threadIdx.x); i < groups * n_parts; i += static_cast<int>(blockDim.x)) {
+    const int g = i / n_parts, k = i % n_parts;
+    const int e = pairs.group_expert[g], start = pairs.group_start[g];
+    ProblemsT<kMaxMoeProblems8>& p = mp->p;
+    p.first_tile[i] = i;
+    p.rows[i] = pairs.group_count[g];
+    p.w[i] = t.packed[k][e];
+    p.scale[i] = t.scales[k][e];
+    p.qx[i] = gather_x ? qx : qx + static_cast<int64_t>(start) * in;
+    p.sx[i] = gather_x ? sx : sx + start;
+    p.x_row0[i] = gather_x ? start : -1;
+    if (!scatter_y) {
+      p.y[i] = y + static_cast<int64_t>(start) * y_stride + k * out;
+      p.y_row0[i] = -1;
+    } else if (e < n_experts) {
+      p.y[i] = y + k * out;
+      p.y_row0[i] = start;
+    } else {  // the shared group: pairs of rows 0, 1, ... in order
+      p.y[i] = y_shared + k * out;
+      p.y_row0[i] = -1;
     }
   }
-  if (!loaded) {
-#pragma unroll
-    for (int i = 0; i < kLane; ++i) {
-      v[i] = c0 + i < cols
-                 ? __bfloat162float(SwiGluOf(__bfloat162float(gr[i]), __bfloat162float(ur[i]), limit))
-                 : 0.0f;
-    }
+  if (threadIdx.x == 0) {
+    mp->count = groups * n_parts;
+    mp->items = groups * n_parts * obs;
   }
-  QuantizeGroupLane<kLane>(v, lane, c0, cols, q + r * cols + c0, s + (c0 / 128) * scale_stride + r);
-}
-
-// Blocks of 256 threads for one warp a (row, 32 kLane columns) over rows x cols.
-template <int kLane>
-int64_t QuantizeBlocks(int64_t rows, int64_t cols) {
-  return (rows * ((cols + 32 * kLane - 1) / (32 * kLane)) + 7) / 8;
 }
 
 // PackFp8W8A8's tiles: 128 x 128 bytes, row r's 16-byte chunk c at r * 128 + 16 (c ^ (r % 8))
@@ -416,12 +379,22 @@ constexpr W8A8Kernel kW8A8Kernels[kBlockRows / 16] = {
     GroupedLinearW8A8Kernel<16>, GroupedLinearW8A8Kernel<32>, GroupedLinearW8A8Kernel<48>,
     GroupedLinearW8A8Kernel<64>, GroupedLinearW8A8Kernel<80>, GroupedLinearW8A8Kernel<96>,
     GroupedLinearW8A8Kernel<112>, GroupedLinearW8A8Kernel<128>};
+using W8A8MoeKernel = void (*)(const MoeProblems8*, int, int, int, int64_t, const int32_t*, const int32_t*);
+constexpr W8A8MoeKernel kW8A8MoeKernels[kBlockRows / 16] = {
+    GroupedLinearW8A8MoeKernel<16>, GroupedLinearW8A8MoeKernel<32>, GroupedLinearW8A8MoeKernel<48>,
+    GroupedLinearW8A8MoeKernel<64>, GroupedLinearW8A8MoeKernel<80>, GroupedLinearW8A8MoeKernel<96>,
+    GroupedLinearW8A8MoeKernel<112>, GroupedLinearW8A8MoeKernel<128>};
 
 }  // namespace
 
 bool fp8::SetUpW8A8Kernel(int optin) {
   if (optin < Smem8::kBytes) return false;
   for (W8A8Kernel k : kW8A8Kernels) {
+    if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem8::kBytes) != cudaSuccess) {
+      return false;
+    }
+  }
+  for (W8A8MoeKernel k : kW8A8MoeKernels) {
     if (cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, Smem8::kBytes) != cudaSuccess) {
       return false;
     }
@@ -433,63 +406,6 @@ int64_t Fp8W8A8PackedBytes(int64_t out, int64_t in) { return fp8::PackedBytes<W8
 
 absl::Status PackFp8W8A8(const uint8_t* w, int64_t out, int64_t in, uint8_t* packed, void* stream) {
   return fp8::Pack<W8A8Layout>("PackFp8W8A8", w, out, in, packed, stream);
-}
-
-absl::Status QuantizeActFp8Rows(const uint16_t* x, const int32_t* src_row, int64_t rows, int64_t in, uint8_t* q,
-                                float* s, int64_t scale_stride, void* stream) {
-  if (rows < 0 || in < 1 || scale_stride < rows || (rows > 0 && (x == nullptr || q == nullptr || s == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", rows, " rows of ", in,
-                                                   " columns with a scale stride of ", scale_stride));
-  }
-  if (rows == 0) return absl::OkStatus();
-  const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
-  auto* st = static_cast<cudaStream_t>(stream);
-  if (QuantizeBlocks<4>(rows, in) > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat("QuantizeActFp8: ", rows, " rows of ", in, " columns"));
-  }
-  if (in % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0) {  // 16-byte loads a lane
-    QuantizeActFp8Kernel<8><<<static_cast<unsigned>(QuantizeBlocks<8>(rows, in)), 256, 0, st>>>(
-        xb, src_row, rows, in, q, s, scale_stride);
-  } else {
-    QuantizeActFp8Kernel<4><<<static_cast<unsigned>(QuantizeBlocks<4>(rows, in)), 256, 0, st>>>(
-        xb, src_row, rows, in, q, s, scale_stride);
-  }
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
-}
-
-absl::Status QuantizeActFp8(const uint16_t* x, int64_t rows, int64_t in, uint8_t* q, float* s, int64_t scale_stride,
-                            void* stream) {
-  return QuantizeActFp8Rows(x, nullptr, rows, in, q, s, scale_stride, stream);
-}
-
-absl::Status SwiGluQuantizeActFp8(const uint16_t* gate, const uint16_t* up, int64_t rows, int64_t cols,
-                                  int64_t in_stride, float limit, uint8_t* q, float* s, int64_t scale_stride,
-                                  void* stream) {
-  if (rows < 0 || cols < 1 || in_stride < cols || scale_stride < rows ||
-      (rows > 0 && (gate == nullptr || up == nullptr || q == nullptr || s == nullptr))) {
-    return absl::InvalidArgumentError(absl::StrCat("SwiGluQuantizeActFp8: ", rows, " rows of ", cols,
-                                                   " columns, in_stride ", in_stride, ", scale stride ",
-                                                   scale_stride, " (need cols >= 1, in_stride >= cols, "
-                                                   "scale stride >= rows, non-null pointers)"));
-  }
-  if (rows == 0) return absl::OkStatus();
-  const auto* g = reinterpret_cast<const __nv_bfloat16*>(gate);
-  const auto* u = reinterpret_cast<const __nv_bfloat16*>(up);
-  auto* st = static_cast<cudaStream_t>(stream);
-  if (QuantizeBlocks<4>(rows, cols) > INT_MAX) {
-    return absl::InvalidArgumentError(absl::StrCat("SwiGluQuantizeActFp8: ", rows, " rows of ", cols, " columns"));
-  }
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (cols % 8 == 0 && in_stride % 8 == 0 && aligned(gate) && aligned(up)) {  // 16-byte loads a lane
-    SwiGluQuantizeActFp8Kernel<8><<<static_cast<unsigned>(QuantizeBlocks<8>(rows, cols)), 256, 0, st>>>(
-        g, u, rows, cols, in_stride, limit, q, s, scale_stride);
-  } else {
-    SwiGluQuantizeActFp8Kernel<4><<<static_cast<unsigned>(QuantizeBlocks<4>(rows, cols)), 256, 0, st>>>(
-        g, u, rows, cols, in_stride, limit, q, s, scale_stride);
-  }
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
-  return absl::OkStatus();
 }
 
 namespace {
@@ -528,6 +444,7 @@ absl::Status GroupedLinearW8A8Launches(const LinearGroupW8A8* groups, int64_t n,
         pr.y[slot] = reinterpret_cast<__nv_bfloat16*>(g.y);
         pr.rows[slot] = static_cast<int>(g.rows);
         pr.y_row0[slot] = static_cast<int>(g.y_row0);
+        pr.x_row0[slot] = -1;
       },
       [&](int count, int) -> absl::Status {
         const int64_t items = tiles_so_far * ((out + kBlockOut - 1) / kBlockOut);
@@ -567,6 +484,61 @@ absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t
   if (scale_stride > INT_MAX) return absl::InvalidArgumentError("GroupedLinearW8A8: scale stride past INT_MAX");
   return GroupedLinearW8A8Launches(groups, n, in, out, scale_stride, y_stride, y_rows, LaunchWidth(groups, n),
                                    stream);
+}
+
+const int64_t kGroupedW8A8MoeScratchBytes = (sizeof(MoeProblems8) + 255) / 256 * 256;
+
+absl::Status GroupedLinearW8A8Moe(const W8A8ExpertTable* parts, int n_parts, const MoePairs& pairs, int64_t max_rows,
+                                  int64_t n_experts, const uint8_t* qx, const float* sx, int64_t scale_stride,
+                                  bool gather_x, int64_t in, int64_t out, uint16_t* y, int64_t y_stride,
+                                  bool scatter_y, uint16_t* y_shared, void* scratch, void* stream) {
+  const auto bad = [&](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8Moe: ", why));
+  };
+  if (n_parts < 1 || n_parts > 2 || parts == nullptr) return bad(absl::StrCat(n_parts, " parts (1 or 2)"));
+  for (int k = 0; k < n_parts; ++k) {
+    if (parts[k].packed == nullptr || parts[k].scales == nullptr) return bad(absl::StrCat("part ", k, " has no table"));
+  }
+  if (max_rows < 1 || max_rows > kGroupedW8A8MoeMaxRows) {
+    return bad(absl::StrCat(max_rows, " rows a group at most (1 to ", kGroupedW8A8MoeMaxRows, ")"));
+  }
+  if (n_experts < 1 || n_experts > kMoeMaxExperts) return bad(absl::StrCat(n_experts, " experts"));
+  if (in < 16 || in % 16 != 0 || in > kMaxScales * kFp8BlockCols || out < 8 || out % 8 != 0) {
+    return bad(absl::StrCat("in ", in, ", out ", out, "; need in a multiple of 16 up to ", kMaxScales * kFp8BlockCols,
+                            ", out a multiple of 8"));
+  }
+  if (y_stride < n_parts * out || y_stride % 8 != 0) {
+    return bad(absl::StrCat("a y row stride of ", y_stride, " for ", n_parts, " x ", out, " columns"));
+  }
+  if (scale_stride < 1 || scale_stride > INT_MAX) return bad(absl::StrCat("a scale stride of ", scale_stride));
+  if (qx == nullptr || sx == nullptr || y == nullptr || scratch == nullptr || !Aligned16(qx) || !Aligned16(y) ||
+      !Aligned16(scratch) || (scatter_y && y_shared != nullptr && !Aligned16(y_shared))) {
+    return bad("a null or misaligned (16 bytes) qx, sx, y, y_shared or scratch");
+  }
+  if (!GroupedLinearFp8Available()) {
+    return absl::FailedPreconditionError("GroupedLinearW8A8Moe: needs sm_90a code and a compute capability 9.0 device");
+  }
+  MoePartTables t{};
+  for (int k = 0; k < n_parts; ++k) {
+    t.packed[k] = parts[k].packed;
+    t.scales[k] = parts[k].scales;
+  }
+  auto* mp = static_cast<MoeProblems8*>(scratch);
+  auto* st = static_cast<cudaStream_t>(stream);
+  BuildMoeProblemsKernel<<<1, 256, 0, st>>>(t, n_parts, pairs, static_cast<int>(n_experts), qx, sx, gather_x,
+                                            static_cast<int>(in), static_cast<int>(out),
+                                            reinterpret_cast<__nv_bfloat16*>(y), y_stride, scatter_y,
+                                            reinterpret_cast<__nv_bfloat16*>(y_shared), mp);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  int device = 0, sms = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int N = static_cast<int>((max_rows + 15) / 16 * 16);
+  kW8A8MoeKernels[N / 16 - 1]<<<sms, kThreads, Smem8::kBytes, st>>>(
+      mp, static_cast<int>(in), static_cast<int>(out), static_cast<int>(scale_stride), y_stride,
+      gather_x ? pairs.src_row : nullptr, scatter_y ? pairs.order : nullptr);
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
 }
 
 }  // namespace ferry::kernels::cuda

@@ -127,6 +127,31 @@ absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t*
   return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x, assign);
 }
 
+// The decode dispatch of FP8 experts (FfnAdd's first way, ffn_cuda.h): routing in s.experts /
+// s.route_w already. Quantized rows: a's R rows (then h's pairs) in q8 / s8, scale stride R * K + R.
+absl::Status MoeOnDeviceFp8(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
+                            const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign) {
+  const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
+  const bool shared = f.has_shared;
+  const int64_t stride = R * K + R;
+  const cu::MoePairs p{s.group_expert, s.group_start, s.group_count, s.n_groups, s.order, s.src_row};
+  FERRY_RETURN_IF_ERROR(cu::MoeGroupPairs(s.experts, R, K, E, shared, p, s.error));
+  const auto* t = f.fp8_tables.as<const void* const>();
+  auto table = [&](int k) {
+    return cu::W8A8ExpertTable{reinterpret_cast<const uint8_t* const*>(t + (2 * k) * (E + 1)),
+                               reinterpret_cast<const float* const*>(t + (2 * k + 1) * (E + 1))};
+  };
+  const cu::W8A8ExpertTable gate_up[2] = {table(0), table(1)}, down[1] = {table(2)};
+  FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(a, R, D, s.q8, s.s8, stride));
+  FERRY_RETURN_IF_ERROR(cu::GroupedLinearW8A8Moe(gate_up, 2, p, R, E, s.q8, s.s8, stride, /*gather_x=*/true, D, MI,
+                                                 s.gu, 2 * MI, /*scatter_y=*/false, nullptr, s.w8a8_problems));
+  FERRY_RETURN_IF_ERROR(cu::SwiGluQuantizeActFp8(s.gu, s.gu + MI, R * K + (shared ? R : 0), MI, 2 * MI,
+                                                 c.swiglu_limit, s.q8, s.s8, stride));
+  FERRY_RETURN_IF_ERROR(cu::GroupedLinearW8A8Moe(down, 1, p, R, E, s.q8, s.s8, stride, /*gather_x=*/false, MI, D,
+                                                 s.slots, D, /*scatter_y=*/true, y, s.w8a8_problems));
+  return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x, assign);
+}
+
 // FfnAdd's W8A8 dispatch of FP8 experts (ffn_cuda.h), after the host ordered the pairs: start[e]
 // is expert e's first position in the expert-ordered batch (row j is a's row s.src_row[j]).
 // Quantized rows: the R * K routed ones, then the shared expert's R when it is FP8 (scale stride
@@ -218,6 +243,20 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
     FERRY_ASSIGN_OR_RETURN(f.gate_up_table, Upload(gate_up.data(), gate_up.size() * sizeof(const uint16_t*)));
     FERRY_ASSIGN_OR_RETURN(f.down_table, Upload(down.data(), down.size() * sizeof(const uint16_t*)));
   }
+  if (f.fp8_experts) {
+    // The W8A8 decode dispatch's tables (CudaFfn::fp8_tables).
+    std::vector<const void*> t(6 * (static_cast<size_t>(E) + 1), nullptr);
+    auto put = [&](int64_t at, const CudaMlp& m) {
+      const Fp8Matrix* parts[3] = {&m.gate8, &m.up8, &m.down8};
+      for (int k = 0; k < 3; ++k) {
+        t[static_cast<size_t>((2 * k) * (E + 1) + at)] = parts[k]->packed.get();
+        t[static_cast<size_t>((2 * k + 1) * (E + 1) + at)] = parts[k]->scales.get();
+      }
+    };
+    for (int64_t e = 0; e < E; ++e) put(e, f.experts[static_cast<size_t>(e)]);
+    if (f.has_shared && f.shared.fp8 && f.shared.inter() == MI) put(E, f.shared);
+    FERRY_ASSIGN_OR_RETURN(f.fp8_tables, Upload(t.data(), t.size() * sizeof(const void*)));
+  }
   f.routing.n_experts = E;
   f.routing.top_k = c.num_experts_per_tok;
   f.routing.n_group = c.n_group;
@@ -267,6 +306,11 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
     }
     s.s8 = reinterpret_cast<float*>(s.q8 + q_bytes);
   }
+  s.w8a8_problems = nullptr;
+  if (sizeof(T) == 2 && E > 0 && R <= kMoeGemvMaxRows) {
+    FERRY_ASSIGN_OR_RETURN(uint8_t * problems, ws.Take<uint8_t>(cu::kGroupedW8A8MoeScratchBytes));
+    s.w8a8_problems = problems;
+  }
   return s;
 }
 
@@ -288,6 +332,11 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
     if (f.gate_up_table.get() != nullptr && shared_fits && widths_fit && R <= kMoeGemvMaxRows &&
         R * K <= cu::kMoeMaxPairs) {
       return MoeOnDevice(f, c, a, R, s, y, x, assign);
+    }
+    // FP8: the shared expert (if any) in FP8 and one expert wide too.
+    if (f.fp8_experts && f.fp8_tables.get() != nullptr && (!f.has_shared || (f.shared.fp8 && shared_fits)) &&
+        s.w8a8_problems != nullptr && R <= kMoeGemvMaxRows && R * K <= cu::kMoeMaxPairs) {
+      return MoeOnDeviceFp8(f, c, a, R, s, y, x, assign);
     }
   }
 

@@ -50,6 +50,11 @@ struct CudaFfn {
   // and the shared expert's at [n_experts] when it is one expert wide (else null): the tables
   // through which the decode dispatch (kernels::cuda::MoeGemvBf16) finds the chosen experts.
   DeviceBuffer gate_up_table, down_table;
+  // FP8 experts only: the same for the W8A8 decode dispatch (kernels::cuda::GroupedLinearW8A8Moe),
+  // six device arrays of n_experts + 1 pointers in this order: gate packed, gate scales, up packed,
+  // up scales, down packed, down scales (the shared expert at [n_experts] when it is FP8 and one
+  // expert wide, else null).
+  DeviceBuffer fp8_tables;
 };
 
 // Loads layer `layer`'s FFN under `w` ("...mlp.") in precision p (one expert at a time: the
@@ -74,6 +79,9 @@ struct FfnScratch {
   // routed outputs straight into slots, in token order).
   uint8_t* q8;
   float* s8;
+  // The W8A8 decode dispatch's problem list (kGroupedW8A8MoeScratchBytes; bf16 with experts and
+  // decode-sized rows only, else null).
+  void* w8a8_problems;
 };
 template <typename T>
 absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t rows);
@@ -83,11 +91,14 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 //  - decode-sized batches in bf16 (R <= kMoeGemvMaxRows, the shared expert absent or one expert
 //    wide): on the device alone. MoeGroupPairs orders the (row, slot) pairs by expert and
 //    MoeGemvBf16 streams each chosen expert's matrices once (gate_up, then down into the slots),
-//    so the host queues the whole layer without waiting for the routing;
+//    so the host queues the whole layer without waiting for the routing; FP8 experts the same
+//    way with W8A8 numerics: a's rows quantized once, then GroupedLinearW8A8Moe (gate and up
+//    over the pairs' gathered rows), SwiGluQuantizeActFp8, GroupedLinearW8A8Moe (down into the
+//    slots and the shared expert's rows into y);
 //  - otherwise the chosen expert ids come to the host (one sync), which orders the pairs by
 //    expert and runs each expert with rows as one cuBLAS call, in bf16 the experts (and a
 //    one-expert-wide shared expert) side by side on the side streams of GroupedLinearBf16; FP8
-//    experts (CudaFfn::fp8_experts, any batch size) as the FP8 releases run them (W8A8): each
+//    experts (CudaFfn::fp8_experts, larger batches) as the FP8 releases run them (W8A8): each
 //    projection's input quantized per row in groups of 128 (QuantizeActFp8), then every expert's
 //    product in one GroupedLinearW8A8 launch a projection, the down outputs scattered to token
 //    order as they are stored.

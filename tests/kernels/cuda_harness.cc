@@ -64,6 +64,7 @@ std::vector<Case> AllCases() {
   AddModelCases(&cases);
   AddNextCases(&cases);
   AddMoeCases(&cases);
+  AddFp8Cases(&cases);
   return cases;
 }
 
