@@ -123,10 +123,14 @@ absl::Status GroupedLinearW8A8(const LinearGroupW8A8* groups, int64_t n, int64_t
 //   y_j: scatter_y: y + order[j] * y_stride for routed groups, y_shared + src_row[j] * y_stride for
 //        the shared group; else y + j * y_stride.
 // sx holds group c of x row r at sx[c * scale_stride + r]. scratch: kGroupedW8A8MoeScratchBytes
-// of device memory (16-byte aligned), overwritten. REQUIRES: GroupedLinearFp8Available(); every
-// group at most max_rows <= 128 pairs (decode-sized: max_rows = the step's rows); in % 16 == 0,
-// out % 8 == 0, y_stride >= n_parts out, % 8 == 0; qx, y, y_shared 16-byte aligned; every chosen
-// expert's table entries non-null. Errors: INVALID_ARGUMENT with the numbers (nothing launched).
+// of device memory (16-byte aligned), overwritten. Every group is one tile of max_rows (rounded up
+// to 16) pairs: a group with more (a routing that picked one expert twice in a row; MoeRoute never
+// does) keeps its first ones and sets bit 2 of *error (device int32, may be null; MoeGroupPairs
+// sets bit 1), the other pairs' outputs unwritten. REQUIRES: GroupedLinearFp8Available();
+// 1 <= max_rows <= 128 (decode-sized: the step's rows); in % 16 == 0, out % 8 == 0, y_stride >=
+// n_parts out, % 8 == 0; qx, y and (with scatter_y) y_shared non-null and 16-byte aligned; every
+// chosen expert's table entries non-null. Errors: INVALID_ARGUMENT with the numbers (nothing
+// launched).
 inline constexpr int64_t kGroupedW8A8MoeMaxRows = 128;
 struct W8A8ExpertTable {
   const uint8_t* const* packed = nullptr;  // device array of n_experts + 1
@@ -136,6 +140,7 @@ extern const int64_t kGroupedW8A8MoeScratchBytes;
 absl::Status GroupedLinearW8A8Moe(const W8A8ExpertTable* parts, int n_parts, const MoePairs& pairs, int64_t max_rows,
                                   int64_t n_experts, const uint8_t* qx, const float* sx, int64_t scale_stride,
                                   bool gather_x, int64_t in, int64_t out, uint16_t* y, int64_t y_stride,
-                                  bool scatter_y, uint16_t* y_shared, void* scratch, void* stream = nullptr);
+                                  bool scatter_y, uint16_t* y_shared, void* scratch, int32_t* error,
+                                  void* stream = nullptr);
 
 }  // namespace ferry::kernels::cuda

@@ -323,23 +323,25 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// GroupedLinearW8A8Moe's problem list: problem g n_parts + k is part k of group g (one tile:
-// every group holds at most the launch width's rows). One block.
+// GroupedLinearW8A8Moe's problem list: problem g n_parts + k is part k of group g (one tile of
+// the launch width N). A group of more than N pairs (a routing that picked an expert twice in a
+// row) keeps its first N and sets bit 2 of *error. One block.
 struct MoePartTables {
   const uint8_t* const* packed[2];
   const float* const* scales[2];
 };
 __global__ void BuildMoeProblemsKernel(MoePartTables t, int n_parts, MoePairs pairs, int n_experts, const uint8_t* qx,
                                        const float* sx, bool gather_x, int in, int out, __nv_bfloat16* y,
-                                       int64_t y_stride, bool scatter_y, __nv_bfloat16* y_shared,
-                                       MoeProblems8* __restrict__ mp) {
+                                       int64_t y_stride, bool scatter_y, __nv_bfloat16* y_shared, int N,
+                                       int32_t* error, MoeProblems8* __restrict__ mp) {
   const int groups = *pairs.n_groups, obs = (out + kBlockOut - 1) / kBlockOut;
   for (int i = static_cast<int>(threadIdx.x); i < groups * n_parts; i += static_cast<int>(blockDim.x)) {
     const int g = i / n_parts, k = i % n_parts;
     const int e = pairs.group_expert[g], start = pairs.group_start[g];
     ProblemsT<kMaxMoeProblems8>& p = mp->p;
     p.first_tile[i] = i;
-    p.rows[i] = pairs.group_count[g];
+    p.rows[i] = min(pairs.group_count[g], N);
+    if (pairs.group_count[g] > N && error != nullptr) atomicOr(error, 2);
     p.w[i] = t.packed[k][e];
     p.scale[i] = t.scales[k][e];
     p.qx[i] = gather_x ? qx : qx + static_cast<int64_t>(start) * in;
@@ -491,7 +493,8 @@ const int64_t kGroupedW8A8MoeScratchBytes = (sizeof(MoeProblems8) + 255) / 256 *
 absl::Status GroupedLinearW8A8Moe(const W8A8ExpertTable* parts, int n_parts, const MoePairs& pairs, int64_t max_rows,
                                   int64_t n_experts, const uint8_t* qx, const float* sx, int64_t scale_stride,
                                   bool gather_x, int64_t in, int64_t out, uint16_t* y, int64_t y_stride,
-                                  bool scatter_y, uint16_t* y_shared, void* scratch, void* stream) {
+                                  bool scatter_y, uint16_t* y_shared, void* scratch, int32_t* error,
+                                  void* stream) {
   const auto bad = [&](const std::string& why) {
     return absl::InvalidArgumentError(absl::StrCat("GroupedLinearW8A8Moe: ", why));
   };
@@ -512,8 +515,8 @@ absl::Status GroupedLinearW8A8Moe(const W8A8ExpertTable* parts, int n_parts, con
   }
   if (scale_stride < 1 || scale_stride > INT_MAX) return bad(absl::StrCat("a scale stride of ", scale_stride));
   if (qx == nullptr || sx == nullptr || y == nullptr || scratch == nullptr || !Aligned16(qx) || !Aligned16(y) ||
-      !Aligned16(scratch) || (scatter_y && y_shared != nullptr && !Aligned16(y_shared))) {
-    return bad("a null or misaligned (16 bytes) qx, sx, y, y_shared or scratch");
+      !Aligned16(scratch) || (scatter_y && (y_shared == nullptr || !Aligned16(y_shared)))) {
+    return bad("a null or misaligned (16 bytes) qx, sx, y, y_shared (with scatter_y) or scratch");
   }
   if (!GroupedLinearFp8Available()) {
     return absl::FailedPreconditionError("GroupedLinearW8A8Moe: needs sm_90a code and a compute capability 9.0 device");
@@ -525,15 +528,15 @@ absl::Status GroupedLinearW8A8Moe(const W8A8ExpertTable* parts, int n_parts, con
   }
   auto* mp = static_cast<MoeProblems8*>(scratch);
   auto* st = static_cast<cudaStream_t>(stream);
+  const int N = static_cast<int>((max_rows + 15) / 16 * 16);
   BuildMoeProblemsKernel<<<1, 256, 0, st>>>(t, n_parts, pairs, static_cast<int>(n_experts), qx, sx, gather_x,
                                             static_cast<int>(in), static_cast<int>(out),
                                             reinterpret_cast<__nv_bfloat16*>(y), y_stride, scatter_y,
-                                            reinterpret_cast<__nv_bfloat16*>(y_shared), mp);
+                                            reinterpret_cast<__nv_bfloat16*>(y_shared), N, error, mp);
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   int device = 0, sms = 0;
   FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int N = static_cast<int>((max_rows + 15) / 16 * 16);
   kW8A8MoeKernels[N / 16 - 1]<<<sms, kThreads, Smem8::kBytes, st>>>(
       mp, static_cast<int>(in), static_cast<int>(out), static_cast<int>(scale_stride), y_stride,
       gather_x ? pairs.src_row : nullptr, scatter_y ? pairs.order : nullptr);

@@ -144,11 +144,12 @@ absl::Status MoeOnDeviceFp8(const CudaFfn& f, const ModelConfig& c, const uint16
   const cu::W8A8ExpertTable gate_up[2] = {table(0), table(1)}, down[1] = {table(2)};
   FERRY_RETURN_IF_ERROR(cu::QuantizeActFp8(a, R, D, s.q8, s.s8, stride));
   FERRY_RETURN_IF_ERROR(cu::GroupedLinearW8A8Moe(gate_up, 2, p, R, E, s.q8, s.s8, stride, /*gather_x=*/true, D, MI,
-                                                 s.gu, 2 * MI, /*scatter_y=*/false, nullptr, s.w8a8_problems));
+                                                 s.gu, 2 * MI, /*scatter_y=*/false, nullptr, s.w8a8_problems,
+                                                 s.error));
   FERRY_RETURN_IF_ERROR(cu::SwiGluQuantizeActFp8(s.gu, s.gu + MI, R * K + (shared ? R : 0), MI, 2 * MI,
                                                  c.swiglu_limit, s.q8, s.s8, stride));
   FERRY_RETURN_IF_ERROR(cu::GroupedLinearW8A8Moe(down, 1, p, R, E, s.q8, s.s8, stride, /*gather_x=*/false, MI, D,
-                                                 s.slots, D, /*scatter_y=*/true, y, s.w8a8_problems));
+                                                 s.slots, D, /*scatter_y=*/true, y, s.w8a8_problems, s.error));
   return act::MoeCombine(s.slots, s.route_w, shared ? y : nullptr, R, K, D, x, assign);
 }
 
@@ -403,9 +404,14 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
 }
 
 absl::Status FfnErrorStatus(int32_t error, int64_t n_experts) {
-  if (error != 0) {
+  if ((error & 1) != 0) {
     return absl::InternalError(absl::StrCat("MoE routing chose an expert id outside [0, ", n_experts,
                                             ") (a corrupt routing); the step's output is void"));
+  }
+  if (error != 0) {
+    return absl::InternalError("MoE routing chose one expert more often than the step has rows (an expert "
+                               "picked twice in a row: a corrupt or wrongly pinned routing); the step's output "
+                               "is void");
   }
   return absl::OkStatus();
 }

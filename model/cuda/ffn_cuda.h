@@ -112,9 +112,10 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
                     float* x, const DecisionTap& tap = {}, bool assign = false);
 
 // After a step that ran FfnAdd, given its error word (FfnScratch::error, 4 bytes; 0 when the
-// scratch has none): INTERNAL when the decode dispatch met an expert id outside [0, n_experts) (a
-// corrupt or wrongly pinned routing: MoeRoute itself always picks ids in range, NaN logits
-// included, which give NaN weights instead). The step's output is then void, and so is the state
+// scratch has none): INTERNAL when the decode dispatch met an expert id outside [0, n_experts), or
+// (FP8 experts) one expert picked twice in a row (a corrupt or wrongly pinned routing: MoeRoute
+// itself always picks distinct ids in range, NaN logits included, which give NaN weights
+// instead). The step's output is then void, and so is the state
 // of the conversations in it: their caches and glm5_next's KDA state took the step's tokens, their
 // lengths did not (drop them).
 absl::Status FfnErrorStatus(int32_t error, int64_t n_experts);

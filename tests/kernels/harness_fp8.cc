@@ -293,8 +293,9 @@ std::vector<uint8_t> PackW8A8Host(const std::vector<uint8_t>& w, int64_t out, in
 // against cpu::LinearW8A8 of that pair's row: the gate_up form (two parts into one row's halves,
 // x gathered from the quantized rows of a by src_row) and the down form (x the pairs' own rows,
 // routed pairs scattered to order[j], the shared expert's to its row of y_shared). Columns past
-// the parts and rows no pair names stay poisoned.
-Result W8A8MoeCase(std::mt19937& rng, const MoeShape& s) {
+// the parts and rows no pair names stay poisoned; the error word stays 0. With `twice` the row's
+// top_k picks are all expert 0 (more pairs than the launch's 16 rows): the error word must be 2.
+Result W8A8MoeCase(std::mt19937& rng, const MoeShape& s, bool twice = false) {
   Result r;
   r.tolerance = 1e-2;
   if (!Fp8Runs("GroupedLinearW8A8Moe", &r)) return r;
@@ -305,6 +306,7 @@ Result W8A8MoeCase(std::mt19937& rng, const MoeShape& s) {
     std::vector<int32_t> all(static_cast<size_t>(E));
     for (int32_t e = 0; e < E; ++e) all[e] = e;
     std::shuffle(all.begin(), all.end(), rng);
+    if (twice) all.assign(static_cast<size_t>(K), 0);
     std::copy_n(all.begin(), K, ids.begin() + t * K);
   }
   const HostPairs h = SortPairs(ids, s);
@@ -356,10 +358,17 @@ Result W8A8MoeCase(std::mt19937& rng, const MoeShape& s) {
   if (!r.error.empty()) return r;
   HARNESS_CHECK_OK(cu::MoeGroupPairs(d_ids, R, K, E, s.shared, d.p, d.error));
   HARNESS_CHECK_OK(cu::GroupedLinearW8A8Moe(parts, 2, d.p, R, E, d_qa, d_sa, R, /*gather_x=*/true, in, out, y_gu,
-                                            ldy, /*scatter_y=*/false, nullptr, scratch));
+                                            ldy, /*scatter_y=*/false, nullptr, scratch, d.error));
   HARNESS_CHECK_OK(cu::GroupedLinearW8A8Moe(parts, 1, d.p, R, E, d_qp, d_sp, pairs, /*gather_x=*/false, in, out,
-                                            slots, out + 8, /*scatter_y=*/true, y_shared, scratch));
+                                            slots, out + 8, /*scatter_y=*/true, y_shared, scratch, d.error));
   HARNESS_CHECK_OK(cu::Synchronize());
+  const int32_t error = dev.Download(d.error, 1)[0];
+  if (twice) {  // the outputs of the pairs past the tile are unwritten: only the flag is checked
+    r.mismatched += error != 2;
+    r.note = absl::StrCat("error word ", error, " (want 2)");
+    return r;
+  }
+  r.mismatched += error != 0;
   const std::vector<uint16_t> gu = dev.Download(y_gu, static_cast<size_t>(pairs * ldy));
   const std::vector<uint16_t> sl = dev.Download(slots, static_cast<size_t>(R * K * (out + 8)));
   const std::vector<uint16_t> sh = dev.Download(y_shared, static_cast<size_t>(R * (out + 8)));
@@ -548,12 +557,15 @@ int RunFp8HostChecks() {
     const cu::MoePairs none;
     auto moe = [&](int parts, int64_t rows, int64_t in, int64_t out, int64_t ys) {
       return cu::GroupedLinearW8A8Moe(t, parts, none, rows, 1, qx, scale, 4, true, in, out, y, ys, false, nullptr,
-                                      scratch);
+                                      scratch, nullptr);
     };
     refused(moe(3, 4, 16, 8, 16), "3 parts", "GroupedLinearW8A8Moe three parts");
     refused(moe(1, 129, 16, 8, 8), "129 rows a group", "GroupedLinearW8A8Moe groups past 128 rows");
     refused(moe(2, 4, 24, 8, 16), "in 24", "GroupedLinearW8A8Moe in % 16 != 0");
     refused(moe(2, 4, 16, 8, 8), "a y row stride of 8 for 2 x 8", "GroupedLinearW8A8Moe y stride < parts x out");
+    refused(cu::GroupedLinearW8A8Moe(t, 1, none, 4, 1, qx, scale, 4, false, 16, 8, y, 8, true, nullptr, scratch,
+                                     nullptr),
+            "y_shared (with scatter_y)", "GroupedLinearW8A8Moe scattered without y_shared");
   }
   printf("fp8 host checks: %s\n", failed == 0 ? "all passed" : "FAILED");
   return failed;
@@ -568,6 +580,10 @@ void AddFp8Cases(std::vector<Case>* cases) {
                                    " in=", s.in, " out=", s.out, s.shared ? " shared" : ""),
                       [s](std::mt19937& rng) { return W8A8MoeCase(rng, s); }});
   }
+  cases->push_back({"grouped_linear_w8a8_moe rows=1 k=17 experts=20 one expert 17 times (flagged)",
+                    [](std::mt19937& rng) {
+                      return W8A8MoeCase(rng, MoeShape{1, 17, 20, 256, 64, false, false}, /*twice=*/true);
+                    }});
   std::vector<Fp8Shape> fp8 = {
       {2048, 1024, {70, 0, 1, 130, 17, 64}},  // ragged experts: empty, one row, two row tiles
       {272, 200, {5, 128, 129}},              // in and out past the blocks (in % 64 = 16, out % 128 = 72)
