@@ -529,13 +529,23 @@ TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails request
   INFO(coord.Log() << w0.Log() << w1.Log());
   REQUIRE(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
                      30000));
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false}, seen_running{false};
   absl::StatusOr<v1::Finished> inflight;
   std::thread t([&] {
-    inflight = Run(address, Greedy({5, 6}, 4000));
+    // Each call opens a fresh channel; one whose connection failed fails at once with UNAVAILABLE,
+    // before the server sees the request (seen once in CI: the request never ran), and is tried
+    // again while none has been seen running. A server that stopped serving answers UNAVAILABLE
+    // every time: still a failure below.
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      inflight = Run(address, Greedy({5, 6}, 4000));
+      if (inflight.status().code() != absl::StatusCode::kUnavailable || seen_running.load()) break;
+    }
     done = true;
   });
-  REQUIRE(Eventually([&] { return Running(address) == 1; }));
+  seen_running = Eventually([&] { return Running(address) == 1; }, 15000);
+  if (!seen_running) t.join();  // the request ended without being seen running: join before failing
+  INFO("the request: " << (done.load() ? inflight.status().ToString() : "still out"));
+  REQUIRE(seen_running.load());
   w1.Signal(SIGKILL);
   CHECK(Eventually([&] { return done.load(); }, 15000));
   t.join();
