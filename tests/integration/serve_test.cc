@@ -61,6 +61,35 @@ bool Eventually(Pred pred, int ms = 5000) {
   return pred();
 }
 
+// A request run on its own thread until the test stops it. Each call opens a fresh channel; one
+// whose connection failed fails at once with UNAVAILABLE, before the server sees the request (seen
+// in CI: the request never ran), and is tried again while it has not been seen running. A server
+// that stopped serving answers UNAVAILABLE every time: a failure all the same. The destructor
+// joins the thread (a REQUIRE that throws past a joinable thread would abort the binary).
+struct BackgroundRequest {
+  BackgroundRequest(const std::string& address, GenerateRequest req)
+      : thread([this, address, req] {
+          for (int attempt = 0; attempt < 3; ++attempt) {
+            result = Run(address, req);
+            if (result.status().code() != absl::StatusCode::kUnavailable || seen_running.load()) break;
+          }
+          done = true;
+        }) {}
+  ~BackgroundRequest() {
+    if (thread.joinable()) thread.join();
+  }
+  // Whether the server reports one running request within `ms`.
+  bool SeenRunning(const std::string& address, int ms = 15000) {
+    seen_running = Eventually([&] { return Running(address) == 1; }, ms);
+    return seen_running.load();
+  }
+  std::string Status() const { return done.load() ? result.status().ToString() : "still out"; }
+
+  std::atomic<bool> done{false}, seen_running{false};
+  absl::StatusOr<v1::Finished> result;
+  std::thread thread;  // last: it starts once the members it uses exist
+};
+
 // Sends every workload request at once (greedy) and returns each one's tokens; errors[i] gets
 // request i's failure.
 std::vector<std::vector<int32_t>> RunConcurrently(const std::string& address, const testing::Workload& w,
@@ -355,21 +384,18 @@ TEST_CASE("serve: cancellation and Abort end a request within a step and free it
   }));
 
   // Abort by id.
-  std::atomic<bool> done{false};
-  absl::StatusOr<v1::Finished> aborted;
-  std::thread t([&] {
-    aborted = Run(server.address(), Greedy(prompt, 4000, "victim"));
-    done = true;
-  });
-  REQUIRE(Eventually([&] { return Running(server.address()) == 1; }));
+  BackgroundRequest victim(server.address(), Greedy(prompt, 4000, "victim"));
+  const bool running = victim.SeenRunning(server.address());
+  INFO("the request: " << victim.Status());
+  REQUIRE(running);
   auto found = cli::AbortRemote(server.address(), "victim");
   REQUIRE(found.ok());
   CHECK(*found);
-  CHECK(Eventually([&] { return done.load(); }, 2000));
-  t.join();
-  REQUIRE(aborted.ok());
-  CHECK(aborted->finish_reason() == v1::FINISH_REASON_ABORT);
-  CHECK(aborted->usage().completion_tokens() < 4000);
+  CHECK(Eventually([&] { return victim.done.load(); }, 2000));
+  victim.thread.join();
+  REQUIRE(victim.result.ok());
+  CHECK(victim.result->finish_reason() == v1::FINISH_REASON_ABORT);
+  CHECK(victim.result->usage().completion_tokens() < 4000);
   CHECK(Eventually([&] { return Running(server.address()) == 0; }));
   auto again = cli::AbortRemote(server.address(), "victim");
   REQUIRE(again.ok());
@@ -529,30 +555,17 @@ TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails request
   INFO(coord.Log() << w0.Log() << w1.Log());
   REQUIRE(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
                      30000));
-  std::atomic<bool> done{false}, seen_running{false};
-  absl::StatusOr<v1::Finished> inflight;
-  std::thread t([&] {
-    // Each call opens a fresh channel; one whose connection failed fails at once with UNAVAILABLE,
-    // before the server sees the request (seen once in CI: the request never ran), and is tried
-    // again while none has been seen running. A server that stopped serving answers UNAVAILABLE
-    // every time: still a failure below.
-    for (int attempt = 0; attempt < 3; ++attempt) {
-      inflight = Run(address, Greedy({5, 6}, 4000));
-      if (inflight.status().code() != absl::StatusCode::kUnavailable || seen_running.load()) break;
-    }
-    done = true;
-  });
-  seen_running = Eventually([&] { return Running(address) == 1; }, 15000);
-  if (!seen_running) t.join();  // the request ended without being seen running: join before failing
-  INFO("the request: " << (done.load() ? inflight.status().ToString() : "still out"));
-  REQUIRE(seen_running.load());
+  BackgroundRequest inflight(address, Greedy({5, 6}, 4000));
+  const bool running = inflight.SeenRunning(address);
+  INFO("the request: " << inflight.Status());
+  REQUIRE(running);
   w1.Signal(SIGKILL);
-  CHECK(Eventually([&] { return done.load(); }, 15000));
-  t.join();
+  CHECK(Eventually([&] { return inflight.done.load(); }, 15000));
+  inflight.thread.join();
   // The request ends with a finished message that says error, never a hang.
-  REQUIRE(inflight.ok());
-  CHECK(inflight->finish_reason() == v1::FINISH_REASON_ERROR);
-  CHECK(inflight->error().find("rank 1") != std::string::npos);
+  REQUIRE(inflight.result.ok());
+  CHECK(inflight.result->finish_reason() == v1::FINISH_REASON_ERROR);
+  CHECK(inflight.result->error().find("rank 1") != std::string::npos);
   CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && !*s; }));
   int w0_status = 0;
   CHECK(w0.Wait(std::chrono::seconds(10), &w0_status));  // its stream was cancelled: it exits
