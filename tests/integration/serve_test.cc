@@ -16,6 +16,7 @@
 #include "model/generate.h"
 #include "model/golden.h"
 #include "tests/catch.h"
+#include "tests/integration/serve_client.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/workload.h"
 
@@ -23,72 +24,7 @@ namespace ferry {
 namespace {
 
 using ferry::testing::Server;
-using ferry::v1::GenerateRequest;
-
-const std::string kDsa = std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny";
-const std::string kNext = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny";
-
-GenerateRequest Greedy(const std::vector<int32_t>& prompt, int max_tokens, const std::string& id = "") {
-  GenerateRequest req;
-  req.set_request_id(id);
-  for (int32_t t : prompt) req.add_prompt_token_ids(t);
-  req.mutable_sampling()->set_max_tokens(max_tokens);
-  req.mutable_sampling()->set_ignore_eos(true);
-  return req;
-}
-
-absl::StatusOr<v1::Finished> Run(const std::string& address, const GenerateRequest& req,
-                                 std::vector<int32_t>* streamed = nullptr, int timeout_ms = 60000) {
-  return cli::GenerateRemote(address, req, std::chrono::milliseconds(timeout_ms),
-                             [&](const std::vector<int32_t>& ids) {
-                               if (streamed) streamed->insert(streamed->end(), ids.begin(), ids.end());
-                             });
-}
-
-// Running requests on the server, or -1 when it cannot be asked.
-int Running(const std::string& address) {
-  auto info = cli::GetServerInfo(address);
-  return info.ok() ? info->running_requests() : -1;
-}
-
-// Polls `pred` for up to `ms` milliseconds.
-template <typename Pred>
-bool Eventually(Pred pred, int ms = 5000) {
-  for (int i = 0; i < ms / 10; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
-
-// A request run on its own thread until the test stops it. Each call opens a fresh channel; one
-// whose connection failed fails at once with UNAVAILABLE, before the server sees the request (seen
-// in CI: the request never ran), and is tried again while it has not been seen running. A server
-// that stopped serving answers UNAVAILABLE every time: a failure all the same. The destructor
-// joins the thread (a REQUIRE that throws past a joinable thread would abort the binary).
-struct BackgroundRequest {
-  BackgroundRequest(const std::string& address, GenerateRequest req)
-      : thread([this, address, req] {
-          for (int attempt = 0; attempt < 3; ++attempt) {
-            result = Run(address, req);
-            if (result.status().code() != absl::StatusCode::kUnavailable || seen_running.load()) break;
-          }
-          done = true;
-        }) {}
-  ~BackgroundRequest() {
-    if (thread.joinable()) thread.join();
-  }
-  // Whether the server reports one running request within `ms`.
-  bool SeenRunning(const std::string& address, int ms = 15000) {
-    seen_running = Eventually([&] { return Running(address) == 1; }, ms);
-    return seen_running.load();
-  }
-  std::string Status() const { return done.load() ? result.status().ToString() : "still out"; }
-
-  std::atomic<bool> done{false}, seen_running{false};
-  absl::StatusOr<v1::Finished> result;
-  std::thread thread;  // last: it starts once the members it uses exist
-};
+using namespace ferry::serve_test;  // NOLINT: the tests' client helpers
 
 // Sends every workload request at once (greedy) and returns each one's tokens; errors[i] gets
 // request i's failure.
@@ -366,112 +302,6 @@ TEST_CASE("serve: the prompt cache resumes a conversation with the tokens of a c
   }
 }
 
-TEST_CASE("serve: cancellation and Abort end a request within a step and free it", "[serve]") {
-  Server server(kDsa, 2);
-  REQUIRE(server.serving());
-  const std::vector<int32_t> prompt = {5, 6, 7, 8};
-  // A client deadline cancels the call; the request is aborted on the server.
-  GenerateRequest slow = Greedy(prompt, 4000, "slow");
-  slow.set_stream(true);
-  auto res = Run(server.address(), slow, nullptr, 300);
-  INFO(res.status().ToString());
-  CHECK(res.status().code() == absl::StatusCode::kDeadlineExceeded);
-  CHECK(Eventually([&] { return testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()),
-                                                     "ferry:request_success_total{finished_reason=\"abort\"}") == 1; }));
-  CHECK(Eventually([&] { return Running(server.address()) == 0; }));
-  CHECK(Eventually([&] {
-    return testing::MetricValue(testing::ScrapeMetrics(server.metrics_port()), "ferry:kv_cache_usage_perc") == 0;
-  }));
-
-  // Abort by id.
-  BackgroundRequest victim(server.address(), Greedy(prompt, 4000, "victim"));
-  const bool running = victim.SeenRunning(server.address());
-  INFO("the request: " << victim.Status());
-  REQUIRE(running);
-  auto found = cli::AbortRemote(server.address(), "victim");
-  REQUIRE(found.ok());
-  CHECK(*found);
-  CHECK(Eventually([&] { return victim.done.load(); }, 2000));
-  victim.thread.join();
-  REQUIRE(victim.result.ok());
-  CHECK(victim.result->finish_reason() == v1::FINISH_REASON_ABORT);
-  CHECK(victim.result->usage().completion_tokens() < 4000);
-  CHECK(Eventually([&] { return Running(server.address()) == 0; }));
-  auto again = cli::AbortRemote(server.address(), "victim");
-  REQUIRE(again.ok());
-  CHECK_FALSE(*again);
-}
-
-TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and serving goes on", "[serve]") {
-  Server server(kDsa, 1, {"--context", "64"});
-  REQUIRE(server.serving());
-  auto expect = [&](GenerateRequest req, const std::string& what) {
-    auto res = Run(server.address(), req);
-    REQUIRE_FALSE(res.ok());
-    CHECK(res.status().code() == absl::StatusCode::kInvalidArgument);
-    INFO(res.status().message());
-    CHECK(std::string(res.status().message()).find(what) != std::string::npos);
-  };
-  expect(Greedy({}, 4), "prompt_token_ids is empty");
-  expect(Greedy({5, 384}, 4), "prompt_token_ids[1] = 384 is outside the vocabulary [0, 384)");
-  expect(Greedy({5, -2}, 4), "prompt_token_ids[1] = -2");
-  expect(Greedy(std::vector<int32_t>(60, 5), 10), "the prompt (60 tokens) + max_tokens (10) = 70 exceeds the context length 64");
-  expect(Greedy(std::vector<int32_t>(64, 5), 1), "the prompt has 64 tokens; the context holds 64");
-  expect(Greedy({5}, 0), "sampling.max_tokens is 0; it must be >= 1");
-  GenerateRequest t = Greedy({5}, 4);
-  t.mutable_sampling()->set_temperature(-1);
-  expect(t, "sampling.temperature is -1");
-  GenerateRequest p = Greedy({5}, 4);
-  p.mutable_sampling()->set_top_p(1.5f);
-  expect(p, "sampling.top_p is 1.5; it must be in (0, 1]");
-  GenerateRequest k = Greedy({5}, 4);
-  k.mutable_sampling()->set_top_k(-3);
-  expect(k, "sampling.top_k is -3");
-  GenerateRequest s = Greedy({5}, 4);
-  s.mutable_sampling()->add_stop_token_ids(999);
-  expect(s, "sampling.stop_token_ids[0] = 999");
-  auto ok = Run(server.address(), Greedy({5, 6}, 3));
-  INFO(ok.status().ToString());
-  REQUIRE(ok.ok());
-  CHECK(ok->token_ids_size() == 3);
-}
-
-TEST_CASE("serve: a full admission queue answers RESOURCE_EXHAUSTED at once", "[serve]") {
-  Server server(kDsa, 1, {"--parallel", "1", "--max-queue", "1"});
-  REQUIRE(server.serving());
-  // Requests a and b hold the lane and the queue; whatever fails below, they are aborted and
-  // their threads joined (a REQUIRE that throws past a joinable thread would abort the binary).
-  std::vector<std::thread> holders;
-  struct Cleanup {
-    const std::string address;
-    std::vector<std::thread>& threads;
-    ~Cleanup() {
-      for (const char* id : {"b", "a"}) (void)cli::AbortRemote(address, id);
-      for (auto& t : threads) t.join();
-    }
-  } cleanup{server.address(), holders};
-  holders.emplace_back([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "a")); });
-  REQUIRE(Eventually([&] { return Running(server.address()) == 1; }));
-  holders.emplace_back([&] { (void)Run(server.address(), Greedy({5, 6}, 4000, "b")); });
-  REQUIRE(Eventually([&] {
-    auto i = cli::GetServerInfo(server.address());
-    return i.ok() && i->waiting_requests() == 1;
-  }));
-  const auto t0 = std::chrono::steady_clock::now();
-  auto c = Run(server.address(), Greedy({5, 6}, 4, "c"));
-  CHECK(c.status().code() == absl::StatusCode::kResourceExhausted);
-  CHECK(std::string(c.status().message()).find("--max-queue 1") != std::string::npos);
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
-  auto ab = cli::AbortRemote(server.address(), "b");
-  auto aa = cli::AbortRemote(server.address(), "a");
-  CHECK((ab.ok() && *ab));
-  CHECK((aa.ok() && *aa));
-  for (auto& t : holders) t.join();
-  holders.clear();
-  auto d = Run(server.address(), Greedy({5, 6}, 2, "d"));
-  CHECK(d.ok());
-}
-
 TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
   Server server(kDsa, 2);
   REQUIRE(server.serving());
@@ -523,96 +353,6 @@ TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
   auto after_info = cli::GetServerInfo(server.address());
   REQUIRE(after_info.ok());
   CHECK(after_info->kv_used_pages() == 1);
-}
-
-TEST_CASE("serve: a killed worker is reported, serve exits non-zero", "[serve]") {
-  Server server(kDsa, 2);
-  REQUIRE(server.serving());
-  auto info = cli::GetServerInfo(server.address());
-  REQUIRE(info.ok());
-  REQUIRE(info->ranks_size() == 2);
-  kill(static_cast<pid_t>(info->ranks(1).pid()), SIGKILL);
-  int status = 0;
-  REQUIRE(server.process().Wait(std::chrono::seconds(15), &status));
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 1);
-  CHECK(server.process().Log().find("worker rank 1 (pid " + std::to_string(info->ranks(1).pid()) +
-                                    ") was killed by signal 9") != std::string::npos);
-}
-
-TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails requests instead of hanging",
-          "[serve]") {
-  const int port = testing::FreePort();
-  const std::string address = "127.0.0.1:" + std::to_string(port);
-  const std::string bin = testing::BinDir();
-  const std::string coord_log = testing::TempLog("ferry-coord"), w0_log = testing::TempLog("ferry-w0"),
-                    w1_log = testing::TempLog("ferry-w1");
-  testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "2", "--port", std::to_string(port),
-                          "--metrics-port", "0"},
-                         coord_log);
-  testing::Process w0({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--world", "2"}, w0_log);
-  testing::Process w1({bin + "/ferry-worker", "--coordinator", address, "--rank", "1", "--world", "2"}, w1_log);
-  INFO(coord.Log() << w0.Log() << w1.Log());
-  REQUIRE(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
-                     30000));
-  BackgroundRequest inflight(address, Greedy({5, 6}, 4000));
-  const bool running = inflight.SeenRunning(address);
-  INFO("the request: " << inflight.Status());
-  REQUIRE(running);
-  w1.Signal(SIGKILL);
-  CHECK(Eventually([&] { return inflight.done.load(); }, 15000));
-  inflight.thread.join();
-  // The request ends with a finished message that says error, never a hang.
-  REQUIRE(inflight.result.ok());
-  CHECK(inflight.result->finish_reason() == v1::FINISH_REASON_ERROR);
-  CHECK(inflight.result->error().find("rank 1") != std::string::npos);
-  CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && !*s; }));
-  int w0_status = 0;
-  CHECK(w0.Wait(std::chrono::seconds(10), &w0_status));  // its stream was cancelled: it exits
-  auto late = Run(address, Greedy({5}, 2));
-  CHECK(late.status().code() == absl::StatusCode::kUnavailable);
-  auto info = cli::GetServerInfo(address);
-  REQUIRE(info.ok());
-  CHECK(info->ranks(1).state() == "dead");
-  coord.Signal(SIGTERM);
-  int status = 0;
-  REQUIRE(coord.Wait(std::chrono::seconds(10), &status));
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 1);  // it served, then lost a rank
-  for (const std::string& f : {coord_log, w0_log, w1_log}) std::remove(f.c_str());
-}
-
-}  // namespace
-}  // namespace ferry
-
-namespace ferry {
-namespace {
-
-TEST_CASE("coordinator: a worker without the cluster token cannot register", "[serve]") {
-  const int port = testing::FreePort();
-  const std::string address = "127.0.0.1:" + std::to_string(port);
-  const std::string bin = testing::BinDir();
-  const std::string coord_log = testing::TempLog("ferry-coord"), bad_log = testing::TempLog("ferry-wbad"),
-                    good_log = testing::TempLog("ferry-wgood");
-  testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "1", "--port", std::to_string(port),
-                          "--metrics-port", "0", "--cluster-token", "s3cret"},
-                         coord_log);
-  testing::Process bad({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--cluster-token", "guess"},
-                       bad_log);
-  int status = 0;
-  REQUIRE(bad.Wait(std::chrono::seconds(20), &status));
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 1);
-  CHECK(bad.Log().find("cluster token") != std::string::npos);
-  testing::Process good({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--cluster-token", "s3cret"},
-                        good_log);
-  CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
-                   30000));
-  coord.Signal(SIGTERM);
-  CHECK(coord.Wait(std::chrono::seconds(10), &status));
-  CHECK(good.Wait(std::chrono::seconds(10), &status));
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
-  for (const std::string& f : {coord_log, bad_log, good_log}) std::remove(f.c_str());
 }
 
 }  // namespace
