@@ -65,6 +65,7 @@ std::vector<Case> AllCases() {
   AddNextCases(&cases);
   AddMoeCases(&cases);
   AddFp8Cases(&cases);
+  AddQuantizeCases(&cases);
   return cases;
 }
 

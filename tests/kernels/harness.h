@@ -141,6 +141,7 @@ void AddModelCases(std::vector<Case>* cases);      // harness_model.cc
 void AddNextCases(std::vector<Case>* cases);       // harness_next.cc
 void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
 void AddFp8Cases(std::vector<Case>* cases);        // harness_fp8.cc
+void AddQuantizeCases(std::vector<Case>* cases);   // harness_quantize.cc
 // Host-side checks (no device needed): the FP8 ops' argument errors and layout sizes; prints
 // what failed, returns the count (harness_fp8.cc).
 int RunFp8HostChecks();

@@ -52,11 +52,7 @@ Result IndexerCase(std::mt19937& rng, const IndexerShape& s, bool f32 = false) {
   std::vector<int64_t> lengths;
   for (int64_t n : s.n_keys) lengths.push_back(std::min(n, stride));
   PagedConversations pc(rng, lengths, s.page_rows, D, s.gap);
-  const IndexerQuery query = RandomIndexerQuery(rng, R, H, D);
-  const std::vector<uint16_t>& qb = query.qb;
-  const std::vector<float>& qf = query.qf;
-  const std::vector<float>& w = query.w;
-  const float scale = query.scale;
+  const auto [qb, qf, w, scale] = RandomIndexerQuery(rng, R, H, D);
   std::vector<int32_t> table, n_keys;
   std::vector<float> want_valid, got_valid;
   std::vector<char> expect_poison(R * stride, 0);
@@ -122,11 +118,7 @@ Result IndexerInvarianceCase(std::mt19937& rng, int64_t heads) {
   const std::vector<int64_t> lengths = {4096, 3001, 0, 64, 65, 2500, 1, 4000};
   const int64_t R = lengths.size(), H = heads, D = 128, stride = 4096;
   PagedConversations pc(rng, lengths, 64, D, 0);
-  const IndexerQuery query = RandomIndexerQuery(rng, R, H, D);
-  const std::vector<uint16_t>& qb = query.qb;
-  const std::vector<float>& qf = query.qf;
-  const std::vector<float>& w = query.w;
-  const float scale = query.scale;
+  const auto [qb, qf, w, scale] = RandomIndexerQuery(rng, R, H, D);
   std::vector<int32_t> table, n_keys;
   std::vector<float> want, got_valid;
   for (int64_t t = 0; t < R; ++t) {
