@@ -1,14 +1,27 @@
 // Exact per-row top-k over float32 scores (TopK in ops.h): one block of 1024 threads per row.
 //
-// 1. Radix select: each score maps to a 32-bit key whose unsigned order is the selection order
-//    by value (NaN lowest, -0 == +0). Four 8-bit passes of shared-memory histograms find the key
-//    T of the k-th largest element and `need`, how many of the elements equal to T belong to the
-//    answer (every element with a larger key does).
-// 2. Ordered compaction: the row is walked in ascending index, a chunk of 1024 at a time, with
-//    two block scans per chunk; an element is taken if its key is > T, or if it equals T and
-//    fewer than `need` equal ones came before it. So ties go to the lower index, the output is
-//    ascending by construction, and the set is exactly cpu::TopKIndices's.
-#include <cub/block/block_scan.cuh>
+// Each score maps to a 32-bit key whose unsigned order is the selection order by value (NaN
+// lowest, -0 == +0). Two building blocks, both block-wide:
+//   RadixSelect: three passes (11, 11 and 10 bits from the top) of shared-memory histograms find
+//     the key T of the k-th largest element and `need`, how many of the elements equal to T
+//     belong to the answer (every element with a larger key does).
+//   Compact: walks the elements in ascending index, 16384 at a time: each warp owns a contiguous
+//     span of 512 (16 a lane, lane-interleaved so that loads coalesce, all in flight at once) and
+//     marks the elements it takes (key > T, or key == T with fewer than `need` equal keys
+//     before); a scan over the warps' counts gives each warp where its output starts; the warp
+//     writes its elements in order (ballots give the positions).
+// The row path, when 2k fits the candidate buffer (kCap keys and ids in shared memory):
+//   1. If the row is longer than kCap, RadixSelect over kCap evenly spread samples finds a key
+//      T_s expected to have about (k + kCap) / 2 elements at or above it.
+//   2. Every element with key >= T_s (of a row of at most kCap: all of them) goes, in index
+//      order, into the buffer (GatherAbove for a long row): one read of the row.
+//   3. If between k and kCap elements were copied (the k-th largest key is then >= T_s, so every
+//      element of the answer is a candidate), RadixSelect and Compact over the buffer give the
+//      answer. Otherwise (bad luck with the samples, or many ties at T_s) the row takes the
+//      general path: RadixSelect and Compact over the row itself (four more reads).
+// Either way ties go to the lower index, the output is ascending by construction, and the set
+// is exactly cpu::TopKIndices's. H200, one row of 131072 scores, k = 2048: 0.069 ms against 0.35
+// for the four-pass single-buffer kernel this replaced (bench/results/h200-topk.md).
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -20,7 +33,17 @@
 namespace ferry::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 1024, kWarps = kThreads / 32;  // kWarps <= 32: warp 0 scans the warps' counts
+constexpr int kUnroll = 16;                            // loads in flight a thread in a histogram pass
+constexpr int kPerLane = 16;                            // Compact: elements a lane a chunk
+constexpr int kSpan = 32 * kPerLane;                    // a warp's contiguous elements a chunk
+constexpr int64_t kChunk = int64_t{kWarps} * kSpan;
+constexpr int kCap = 4096;  // candidate buffer: keys and indices (32 KiB); also holds the samples
+constexpr unsigned kFull = 0xffffffffu;
+// Histogram bins are stored one word apart every 32 (bin b at Slot(b)): fewer bank conflicts
+// where a warp's lanes read bins 2 apart (FindDigit).
+constexpr int kHistWords = (1 << 11) + (1 << 11) / 32;
+__device__ __forceinline__ int Slot(int bin) { return bin + (bin >> 5); }
 
 // Order-preserving key: a > b in the selection order (by value) iff Key(a) > Key(b). NaN maps
 // to 0, below every number (-inf maps to 0x007fffff); -0 maps like +0.
@@ -31,16 +54,267 @@ __device__ __forceinline__ uint32_t Key(float x) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+__device__ __forceinline__ int WarpInclusiveSum(int v, int lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int t = __shfl_up_sync(kFull, v, off);
+    if (lane >= off) v += t;
+  }
+  return v;
+}
+
+// The block's shared state.
+struct Shared {
+  int hist[kHistWords];
+  int digit, need;
+  int warp_take[kWarps], warp_out[kWarps];
+  int chunk_taken;
+  int warp_eq[kWarps], warp_eq_before[kWarps];
+  int chunk_equal;
+};
+
+// The highest bin b of the 2048-bin histogram where the count of keys in bins >= b reaches `need`
+// (<= the total), into sh->digit, and how many of bin b's keys are still needed into sh->need.
+// Block-wide: thread t holds kBinsThread bins counting down from 2047 - kBinsThread t; a scan
+// over the threads (warp sums, then the warps' totals) gives each the count above its bins, and
+// the one whose bins cross `need` writes the answer.
+__device__ void FindDigit(Shared* sh, int need) {
+  constexpr int kBinsThread = 2048 / kThreads;
+  static_assert(kBinsThread * kThreads == 2048, "whole bins a thread");
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int top = 2047 - kBinsThread * tid;
+  int c[kBinsThread], sum = 0;
+#pragma unroll
+  for (int q = 0; q < kBinsThread; ++q) sum += (c[q] = sh->hist[Slot(top - q)]);
+  const int incl = WarpInclusiveSum(sum, lane);
+  if (lane == 31) sh->warp_take[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    const int w = lane < kWarps ? sh->warp_take[lane] : 0, w_incl = WarpInclusiveSum(w, lane);
+    if (lane < kWarps) sh->warp_out[lane] = w_incl - w;
+  }
+  __syncthreads();
+  int above = sh->warp_out[warp] + incl - sum;
+  if (above < need && need <= above + sum) {
+#pragma unroll
+    for (int q = 0; q < kBinsThread; ++q) {
+      if (above + c[q] >= need) {
+        sh->digit = top - q;
+        sh->need = need - above;
+        break;
+      }
+      above += c[q];
+    }
+  }
+}
+
+// Where keys come from: the row's scores (cand == nullptr) or the candidate buffer.
+struct KeySource {
+  const float* row;
+  const uint32_t* cand;
+  __device__ __forceinline__ uint32_t operator()(int64_t i) const { return cand != nullptr ? cand[i] : Key(__ldg(row + i)); }
+};
+
+// One radix pass over keys src(i), i < n: the histogram of the 11 bits from `shift` of the keys
+// whose bits under `mask` equal `prefix`, then FindDigit. Warp-aggregated where it pays: a row's
+// scores share their top bits, so a warp's lanes mostly fall in one or two bins, and atomics of
+// 32 lanes on one bin serialize: the bin of the first lane with one, then of the first lane
+// left, add their counts once; the rest add one each. Every lane runs the block's trip count, so
+// all reach the full-mask ballots (lanes past n or off the prefix carry bin -1).
+__device__ void RadixPass(KeySource src, int64_t n, uint32_t prefix, uint32_t mask, int shift, int need, Shared* sh) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  for (int b = tid; b < kHistWords; b += kThreads) sh->hist[b] = 0;
+  __syncthreads();
+  auto count = [&](int64_t i, uint32_t key) {
+    const int bin = i < n && (key & mask) == prefix ? static_cast<int>((key >> shift) & 2047u) : -1;
+    unsigned left = __ballot_sync(kFull, bin >= 0);
+#pragma unroll
+    for (int round = 0; round < 2; ++round) {
+      if (left == 0u) break;
+      const int leader = __ffs(left) - 1, lead_bin = __shfl_sync(kFull, bin, leader);
+      const unsigned same = __ballot_sync(kFull, bin == lead_bin) & left;
+      if (lane == leader) atomicAdd(&sh->hist[Slot(lead_bin)], __popc(same));
+      left &= ~same;
+    }
+    if ((left >> lane) & 1u) atomicAdd(&sh->hist[Slot(bin)], 1);
+  };
+  // Whole rounds of kUnroll loads a thread, then the rest one element a thread at a time (short
+  // rows and the candidates would otherwise run mostly empty unrolled bodies).
+  int64_t base = 0;
+  for (; base + int64_t{kThreads} * kUnroll <= n; base += int64_t{kThreads} * kUnroll) {
+    uint32_t key[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) key[u] = src(base + u * kThreads + tid);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) count(base + u * kThreads + tid, key[u]);
+  }
+  for (; base < n; base += kThreads) {
+    const int64_t i = base + tid;
+    count(i, i < n ? src(i) : 0u);
+  }
+  __syncthreads();
+  FindDigit(sh, need);
+  __syncthreads();
+}
+
+// The key of the `need`-th largest of src(i), i < n (1 <= need <= n), and into *need_equal how
+// many keys equal to it are among the `need` largest: bits 31..21, 20..10, then 9..0 (the last
+// pass's histogram uses bins below 1024 only).
+__device__ uint32_t RadixSelect(KeySource src, int64_t n, int need, Shared* sh, int* need_equal) {
+  uint32_t t = 0u, mask = 0u;
+#pragma unroll 1
+  for (int pass = 0; pass < 3; ++pass) {
+    const int shift = pass == 0 ? 21 : pass == 1 ? 10 : 0;
+    RadixPass(src, n, t, mask, shift, need, sh);
+    t |= static_cast<uint32_t>(sh->digit) << shift;
+    mask |= (pass == 2 ? 1023u : 2047u) << shift;
+    need = sh->need;
+  }
+  *need_equal = need;
+  __syncthreads();  // sh->digit and sh->need are rewritten by the next select
+  return t;
+}
+
+// Where Compact's taken elements go: out[pos] = i (kOutIndex) or out[pos] = cand_id[i]
+// (kOutCandidate).
+enum class Sink { kOutIndex, kOutCandidate };
+struct SinkTo {
+  Sink kind;
+  int32_t* out;
+  const int32_t* cand_id;
+  __device__ __forceinline__ void operator()(int64_t pos, int64_t i) const {
+    out[pos] = kind == Sink::kOutIndex ? static_cast<int32_t>(i) : cand_id[i];
+  }
+};
+
+// Walks keys src(i), i < n, in ascending i and hands each element taken (key > t, or key == t
+// and fewer than `need` equal keys before it) to sink(pos, i), pos its rank among the taken ones.
+__device__ void Compact(KeySource src, int64_t n, uint32_t t, int need, SinkTo sink, Shared* sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned lanes_before = (1u << lane) - 1u;
+  int64_t taken = 0;
+  int equal_seen = 0;
+  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
+    // Lane l holds elements w0 + 32 j + l (j < kPerLane) of the warp's span.
+    const int64_t w0 = c0 + int64_t{warp} * kSpan;
+    uint32_t key[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t i = w0 + 32 * j + lane;
+      key[j] = i < n ? src(i) : 0u;
+    }
+    // (Past n the keys are 0 and marked neither above nor equal.)
+    uint32_t gt = 0u, eq = 0u;  // bit j: element j of this lane is above t / equal to it
+    int gt_w = 0, eq_w = 0;
+#pragma unroll
+    for (int j = 0; j < kPerLane && w0 < n; ++j) {  // (w0 < n: warps past the end skip)
+      const bool in = w0 + 32 * j + lane < n;
+      const bool g = in && key[j] > t, e = in && key[j] == t;
+      gt_w += __popc(__ballot_sync(kFull, g));
+      eq_w += __popc(__ballot_sync(kFull, e));
+      gt |= (g ? 1u : 0u) << j;
+      eq |= (e ? 1u : 0u) << j;
+    }
+    if (lane == 0) {
+      sh->warp_take[warp] = gt_w;
+      sh->warp_eq[warp] = eq_w;
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Warp `lane`'s equal keys before it, how many of its own it takes, where it writes.
+      const int g = lane < kWarps ? sh->warp_take[lane] : 0, e = lane < kWarps ? sh->warp_eq[lane] : 0;
+      const int e_incl = WarpInclusiveSum(e, lane);
+      const int e_taken = min(max(need - (equal_seen + e_incl - e), 0), e);
+      const int t_incl = WarpInclusiveSum(g + e_taken, lane);
+      if (lane < kWarps) {
+        sh->warp_out[lane] = t_incl - (g + e_taken);
+        sh->warp_eq_before[lane] = equal_seen + e_incl - e;
+      }
+      if (lane == 31) {
+        sh->chunk_taken = t_incl;
+        sh->chunk_equal = e_incl;
+      }
+    }
+    __syncthreads();
+    if (__any_sync(kFull, (gt | eq) != 0u)) {
+      int64_t pos = taken + sh->warp_out[warp];
+      int eq_rank = sh->warp_eq_before[warp];
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const bool g = (gt >> j) & 1u, e = (eq >> j) & 1u;
+        const unsigned eb = __ballot_sync(kFull, e);
+        const bool take = g || (e && eq_rank + __popc(eb & lanes_before) < need);
+        const unsigned tb = __ballot_sync(kFull, take);
+        if (take) sink(pos + __popc(tb & lanes_before), w0 + 32 * j + lane);
+        pos += __popc(tb);
+        eq_rank += __popc(eb);
+      }
+    }
+    taken += sh->chunk_taken;
+    equal_seen += sh->chunk_equal;
+    __syncthreads();  // the warp tables and chunk counts are rewritten by the next chunk
+  }
+}
+
+// Compact's case for the candidates (t the threshold, no ties to count): every element of the
+// row with key > t goes, in index order, to the buffer's slot of its rank while the rank is below
+// kCap. A warp keeps its ballots (the same in every lane) instead of bit masks, so writing the
+// chunk costs a popcount an element, and re-reads a taken element's score rather than keeping
+// every key live (the loads of a chunk then all stay in flight at once). Stops after the first chunk that takes the count past kCap;
+// returns the count (block-uniform).
+__device__ int64_t GatherAbove(const float* __restrict__ row, int64_t n, uint32_t t, uint32_t* cand_key,
+                               int32_t* cand_id, Shared* sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned lanes_before = (1u << lane) - 1u;
+  int64_t taken = 0;
+  for (int64_t c0 = 0; c0 < n && taken <= kCap; c0 += kChunk) {
+    const int64_t w0 = c0 + int64_t{warp} * kSpan;
+    float x[kPerLane];
+    uint32_t took[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      const int64_t i = w0 + 32 * j + lane;
+      x[j] = i < n ? __ldg(row + i) : 0.0f;
+    }
+    int count = 0;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      took[j] = __ballot_sync(kFull, w0 + 32 * j + lane < n && Key(x[j]) > t);
+      count += __popc(took[j]);
+    }
+    if (lane == 0) sh->warp_take[warp] = count;
+    __syncthreads();
+    if (warp == 0) {
+      const int c = lane < kWarps ? sh->warp_take[lane] : 0, incl = WarpInclusiveSum(c, lane);
+      if (lane < kWarps) sh->warp_out[lane] = incl - c;
+      if (lane == 31) sh->chunk_taken = incl;
+    }
+    __syncthreads();
+    int64_t pos = taken + sh->warp_out[warp];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) {
+      if (took[j] == 0u) continue;
+      const int64_t p = pos + __popc(took[j] & lanes_before);
+      if (((took[j] >> lane) & 1u) && p < kCap) {  // the key read again (an L1 hit): fewer live registers
+        cand_key[p] = Key(__ldg(row + w0 + 32 * j + lane));
+        cand_id[p] = static_cast<int32_t>(w0 + 32 * j + lane);
+      }
+      pos += __popc(took[j]);
+    }
+    taken += sh->chunk_taken;
+    __syncthreads();  // the warp tables and chunk count are rewritten by the next chunk
+  }
+  return taken;
+}
+
 __global__ void __launch_bounds__(kThreads)
     TopKKernel(const float* __restrict__ scores, int64_t cols, const int32_t* __restrict__ lengths, int k,
                int32_t* __restrict__ ids, int32_t* __restrict__ counts) {
   PdlLaunchDependents();
   PdlWait();
-  using BlockScan = cub::BlockScan<int, kThreads>;
-  __shared__ typename BlockScan::TempStorage scan_gt;
-  __shared__ typename BlockScan::TempStorage scan_eq;
-  __shared__ int hist[256];
-  __shared__ int digit_found, need_found;
+  __shared__ Shared sh;
+  __shared__ uint32_t cand_key[kCap];
+  __shared__ int32_t cand_id[kCap];
 
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
@@ -50,79 +324,55 @@ __global__ void __launch_bounds__(kThreads)
   if (n < 0 || n > cols) n = 0;  // selects nothing
   const int keff = static_cast<int>(n < k ? n : k);
 
-  if (keff > 0) {
-    // Radix select of the keff-th largest key, 8 bits a pass from the top.
-    uint32_t prefix = 0, mask = 0;
-    int need = keff;
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int b = tid; b < 256; b += kThreads) hist[b] = 0;
-      __syncthreads();
-      for (int64_t base = 0; base < n; base += kThreads) {
-        // Warp-aggregated: the lanes with the same bin add their count once (scores of one row
-        // share their top bits, and 1024 atomics on one bin serialize). The trip count is the
-        // block's, so every lane of a warp reaches the full-mask match (lanes past n carry -1).
-        const int64_t i = base + tid;
-        int bin = -1;
-        if (i < n) {
-          const uint32_t key = Key(row[i]);
-          if ((key & mask) == prefix) bin = static_cast<int>((key >> shift) & 255u);
-        }
-        const unsigned peers = __match_any_sync(0xffffffffu, bin);
-        if (bin >= 0 && (tid & 31) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+  // The steps (each a select, then a compact; one call site each keeps the code small enough
+  // for the instruction cache):
+  //   kSample: the samples' threshold lo, then every element with key >= lo into the buffer;
+  //   kShort: the whole (short) row into the buffer;
+  //   kCandidates: select and compact over the buffer into out;
+  //   kRow: select and compact over the row into out.
+  enum Step { kSample, kShort, kCandidates, kRow, kDone };
+  const KeySource row_src{row, nullptr}, cand_src{row, cand_key};
+  int step = keff == 0 ? kDone : 2 * keff > kCap ? kRow : n <= kCap ? kShort : kSample;
+  int64_t m = n;  // elements in the buffer
+#pragma unroll 1
+  while (step != kDone) {
+    if (step == kShort) {
+      for (int64_t i = tid; i < n; i += kThreads) {
+        cand_key[i] = row_src(i);
+        cand_id[i] = static_cast<int32_t>(i);
       }
       __syncthreads();
-      if (tid < 32) {
-        // The digit: the highest bin b where the count of keys in bins >= b reaches `need`. Lane l
-        // holds bins 255 - 8l down to 248 - 8l; a warp scan gives each lane the count above its
-        // bins, and the one lane whose range crosses `need` walks its eight (one thread walking
-        // all 256 bins was most of the kernel: ~15 us of a 20 us row).
-        const int lane = tid;
-        int c[8], sum = 0;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) sum += (c[j] = hist[255 - 8 * lane - j]);
-        int incl = sum;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const int t = __shfl_up_sync(0xffffffffu, incl, off);
-          if (lane >= off) incl += t;
-        }
-        int above = incl - sum;
-        if (above < need && need <= incl) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-            if (above + c[j] >= need) {
-              digit_found = 255 - 8 * lane - j;
-              need_found = need - above;
-              break;
-            }
-            above += c[j];
-          }
-        }
-      }
+      step = kCandidates;
+      continue;
+    }
+    if (step == kSample) {
+      // Sample s at s * n / kCap: each stands for n / kCap elements.
+      for (int s = tid; s < kCap; s += kThreads) cand_key[s] = row_src(s * n / kCap);
       __syncthreads();
-      prefix |= static_cast<uint32_t>(digit_found) << shift;
-      mask |= 255u << shift;
-      need = need_found;
-      __syncthreads();  // hist, digit_found and need_found are rewritten by the next pass
     }
-    const uint32_t threshold = prefix;
-
-    // Ordered compaction: ascending index, all keys above the threshold, the first `need` equal.
-    int taken = 0, equal_seen = 0;
-    for (int64_t c0 = 0; c0 < n; c0 += kThreads) {
-      const int64_t i = c0 + tid;
-      const uint32_t key = i < n ? Key(row[i]) : 0u;
-      const int eq = (i < n && key == threshold) ? 1 : 0;
-      int eq_before = 0, eq_total = 0;
-      BlockScan(scan_eq).ExclusiveSum(eq, eq_before, eq_total);
-      const int take = (i < n && (key > threshold || (eq && equal_seen + eq_before < need))) ? 1 : 0;
-      int pos = 0, take_total = 0;
-      BlockScan(scan_gt).ExclusiveSum(take, pos, take_total);
-      if (take) out[taken + pos] = static_cast<int32_t>(i);
-      taken += take_total;
-      equal_seen += eq_total;
-      __syncthreads();  // the scan storage is reused by the next chunk
+    // Select: the samples' j-th largest (j of them stand for about (keff + kCap) / 2 elements),
+    // or the keff-th largest of the buffer or the row.
+    const int64_t want = (keff + kCap) / 2;
+    const int rank = step == kSample ? static_cast<int>((want * kCap + n - 1) / n) : keff;  // <= kCap < n
+    const KeySource src = step == kRow ? row_src : cand_src;
+    const int64_t src_n = step == kSample ? kCap : step == kRow ? n : m;
+    int need = 0;
+    const uint32_t t = RadixSelect(src, src_n, rank, &sh, &need);
+    if (step == kSample && t == 0u) {  // key >= 0 takes the whole long row: over kCap anyway
+      step = kRow;
+      continue;
     }
+    if (step == kSample) {
+      // Key >= t as key > t - 1 into the buffer. Between keff and kCap candidates: the keff-th
+      // largest key is >= t, so every element of the answer is among them, in index order.
+      // Else the general path.
+      m = GatherAbove(row, n, t - 1u, cand_key, cand_id, &sh);
+      step = m >= keff && m <= kCap ? kCandidates : kRow;
+      continue;
+    }
+    const SinkTo sink{step == kRow ? Sink::kOutIndex : Sink::kOutCandidate, out, cand_id};
+    Compact(src, src_n, t, need, sink, &sh);
+    step = kDone;
   }
   for (int64_t j = keff + tid; j < k; j += kThreads) out[j] = -1;
   if (counts != nullptr && tid == 0) counts[r] = keff;
