@@ -28,7 +28,8 @@ struct Options {
   std::vector<int> dsa_layers{0, 6, 7};               // dense+full, MoE+full, MoE+shared
   std::vector<int> next_layers{0, 4, 3};              // KDA+dense, KDA+MoE, MLA+MoE
   bool components = true;
-  bool moe_only = false;  // of the components, the prefill MoE (2c) alone
+  bool moe_only = false;        // of the components, the prefill MoE (2c) alone
+  bool attention_only = false;  // of the components, the attention side (2a, 2b) alone
   bool models = true;
   uint64_t seed = 1;
 };

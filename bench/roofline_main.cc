@@ -39,8 +39,8 @@ ABSL_FLAG(std::string, dsa_layers, "0,6,7",
 ABSL_FLAG(std::string, next_layers, "0,4,3",
           "Layers of the GLM-5.3-Flash config the model keeps (KDA+dense, KDA+MoE, MLA+MoE)");
 ABSL_FLAG(std::string, sections, "components,models",
-          "components: MLA decode, indexer, experts, prefill MoE; moe: the prefill MoE (2c) alone; models: whole "
-          "prefills and decode steps");
+          "components: MLA decode, indexer, experts, prefill MoE; moe: the prefill MoE (2c) alone; attention: MLA "
+          "decode and indexer (2a, 2b) alone; models: whole prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token");
 
@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
   const std::string sections = absl::GetFlag(FLAGS_sections), models = absl::GetFlag(FLAGS_models);
   o.components = sections.find("components") != std::string::npos;
   o.moe_only = !o.components && sections.find("moe") != std::string::npos;
-  o.components = o.components || o.moe_only;
+  o.attention_only = !o.components && sections.find("attention") != std::string::npos;
+  o.components = o.components || o.moe_only || o.attention_only;
   o.models = sections.find("models") != std::string::npos;
   if (o.smoke) {
     o.warmup = 1;
@@ -140,11 +141,13 @@ int main(int argc, char** argv) {
     PrintTable(done.back(), c);
     done.push_back(IndexerTable(shapes, o, c));
     PrintTable(done.back(), c);
-    Table experts = ExpertGemmTable(shapes, o, c);
-    PrintTable(experts, c);
+    if (!o.attention_only) {
+      Table experts = ExpertGemmTable(shapes, o, c);
+      PrintTable(experts, c);
+    }
   }
   for (const auto& [name, path] : paths) {
-    if (!o.components && !o.models) break;
+    if ((!o.components || o.attention_only) && !o.models) break;
     Table moe, prefill, decode;
     moe.title = absl::StrCat("2c. Prefill MoE of ", name,
                              " (model::cuda::FfnAdd: router, routing, experts, shared expert, combine), one layer");
@@ -177,7 +180,7 @@ int main(int argc, char** argv) {
         "(bytes / bandwidth; the weights are > 99% of those bytes at batch 1).";
     const std::vector<int>& layers = name == "glm-5.2" ? o.dsa_layers : o.next_layers;
     ModelSections(name, path, layers, o, c, &moe, &prefill, &decode);
-    if (o.components) {
+    if (o.components && !o.attention_only) {
       PrintTable(moe, c);
       done.push_back(moe);
     }
