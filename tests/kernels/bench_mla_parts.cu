@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tma.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -24,15 +25,18 @@ namespace {
 
 constexpr int kW = 576, kTileRows = 64, kStageBytes = kTileRows * kW * 2;
 constexpr int kThreadsL = 256;
+constexpr int64_t kConvL = 160, kCtxL = 8192;  // the arena: 160 conversations of 8192 rows
 
 __device__ __forceinline__ void PrefetchL2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
-template <int kStages, int kAhead>
+// kTma: threads 0..127 copy a row's column blocks each with TMA (lanes l and l + 64 split row l's
+// nine blocks 5 + 4, as the persistent form's producer does) into the 128-byte-swizzled layout.
+template <int kStages, int kAhead, bool kTma = false>
 __global__ void __launch_bounds__(kThreadsL, 1)
     LoadLoopKernel(const uint16_t* __restrict__ arena, const int64_t* __restrict__ offs, int n_tiles,
-                   uint32_t* __restrict__ sink) {
+                   uint32_t* __restrict__ sink, const __grid_constant__ CUtensorMap map) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t sbase = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t bars = sbase + kStages * kStageBytes;
@@ -44,19 +48,35 @@ __global__ void __launch_bounds__(kThreadsL, 1)
     ferry::kernels::cuda::ptx::MbarInitFence();
   }
   __syncthreads();
+  const uint64_t once = ferry::kernels::cuda::ptx::EvictFirstPolicy();
   auto copy = [&](int t) {
     const uint32_t dst = sbase + (t % kStages) * kStageBytes;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = (tid >> 3) + 32 * half;
-      const uint16_t* src = arena + offs[static_cast<int64_t>(t) * kTileRows + row];
-#pragma unroll
-      for (int b = 0; b < kW / 64; ++b) {
-        const int c = 8 * b + (tid & 7);
-        ferry::kernels::cuda::ptx::CpAsync16(dst + row * kW * 2 + c * 16, src + c * 8);
+    if constexpr (kTma) {
+      const uint32_t bar = bars + 8 * (t % kStages);
+      if (tid >= 128) {
+        ferry::kernels::cuda::ptx::MbarArrive(bar);
+        return;
       }
+      const int row = tid & 63, b0 = tid < 64 ? 0 : 5, b1 = tid < 64 ? 5 : kW / 64;
+      const int64_t r = offs[static_cast<int64_t>(t) * kTileRows + row] / kW;
+      ferry::kernels::cuda::ptx::MbarArriveExpectTx(bar, (b1 - b0) * 128);
+      for (int b = b0; b < b1; ++b) {
+        ferry::kernels::cuda::ptx::TmaRowBlock(dst + b * 8192 + row * 128, &map, b, static_cast<int>(r % kCtxL),
+                                               static_cast<int>(r / kCtxL), bar, once);
+      }
+    } else {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = (tid >> 3) + 32 * half;
+        const uint16_t* src = arena + offs[static_cast<int64_t>(t) * kTileRows + row];
+#pragma unroll
+        for (int b = 0; b < kW / 64; ++b) {
+          const int c = 8 * b + (tid & 7);
+          ferry::kernels::cuda::ptx::CpAsync16(dst + row * kW * 2 + c * 16, src + c * 8);
+        }
+      }
+      ferry::kernels::cuda::ptx::CpAsyncMbarArrive(bars + 8 * (t % kStages));
     }
-    ferry::kernels::cuda::ptx::CpAsyncMbarArrive(bars + 8 * (t % kStages));
   };
   auto prefetch = [&](int t) {  // 4 threads a row, 9 lines of 128 bytes
     const uint16_t* src = arena + offs[static_cast<int64_t>(t) * kTileRows + (tid >> 2)];
@@ -80,22 +100,69 @@ __global__ void __launch_bounds__(kThreadsL, 1)
   if (acc == 0x9e3779b9u) sink[0] = acc;
 }
 
+// The references the ring is held to, all timed the same way (BenchMedianUs: one launch at a
+// time, its bytes out of L2): an empty launch of one CTA an SM (the floor of a timed call); a
+// streaming read of the same number of bytes (contiguous, 16-byte loads, 2048 threads an SM, four
+// loads in flight a thread); and the same gather of rows with plain 16-byte loads at that
+// occupancy (no shared memory, no stages: thread i reads chunk i % 72 of row i / 72 of the
+// batch's rows, kU chunks in flight a thread), the most the memory system gives random
+// 1152-byte rows without the kernel's limits.
+constexpr int kRefThreads = 512, kRefUnroll = 4;
+__global__ void EmptyKernel(uint32_t* sink) {
+  if (threadIdx.x == 1024) sink[0] = 0;  // never: keeps the launch from being elided
+}
+__device__ __forceinline__ uint32_t Fold16(uint4 v) { return v.x ^ v.y ^ v.z ^ v.w; }
+__global__ void __launch_bounds__(kRefThreads)
+    StreamKernel(const uint4* __restrict__ src, int64_t n16, uint32_t* __restrict__ sink) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRefThreads;
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{kRefThreads} + threadIdx.x; i < n16; i += kRefUnroll * stride) {
+    uint4 v[kRefUnroll];
+#pragma unroll
+    for (int u = 0; u < kRefUnroll; ++u) v[u] = i + u * stride < n16 ? __ldcs(src + i + u * stride) : uint4{};
+#pragma unroll
+    for (int u = 0; u < kRefUnroll; ++u) acc ^= Fold16(v[u]);
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+template <int kU>
+__global__ void __launch_bounds__(kRefThreads)
+    GatherPlainKernel(const uint16_t* __restrict__ arena, const int64_t* __restrict__ offs, int64_t n_rows,
+                      uint32_t* __restrict__ sink) {
+  constexpr int kChunks = kW * 2 / 16;
+  const int64_t n = n_rows * kChunks, stride = static_cast<int64_t>(gridDim.x) * kRefThreads;
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * int64_t{kRefThreads} + threadIdx.x; i < n; i += kU * stride) {
+    uint4 v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t j = i + u * stride, r = j / kChunks;
+      v[u] = j < n ? __ldcs(reinterpret_cast<const uint4*>(arena + offs[r]) + (j - r * kChunks)) : uint4{};
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) acc ^= Fold16(v[u]);
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+
 struct LoadVariant {
   const char* name;
   int stages;
-  void (*launch)(int grid, size_t smem, const uint16_t* arena, const int64_t* offs, int n_tiles, uint32_t* sink);
+  void (*launch)(int grid, size_t smem, const uint16_t* arena, const int64_t* offs, int n_tiles, uint32_t* sink,
+                 const CUtensorMap& map);
   cudaError_t (*set_up)(size_t smem);
 };
 
-template <int kStages, int kAhead>
+template <int kStages, int kAhead, bool kTma = false>
 LoadVariant Variant(const char* name) {
   return {name, kStages,
-          [](int grid, size_t smem, const uint16_t* arena, const int64_t* offs, int n_tiles, uint32_t* sink) {
-            LoadLoopKernel<kStages, kAhead><<<grid, kThreadsL, smem>>>(arena, offs, n_tiles, sink);
+          [](int grid, size_t smem, const uint16_t* arena, const int64_t* offs, int n_tiles, uint32_t* sink,
+             const CUtensorMap& map) {
+            LoadLoopKernel<kStages, kAhead, kTma><<<grid, kThreadsL, smem>>>(arena, offs, n_tiles, sink, map);
           },
           [](size_t smem) {
-            return cudaFuncSetAttribute(LoadLoopKernel<kStages, kAhead>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem));
+            return cudaFuncSetAttribute(LoadLoopKernel<kStages, kAhead, kTma>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
           }};
 }
 
@@ -107,20 +174,26 @@ int RunMlaLoadBench() {
   const double read_gbs = BenchReadBandwidth(size_t{4} << 30);
   printf("device: %s, %d SMs; read bandwidth %.0f GB/s\n", prop.name, prop.multiProcessorCount, read_gbs);
   if (read_gbs <= 0) return 1;
-  constexpr int64_t kConv = 160, kCtx = 8192, kSel = 2048;
+  constexpr int64_t kConv = kConvL, kCtx = kCtxL, kSel = 2048;
   uint16_t* arena = nullptr;
   uint32_t* sink = nullptr;
   BENCH_CHECK(cudaMalloc(&arena, size_t(kConv) * kCtx * kW * 2));
   BENCH_CHECK(cudaMalloc(&sink, 4));
   BenchFillBf16(arena, size_t(kConv) * kCtx * kW, 3);
+  CUtensorMap map{};
+  if (!ferry::kernels::cuda::EncodePagedRowsMap(&map, arena, kW, kCtx, kCtx * kW, kConv)) {
+    printf("no tensor map for the arena\n");
+    return 1;
+  }
   const LoadVariant variants[] = {
       Variant<1, 0>("1 stage (one tile in flight)"), Variant<2, 0>("2 stages (the persistent form's ring)"),
       Variant<3, 0>("3 stages"),
       Variant<2, 2>("2 stages + L2 prefetch 2 tiles further"), Variant<2, 4>("2 stages + L2 prefetch 4 further"),
-      Variant<2, 8>("2 stages + L2 prefetch 8 further"), Variant<3, 4>("3 stages + L2 prefetch 4 further")};
+      Variant<2, 8>("2 stages + L2 prefetch 8 further"), Variant<3, 4>("3 stages + L2 prefetch 4 further"),
+      Variant<1, 0, true>("TMA, 1 stage"), Variant<2, 0, true>("TMA, 2 stages"), Variant<3, 0, true>("TMA, 3 stages")};
   std::mt19937 rng(5);
   printf("| batch | MB | variant | us | GB/s | %% of read BW |\n|---|---|---|---|---|---|\n");
-  for (int batch : {8, 32, 64}) {
+  for (int batch : {8, 16, 32, 64}) {
     const int64_t sets = std::min<int64_t>(kConv / batch, 4);
     const int64_t n_rows = batch * kSel;
     std::vector<int64_t> offs;
@@ -138,17 +211,51 @@ int RunMlaLoadBench() {
     BENCH_CHECK(cudaMemcpy(doffs, offs.data(), offs.size() * 8, cudaMemcpyHostToDevice));
     const int n_tiles = static_cast<int>(n_rows / kTileRows);
     const int grid = std::min(n_tiles, prop.multiProcessorCount);
+    const double mb = double(n_rows) * kW * 2 / 1e6;
+    auto report = [&](const char* name, double us) {
+      const double gbs = mb * 1e6 / (us * 1e-6) / 1e9;
+      printf("| %d | %.1f | %s | %.1f | %.0f | %.1f%% |\n", batch, mb, name, us, gbs, 100.0 * gbs / read_gbs);
+    };
+    const int ref_grid = prop.multiProcessorCount * (2048 / kRefThreads);
+    double us = 0;
+    auto done = [](const char* what) {
+      return cudaGetLastError() == cudaSuccess ? absl::OkStatus() : absl::InternalError(what);
+    };
+    if (BenchMedianUs(sets, [&](int64_t) { return EmptyKernel<<<prop.multiProcessorCount, 128>>>(sink), done("empty"); },
+                      &us) != 0) {
+      return 1;
+    }
+    report("empty launch (the floor of a timed call)", us);
+    if (BenchMedianUs(sets, [&](int64_t st) {
+          const auto* src = reinterpret_cast<const uint4*>(arena) + st * n_rows * (kW * 2 / 16);
+          return StreamKernel<<<ref_grid, kRefThreads>>>(src, n_rows * (kW * 2 / 16), sink), done("stream");
+        }, &us) != 0) {
+      return 1;
+    }
+    report("streaming read of the same bytes (contiguous)", us);
+    if (BenchMedianUs(sets, [&](int64_t st) {
+          return GatherPlainKernel<4><<<ref_grid, kRefThreads>>>(arena, doffs + st * n_rows, n_rows, sink),
+                 done("gather");
+        }, &us) != 0) {
+      return 1;
+    }
+    report("gather, plain 16-byte loads, 2048 threads an SM, 4 in flight a thread", us);
+    if (BenchMedianUs(sets, [&](int64_t st) {
+          return GatherPlainKernel<8><<<ref_grid, kRefThreads>>>(arena, doffs + st * n_rows, n_rows, sink),
+                 done("gather");
+        }, &us) != 0) {
+      return 1;
+    }
+    report("the same, 8 in flight a thread", us);
     for (const LoadVariant& v : variants) {
       const size_t smem = size_t(v.stages) * kStageBytes + 64;
       BENCH_CHECK(v.set_up(smem));
-      double us = 0;
       auto launch = [&](int64_t st) {
-        v.launch(grid, smem, arena, doffs + st * n_rows, n_tiles, sink);
-        return cudaGetLastError() == cudaSuccess ? absl::OkStatus() : absl::InternalError("load launch");
+        v.launch(grid, smem, arena, doffs + st * n_rows, n_tiles, sink, map);
+        return done("load launch");
       };
       if (BenchMedianUs(sets, launch, &us) != 0) return 1;
-      const double mb = double(n_rows) * kW * 2 / 1e6, gbs = mb * 1e6 / (us * 1e-6) / 1e9;
-      printf("| %d | %.1f | %s | %.1f | %.0f | %.1f%% |\n", batch, mb, v.name, us, gbs, 100.0 * gbs / read_gbs);
+      report(v.name, us);
     }
     cudaFree(doffs);
   }
