@@ -337,7 +337,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll 1
   while (step != kDone) {
     if (step == kShort) {
-      for (int64_t i = tid; i < n; i += kThreads) {
+#pragma unroll 4
+      for (int64_t i = tid; i < n; i += kThreads) {  // (unrolled: the loads of a thread in flight together)
         cand_key[i] = row_src(i);
         cand_id[i] = static_cast<int32_t>(i);
       }
@@ -347,6 +348,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (step == kSample) {
       // Sample s at s * n / kCap: each stands for n / kCap elements.
+#pragma unroll
       for (int s = tid; s < kCap; s += kThreads) cand_key[s] = row_src(s * n / kCap);
       __syncthreads();
     }
