@@ -22,9 +22,12 @@
 // Either way ties go to the lower index, the output is ascending by construction, and the set
 // is exactly cpu::TopKIndices's. H200, one row of 131072 scores, k = 2048: 0.069 ms against 0.35
 // for the four-pass single-buffer kernel this replaced (bench/results/h200-topk.md).
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <map>
+#include <mutex>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
@@ -40,6 +43,8 @@ constexpr int kSpan = 32 * kPerLane;                    // a warp's contiguous e
 constexpr int64_t kChunk = int64_t{kWarps} * kSpan;
 constexpr int kCap = 4096;  // candidate buffer: keys and indices (32 KiB); also holds the samples
 constexpr unsigned kFull = 0xffffffffu;
+constexpr int kMaxCluster = 8;         // TopKClusterKernel: blocks a row at most
+constexpr int64_t kSplitMin = 4 * kCap;  // ... and the fewest scores of a row a block takes
 // Histogram bins are stored one word apart every 32 (bin b at Slot(b)): fewer bank conflicts
 // where a warp's lanes read bins 2 apart (FindDigit).
 constexpr int kHistWords = (1 << 11) + (1 << 11) / 32;
@@ -61,6 +66,13 @@ __device__ __forceinline__ int WarpInclusiveSum(int v, int lane) {
     if (lane >= off) v += t;
   }
   return v;
+}
+
+// The rank among the kCap samples of a row of n (> kCap) whose key is the threshold: j of them
+// stand for about (keff + kCap) / 2 elements.
+__device__ __forceinline__ int SampleRank(int64_t n, int keff) {
+  const int64_t want = (keff + kCap) / 2;
+  return static_cast<int>((want * kCap + n - 1) / n);  // <= kCap < n
 }
 
 // The block's shared state.
@@ -307,33 +319,25 @@ __device__ int64_t GatherAbove(const float* __restrict__ row, int64_t n, uint32_
   return taken;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    TopKKernel(const float* __restrict__ scores, int64_t cols, const int32_t* __restrict__ lengths, int k,
-               int32_t* __restrict__ ids, int32_t* __restrict__ counts) {
-  PdlLaunchDependents();
-  PdlWait();
-  __shared__ Shared sh;
-  __shared__ uint32_t cand_key[kCap];
-  __shared__ int32_t cand_id[kCap];
+// The steps of a row (each a select, then a compact; one call site each keeps the code small
+// enough for the instruction cache):
+//   kSample: the samples' threshold lo, then every element with key >= lo into the buffer;
+//   kShort: the whole (short) row into the buffer;
+//   kCandidates: select and compact over the buffer (m elements) into out;
+//   kRow: select and compact over the row into out.
+enum Step { kSample, kShort, kCandidates, kRow, kDone };
 
-  const int64_t r = blockIdx.x;
+// The first step of a row of n scores with keff = min(n, k) to select.
+__device__ __forceinline__ int FirstStep(int64_t n, int keff) {
+  return keff == 0 ? kDone : 2 * keff > kCap ? kRow : n <= kCap ? kShort : kSample;
+}
+
+// The row's answer into out (keff ids ascending), from `step` on (m: the buffer's elements when
+// step is kCandidates). Block-wide.
+__device__ __forceinline__ void SelectRow(const float* __restrict__ row, int64_t n, int keff, int32_t* out, int step,
+                                          int64_t m, Shared* sh, uint32_t* cand_key, int32_t* cand_id) {
   const int tid = threadIdx.x;
-  const float* row = scores + r * cols;
-  int32_t* out = ids + r * static_cast<int64_t>(k);
-  int64_t n = lengths != nullptr ? lengths[r] : cols;
-  if (n < 0 || n > cols) n = 0;  // selects nothing
-  const int keff = static_cast<int>(n < k ? n : k);
-
-  // The steps (each a select, then a compact; one call site each keeps the code small enough
-  // for the instruction cache):
-  //   kSample: the samples' threshold lo, then every element with key >= lo into the buffer;
-  //   kShort: the whole (short) row into the buffer;
-  //   kCandidates: select and compact over the buffer into out;
-  //   kRow: select and compact over the row into out.
-  enum Step { kSample, kShort, kCandidates, kRow, kDone };
   const KeySource row_src{row, nullptr}, cand_src{row, cand_key};
-  int step = keff == 0 ? kDone : 2 * keff > kCap ? kRow : n <= kCap ? kShort : kSample;
-  int64_t m = n;  // elements in the buffer
 #pragma unroll 1
   while (step != kDone) {
     if (step == kShort) {
@@ -343,6 +347,7 @@ __global__ void __launch_bounds__(kThreads)
         cand_id[i] = static_cast<int32_t>(i);
       }
       __syncthreads();
+      m = n;
       step = kCandidates;
       continue;
     }
@@ -352,14 +357,13 @@ __global__ void __launch_bounds__(kThreads)
       for (int s = tid; s < kCap; s += kThreads) cand_key[s] = row_src(s * n / kCap);
       __syncthreads();
     }
-    // Select: the samples' j-th largest (j of them stand for about (keff + kCap) / 2 elements),
-    // or the keff-th largest of the buffer or the row.
-    const int64_t want = (keff + kCap) / 2;
-    const int rank = step == kSample ? static_cast<int>((want * kCap + n - 1) / n) : keff;  // <= kCap < n
+    // Select: the samples' j-th largest (SampleRank), or the keff-th largest of the buffer or
+    // the row.
+    const int rank = step == kSample ? SampleRank(n, keff) : keff;
     const KeySource src = step == kRow ? row_src : cand_src;
     const int64_t src_n = step == kSample ? kCap : step == kRow ? n : m;
     int need = 0;
-    const uint32_t t = RadixSelect(src, src_n, rank, &sh, &need);
+    const uint32_t t = RadixSelect(src, src_n, rank, sh, &need);
     if (step == kSample && t == 0u) {  // key >= 0 takes the whole long row: over kCap anyway
       step = kRow;
       continue;
@@ -368,16 +372,147 @@ __global__ void __launch_bounds__(kThreads)
       // Key >= t as key > t - 1 into the buffer. Between keff and kCap candidates: the keff-th
       // largest key is >= t, so every element of the answer is among them, in index order.
       // Else the general path.
-      m = GatherAbove(row, n, t - 1u, cand_key, cand_id, &sh);
+      m = GatherAbove(row, n, t - 1u, cand_key, cand_id, sh);
       step = m >= keff && m <= kCap ? kCandidates : kRow;
       continue;
     }
     const SinkTo sink{step == kRow ? Sink::kOutIndex : Sink::kOutCandidate, out, cand_id};
-    Compact(src, src_n, t, need, sink, &sh);
+    Compact(src, src_n, t, need, sink, sh);
     step = kDone;
   }
+}
+
+// Row r's length (0 when lengths[r] is outside [0, cols]: it selects nothing).
+__device__ __forceinline__ int64_t RowLength(const int32_t* lengths, int64_t r, int64_t cols) {
+  const int64_t n = lengths != nullptr ? lengths[r] : cols;
+  return n < 0 || n > cols ? 0 : n;
+}
+
+// Grid: one block a row.
+__global__ void __launch_bounds__(kThreads)
+    TopKKernel(const float* __restrict__ scores, int64_t cols, const int32_t* __restrict__ lengths, int k,
+               int32_t* __restrict__ ids, int32_t* __restrict__ counts) {
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ Shared sh;
+  __shared__ uint32_t cand_key[kCap];
+  __shared__ int32_t cand_id[kCap];
+  const int64_t r = blockIdx.x;
+  const float* row = scores + r * cols;
+  int32_t* out = ids + r * static_cast<int64_t>(k);
+  const int64_t n = RowLength(lengths, r, cols);
+  const int keff = static_cast<int>(n < k ? n : k);
+  SelectRow(row, n, keff, out, FirstStep(n, keff), 0, &sh, cand_key, cand_id);
+  for (int64_t j = keff + threadIdx.x; j < k; j += kThreads) out[j] = -1;
+  if (counts != nullptr && threadIdx.x == 0) counts[r] = keff;
+}
+
+// Grid: a cluster of C (2 to kMaxCluster) blocks a row, for few rows: a sampled row's work is
+// split. Every block loads its share of the samples into every block's buffer (distributed
+// shared memory), all select the same threshold from them, and each gathers its own 1/C of the
+// row; block 0 collects the counts, the others append their candidates to block 0's buffer in
+// order, and block 0 selects and writes the answer. A row that is not sampled, or whose
+// candidates fall outside [keff, kCap], is done by block 0 alone as TopKKernel does it.
+__global__ void __launch_bounds__(kThreads)
+    TopKClusterKernel(const float* __restrict__ scores, int64_t cols, const int32_t* __restrict__ lengths, int k,
+                      int32_t* __restrict__ ids, int32_t* __restrict__ counts) {
+  namespace cg = cooperative_groups;
+  PdlLaunchDependents();
+  PdlWait();
+  __shared__ Shared sh;
+  __shared__ uint32_t cand_key[kCap];
+  __shared__ int32_t cand_id[kCap];
+  __shared__ int64_t seg_count[kMaxCluster];  // block 0's: the blocks' candidate counts
+  cg::cluster_group cluster = cg::this_cluster();
+  const int c = static_cast<int>(cluster.block_rank()), nc = static_cast<int>(cluster.num_blocks());
+  const int tid = threadIdx.x;
+  const int64_t r = blockIdx.x / nc;
+  const float* row = scores + r * cols;
+  int32_t* out = ids + r * static_cast<int64_t>(k);
+  const int64_t n = RowLength(lengths, r, cols);
+  const int keff = static_cast<int>(n < k ? n : k);
+  int step = FirstStep(n, keff);  // the same in every block of the cluster
+  int64_t m = 0;
+  if (step == kSample && n >= int64_t{kSplitMin} * nc) {
+    for (int s = c * kCap / nc + tid; s < (c + 1) * kCap / nc; s += kThreads) {
+      const uint32_t key = Key(__ldg(row + s * n / kCap));
+      for (int d = 0; d < nc; ++d) cluster.map_shared_rank(cand_key, d)[s] = key;
+    }
+    cluster.sync();
+    int unused = 0;
+    const uint32_t t = RadixSelect(KeySource{row, cand_key}, kCap, SampleRank(n, keff), &sh, &unused);
+    if (t == 0u) {
+      step = kRow;  // every block: no more cluster traffic
+    } else {
+      const int64_t seg = (n + nc - 1) / nc, seg0 = min(c * seg, n), seg_n = min(seg, n - seg0);
+      const int64_t mine = GatherAbove(row + seg0, seg_n, t - 1u, cand_key, cand_id, &sh);
+      if (tid == 0) cluster.map_shared_rank(seg_count, 0)[c] = mine;
+      cluster.sync();
+      const int64_t* counts0 = cluster.map_shared_rank(seg_count, 0);
+      int64_t before = 0;
+      for (int d = 0; d < nc; ++d) {
+        const int64_t v = counts0[d];
+        m += v;
+        if (d < c) before += v;
+      }
+      const bool fits = m >= keff && m <= kCap;
+      if (fits && c > 0) {  // block 0's own candidates are already in place (before = 0, seg0 = 0)
+        uint32_t* key0 = cluster.map_shared_rank(cand_key, 0);
+        int32_t* id0 = cluster.map_shared_rank(cand_id, 0);
+        for (int64_t j = tid; j < mine; j += kThreads) {
+          key0[before + j] = cand_key[j];
+          id0[before + j] = cand_id[j] + static_cast<int32_t>(seg0);
+        }
+      }
+      cluster.sync();  // the copies landed; nothing reads another block's memory after this
+      step = fits ? kCandidates : kRow;
+    }
+  }
+  if (c != 0) return;
+  SelectRow(row, n, keff, out, step, m, &sh, cand_key, cand_id);
   for (int64_t j = keff + tid; j < k; j += kThreads) out[j] = -1;
   if (counts != nullptr && tid == 0) counts[r] = keff;
+}
+
+// How many clusters of `size` TopKClusterKernel blocks the current device runs at once (0: none;
+// worked out once a device and size).
+int MaxClusters(int size) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  static std::mutex mu;
+  static auto* known = new std::map<std::pair<int, int>, int>();
+  std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(device, size);
+  if (auto it = known->find(key); it != known->end()) return it->second;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(size);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(size));
+  config.blockDim = dim3(kThreads);
+  config.attrs = attr;
+  config.numAttrs = 1;
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, TopKClusterKernel, &config) != cudaSuccess) {
+    cudaGetLastError();
+    clusters = 0;
+  }
+  (*known)[key] = clusters;
+  return clusters;
+}
+
+// Blocks a row: the largest of 8, 4, 2 that leaves each block at least kSplitMin scores of the
+// longest row and runs every row's cluster at once; else 1 (TopKKernel).
+int ClusterFor(int64_t rows, int64_t cols) {
+  for (int size : {kMaxCluster, kMaxCluster / 2, kMaxCluster / 4}) {
+    if (cols / size >= kSplitMin && rows <= MaxClusters(size)) return size;
+  }
+  return 1;
 }
 
 }  // namespace
@@ -392,9 +527,29 @@ absl::Status TopK(const float* scores, int64_t rows, int64_t cols, const int32_t
   if (scores == nullptr || (k > 0 && ids == nullptr)) {
     return absl::InvalidArgumentError("TopK: null scores or ids");
   }
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(TopKKernel, static_cast<unsigned>(rows), kThreads, 0,
-                                             static_cast<cudaStream_t>(stream), scores, cols, lengths,
-                                             static_cast<int>(k), ids, counts));
+  auto* st = static_cast<cudaStream_t>(stream);
+  const int cluster = ClusterFor(rows, cols);
+  if (cluster > 1) {
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(rows * cluster));
+    config.blockDim = dim3(kThreads);
+    config.stream = st;
+    config.attrs = attr;
+    config.numAttrs = PdlEnabled() ? 2 : 1;
+    FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, TopKClusterKernel, scores, cols, lengths,
+                                                  static_cast<int>(k), ids, counts));
+    return absl::OkStatus();
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(
+      LaunchDependent(TopKKernel, static_cast<unsigned>(rows), kThreads, 0, st, scores, cols, lengths,
+                      static_cast<int>(k), ids, counts));
   return absl::OkStatus();
 }
 

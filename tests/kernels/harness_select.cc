@@ -205,8 +205,9 @@ Result SampleGreedyCase(std::mt19937& rng, int64_t rows, int64_t vocab) {
 }  // namespace
 
 void AddSelectCases(std::vector<Case>* cases) {
-  // Top-k: the indexer's k = 2048 over a 128K-token row in every style; rows past 128K (TopK's
-  // compaction walks 131072 elements at a time: lengths just past one and two such spans); ragged lengths around k
+  // Top-k: the indexer's k = 2048 over a 128K-token row in every style (few rows of many scores
+  // take clusters of 8 blocks a row); rows past 128K; a batch that takes clusters of 2, with rows
+  // split between the two blocks (>= 32768 scores) and rows block 0 does alone; ragged lengths around k
   // (0, 1, k - 1, k, k + 1, all, invalid); k = 1; k above the row; routing-sized rows.
   struct TopKShape {
     int64_t rows, cols, k;
@@ -215,6 +216,7 @@ void AddSelectCases(std::vector<Case>* cases) {
   for (const TopKShape& s : std::vector<TopKShape>{
            {kStyles, 131072, 2048, {}},
            {3, 300000, 2048, {300000, 131073, 262100}},
+           {5, 40000, 2048, {40000, 32768, 32767, 20000, 0}},
            {kStyles + 1, 5000, 2048, {0, 1, 2047, 2048, 2049, 5000, 5001, 3000}},
            {kStyles, 100, 1, {}},
            {2, 64, 100, {}},
