@@ -434,6 +434,7 @@ __global__ void __launch_bounds__(kThreads)
   int step = FirstStep(n, keff);  // the same in every block of the cluster
   int64_t m = 0;
   if (step == kSample && n >= int64_t{kSplitMin} * nc) {
+    cluster.sync();  // every block of the cluster has started: its shared memory may be written
     for (int s = c * kCap / nc + tid; s < (c + 1) * kCap / nc; s += kThreads) {
       const uint32_t key = Key(__ldg(row + s * n / kCap));
       for (int d = 0; d < nc; ++d) cluster.map_shared_rank(cand_key, d)[s] = key;
