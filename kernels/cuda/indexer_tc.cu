@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -212,7 +213,7 @@ bool Available(int device) {
     cudaGetLastError();
     return false;
   }
-  if (major != 9 || optin < kSmemBytesTma) return false;
+  if (major != 9 || optin < std::max(kSmemBytes, kSmemBytesTma)) return false;
   if (cudaFuncSetAttribute(IndexerTcKernel<NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
           cudaSuccess ||
       cudaFuncSetAttribute(IndexerTcKernel<NT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytesTma) !=

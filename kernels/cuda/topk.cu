@@ -71,7 +71,7 @@ __device__ __forceinline__ int WarpInclusiveSum(int v, int lane) {
 // The rank among the kCap samples of a row of n (> kCap) whose key is the threshold: j of them
 // stand for about (keff + kCap) / 2 elements.
 __device__ __forceinline__ int SampleRank(int64_t n, int keff) {
-  const int64_t want = (keff + kCap) / 2;
+  const int64_t want = (int64_t{keff} + kCap) / 2;
   return static_cast<int>((want * kCap + n - 1) / n);  // <= kCap < n
 }
 
@@ -171,7 +171,7 @@ __device__ void RadixPass(KeySource src, int64_t n, uint32_t prefix, uint32_t ma
 
 // The key of the `need`-th largest of src(i), i < n (1 <= need <= n), and into *need_equal how
 // many keys equal to it are among the `need` largest: bits 31..21, 20..10, then 9..0 (the last
-// pass's histogram uses bins below 1024 only).
+// pass's bins also hold bit 10, which the second pass fixed: they fall in one half)
 __device__ uint32_t RadixSelect(KeySource src, int64_t n, int need, Shared* sh, int* need_equal) {
   uint32_t t = 0u, mask = 0u;
 #pragma unroll 1
@@ -329,7 +329,7 @@ enum Step { kSample, kShort, kCandidates, kRow, kDone };
 
 // The first step of a row of n scores with keff = min(n, k) to select.
 __device__ __forceinline__ int FirstStep(int64_t n, int keff) {
-  return keff == 0 ? kDone : 2 * keff > kCap ? kRow : n <= kCap ? kShort : kSample;
+  return keff == 0 ? kDone : 2 * int64_t{keff} > kCap ? kRow : n <= kCap ? kShort : kSample;
 }
 
 // The row's answer into out (keff ids ascending), from `step` on (m: the buffer's elements when
