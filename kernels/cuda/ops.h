@@ -157,7 +157,8 @@ int64_t MlaDecodeWorkspaceBytes(int64_t rows, int64_t heads);
 // Batch invariance: a row's scores depend only on its own inputs, never on `rows` or the other
 // rows. dim 128 with heads 16/32/48/64 (qi 4-byte aligned, arena 16-byte aligned, page_stride a
 // multiple of 8) runs on the tensor cores on sm_90 (indexer_tc.h: 256 keys a CTA, all in flight
-// at once); other shapes and devices: one CUDA-core dot per (key, head).
+// at once, by TMA where pages hold a multiple of 64 rows); other shapes and devices: one
+// CUDA-core dot per (key, head).
 // A key whose page cannot be addressed scores NaN (TopK ranks it last). n_keys[r] outside
 // [0, score_stride]: every entry [0, score_stride) of that row is NaN.
 // REQUIRES: 1 <= heads <= 64, dim >= 1, heads * (dim + 2) + 8 * dim <= 11000 (shared memory),
