@@ -47,6 +47,8 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table);
 // per-rank (TP1) shapes over a paged cache, for every batch x context.
 Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
+// Section 2e: 2b then 2a as one decode step runs them (scores, TopK, the selection, the attention).
+Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 // Section 2d: one MoE layer's expert GEMMs alone, dispatched three ways (bench/roofline_experts.cc).
 Table ExpertGemmTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 

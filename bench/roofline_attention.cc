@@ -256,4 +256,126 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
   return t;
 }
 
+Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c) {
+  Table t;
+  t.title = "2e. The whole sparse attention of a decode step: IndexerScores, TopK, the selection, MlaDecodeAttention";
+  t.explanation =
+      "2b then 2a as a decode step runs them, one timed sequence: every row scores all its ctx keys (GLM-5.3-Flash: "
+      "ctx / 4 pooled keys), takes the top index_topk (Flash: its top index_topk / 4 pools, expanded to their "
+      "tokens), and attends those tokens of its own latent cache. Separate paged arenas of 64-row pages for the "
+      "indexer keys and the latent rows, placed at random. bytes = the keys read + 2a's bytes; FLOPs = 2b's + 2a's. "
+      "L2 flushed before each timed call. No target of its own: the issue's 70% target is 2a's; this table reads it "
+      "as the whole attention, where the context length matters.";
+  std::mt19937_64 rng(o.seed + 2);
+  const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
+  const int64_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
+  for (const NamedConfig& m : models) {
+    const model::ModelConfig& mc = m.config;
+    const int64_t H = mc.num_heads, L = mc.kv_lora_rank, P = mc.qk_rope_head_dim, W = L + P, K = mc.index_topk;
+    const int64_t Hi = mc.index_n_heads, Di = mc.index_head_dim, kp = std::max<int64_t>(mc.index_kpool, 1);
+    const int64_t k = K / kp, max_n = max_ctx / kp;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(mc.qk_nope_head_dim + P));
+    const int64_t ppr_l = (max_ctx + kPageRows - 1) / kPageRows, ppr_k = (max_n + kPageRows - 1) / kPageRows;
+    const int64_t pages_l = max_b * ppr_l, pages_k = max_b * ppr_k;
+    DevBlocks dev;
+    auto fail = [&](const std::string& what, const absl::Status& st) {
+      t.rows.push_back(Row::Failed(absl::StrCat(m.name, " ", what), std::string(st.message())));
+    };
+    absl::StatusOr<uint16_t*> latent = dev.Take<uint16_t>(pages_l * kPageRows * W);
+    absl::StatusOr<uint16_t*> keys = dev.Take<uint16_t>(pages_k * kPageRows * Di);
+    absl::StatusOr<uint16_t*> q_abs = dev.Take<uint16_t>(max_b * H * L);
+    absl::StatusOr<uint16_t*> q_pe = dev.Take<uint16_t>(max_b * H * std::max<int64_t>(P, 1));
+    absl::StatusOr<uint16_t*> out = dev.Take<uint16_t>(max_b * H * L);
+    absl::StatusOr<uint16_t*> qi = dev.Take<uint16_t>(max_b * Hi * Di);
+    absl::StatusOr<float*> w = dev.Take<float>(max_b * Hi);
+    absl::StatusOr<float*> scores = dev.Take<float>(max_b * max_n);
+    absl::StatusOr<int32_t*> table_l = dev.Take<int32_t>(max_b * ppr_l);
+    absl::StatusOr<int32_t*> table_k = dev.Take<int32_t>(max_b * ppr_k);
+    absl::StatusOr<int32_t*> n_keys = dev.Take<int32_t>(max_b);
+    absl::StatusOr<int64_t*> pos = dev.Take<int64_t>(max_b);
+    absl::StatusOr<int32_t*> ids = dev.Take<int32_t>(max_b * k);
+    absl::StatusOr<int32_t*> counts = dev.Take<int32_t>(max_b);
+    absl::StatusOr<int32_t*> sel = dev.Take<int32_t>(max_b * K);
+    absl::StatusOr<int32_t*> offsets = dev.Take<int32_t>(max_b + 1);
+    const int64_t ws_bytes = cu::MlaDecodeWorkspaceBytes(std::min<int64_t>(max_b, 64), H);
+    absl::StatusOr<uint8_t*> ws = dev.Take<uint8_t>(ws_bytes);
+    absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
+    absl::StatusOr<uint8_t*> flush_buf =
+        shape.ok() ? dev.Take<uint8_t>(2 * shape->l2_bytes) : absl::StatusOr<uint8_t*>(shape.status());
+    bool ok = true;
+    for (const absl::Status& st :
+         {latent.status(), keys.status(), q_abs.status(), q_pe.status(), out.status(), qi.status(), w.status(),
+          scores.status(), table_l.status(), table_k.status(), n_keys.status(), pos.status(), ids.status(),
+          counts.status(), sel.status(), offsets.status(), ws.status(), flush_buf.status()}) {
+      if (!st.ok()) {
+        fail("setup", st);
+        ok = false;
+        break;
+      }
+    }
+    if (!ok) continue;
+    absl::Status st = FillRandomBf16(*latent, pages_l * kPageRows * W, o.seed + 30, 1.0f);
+    if (st.ok()) st = FillRandomBf16(*keys, pages_k * kPageRows * Di, o.seed + 31, 1.0f);
+    if (st.ok()) st = FillRandomBf16(*q_abs, max_b * H * L, o.seed + 32, 1.0f);
+    if (st.ok()) st = FillRandomBf16(*q_pe, max_b * H * std::max<int64_t>(P, 1), o.seed + 33, 1.0f);
+    if (st.ok()) st = FillRandomBf16(*qi, max_b * Hi * Di, o.seed + 34, 1.0f);
+    if (st.ok()) st = FillRandomF32(*w, max_b * Hi, o.seed + 35, 1.0f / std::sqrt(static_cast<float>(Hi)));
+    if (!st.ok()) {
+      fail("setup", st);
+      continue;
+    }
+    Flush flush{*flush_buf, static_cast<size_t>(2 * shape->l2_bytes)};
+    const float index_scale = 1.0f / std::sqrt(static_cast<float>(Di));
+    for (int64_t ctx : o.contexts) {
+      for (int64_t B : o.batches) {
+        const std::string name = absl::StrCat(m.name, " b", B, " ctx", Ctx(ctx));
+        const int64_t n = ctx / kp, rl = (ctx + kPageRows - 1) / kPageRows, rk = (n + kPageRows - 1) / kPageRows;
+        // Every row at position ctx - 1: n keys (pools), min(ctx, K) tokens selected (Flash: k pools of kp
+        // tokens, or every token while n <= k; ctx is a multiple of kp here, so no tail).
+        const int64_t S = std::min(ctx, K);
+        const std::vector<int32_t> h_tl = RandomTables(rng, B, rl, pages_l), h_tk = RandomTables(rng, B, rk, pages_k);
+        const std::vector<int32_t> h_n(static_cast<size_t>(B), static_cast<int32_t>(n));
+        const std::vector<int64_t> h_pos(static_cast<size_t>(B), ctx - 1);
+        std::vector<int32_t> h_off(static_cast<size_t>(B + 1));
+        for (int64_t r = 0; r <= B; ++r) h_off[static_cast<size_t>(r)] = static_cast<int32_t>(r * S);
+        absl::Status s = cu::CopyToDevice(*table_l, h_tl.data(), h_tl.size() * sizeof(int32_t));
+        if (s.ok()) s = cu::CopyToDevice(*table_k, h_tk.data(), h_tk.size() * sizeof(int32_t));
+        if (s.ok()) s = cu::CopyToDevice(*n_keys, h_n.data(), h_n.size() * sizeof(int32_t));
+        if (s.ok()) s = cu::CopyToDevice(*pos, h_pos.data(), h_pos.size() * sizeof(int64_t));
+        if (s.ok() && kp > 1) s = cu::CopyToDevice(*offsets, h_off.data(), h_off.size() * sizeof(int32_t));
+        if (!s.ok() || ctx % kp != 0) {
+          fail(name, s.ok() ? absl::InvalidArgumentError("ctx is not a multiple of index_kpool") : s);
+          continue;
+        }
+        cu::PagedCacheBf16 kview{*keys, pages_k, kPageRows, kPageRows * Di, Di, *table_k, rk};
+        cu::PagedCacheBf16 lview{*latent, pages_l, kPageRows, kPageRows * W, W, *table_l, rl};
+        auto step = [&]() -> absl::Status {
+          FERRY_RETURN_IF_ERROR(cu::IndexerScores(*qi, *w, B, Hi, Di, kview, *n_keys, index_scale, *scores, n));
+          FERRY_RETURN_IF_ERROR(cu::TopK(*scores, B, n, *n_keys, k, *ids, *counts));
+          if (kp > 1) {
+            FERRY_RETURN_IF_ERROR(cu::ExpandPoolSelection(*ids, k, *pos, B, kp, *offsets, *sel));
+          } else {
+            FERRY_RETURN_IF_ERROR(cu::CompactSelection(*ids, *counts, B, k, *sel, *offsets));
+          }
+          return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, lview, *sel, *offsets, scale,
+                                        *out, nullptr, B <= 64 ? *ws : nullptr, B <= 64 ? ws_bytes : 0);
+        };
+        absl::StatusOr<std::vector<double>> ms = TimeEvents(step, o.warmup, o.reps, flush);
+        if (!ms.ok()) {
+          fail(name, ms.status());
+          continue;
+        }
+        Row r(name);
+        r.bytes = 2.0 * B * n * Di + 2.0 * B * S * W + 2.0 * B * H * (L + P) + 2.0 * B * H * L + 4.0 * (B * S + B + 1);
+        r.flops = static_cast<double>(B) * n * Hi * (2.0 * Di + 2.0) + static_cast<double>(B) * H * S * (2.0 * W + 2.0 * L);
+        r.ms = Median(*ms);
+        r.ms_min = Min(*ms);
+        r.note = absl::StrCat(n, kp > 1 ? " pooled keys" : " keys", ", sel ", S);
+        t.rows.push_back(r);
+      }
+    }
+  }
+  return t;
+}
+
 }  // namespace ferry::bench

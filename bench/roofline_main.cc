@@ -40,7 +40,7 @@ ABSL_FLAG(std::string, next_layers, "0,4,3",
           "Layers of the GLM-5.3-Flash config the model keeps (KDA+dense, KDA+MoE, MLA+MoE)");
 ABSL_FLAG(std::string, sections, "components,models",
           "components: MLA decode, indexer, experts, prefill MoE; moe: the prefill MoE (2c) alone; attention: MLA "
-          "decode and indexer (2a, 2b) alone; models: whole prefills and decode steps");
+          "decode, indexer and the two together (2a, 2b, 2e) alone; models: whole prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token");
 
@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
     done.push_back(MlaDecodeTable(shapes, o, c));
     PrintTable(done.back(), c);
     done.push_back(IndexerTable(shapes, o, c));
+    PrintTable(done.back(), c);
+    done.push_back(SparseAttentionTable(shapes, o, c));
     PrintTable(done.back(), c);
     if (!o.attention_only) {
       Table experts = ExpertGemmTable(shapes, o, c);
