@@ -21,6 +21,14 @@ namespace {
 
 constexpr int64_t kPageRows = 64;
 
+// The L2 flush run between timed calls: rewrites a buffer twice the L2's size.
+struct Flush {
+  void* buf = nullptr;
+  size_t bytes = 0;
+  uint8_t v = 0;
+  absl::Status operator()() { return cu::DeviceFill(buf, ++v, bytes); }
+};
+
 // Device blocks freed on scope exit.
 class DevBlocks {
  public:
@@ -33,10 +41,25 @@ class DevBlocks {
     blocks_.push_back(p);
     return static_cast<T*>(p);
   }
+  // A Flush over a new block twice the current device's L2.
+  absl::StatusOr<Flush> TakeFlush() {
+    FERRY_ASSIGN_OR_RETURN(DeviceShape shape, CurrentDeviceShape());
+    const int64_t bytes = 2 * shape.l2_bytes;
+    FERRY_ASSIGN_OR_RETURN(uint8_t * buf, Take<uint8_t>(bytes));
+    return Flush{buf, static_cast<size_t>(bytes)};
+  }
 
  private:
   std::vector<void*> blocks_;
 };
+
+// The first error among a table's set-up steps, or OK.
+absl::Status FirstError(std::initializer_list<absl::Status> steps) {
+  for (const absl::Status& st : steps) {
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
 
 std::string Ctx(int64_t n) { return n % 1024 == 0 ? absl::StrCat(n / 1024, "k") : absl::StrCat(n); }
 
@@ -49,14 +72,6 @@ std::vector<int32_t> RandomTables(std::mt19937_64& rng, int64_t rows, int64_t pa
   ids.resize(static_cast<size_t>(rows * pages_per_row));
   return ids;
 }
-
-// The L2 flush run between timed calls: rewrites a buffer twice the L2's size.
-struct Flush {
-  void* buf = nullptr;
-  size_t bytes = 0;
-  uint8_t v = 0;
-  absl::Status operator()() { return cu::DeviceFill(buf, ++v, bytes); }
-};
 
 }  // namespace
 
@@ -93,19 +108,13 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
     // to 64 rows).
     const int64_t ws_bytes = cu::MlaDecodeWorkspaceBytes(std::min<int64_t>(max_b, 64), H);
     absl::StatusOr<uint8_t*> ws = dev.Take<uint8_t>(ws_bytes);
-    absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
-    absl::StatusOr<uint8_t*> flush_buf =
-        shape.ok() ? dev.Take<uint8_t>(2 * shape->l2_bytes) : absl::StatusOr<uint8_t*>(shape.status());
-    bool ok = true;
-    for (const absl::Status& st : {arena.status(), q_abs.status(), q_pe.status(), out.status(), table.status(),
-                                   sel.status(), offsets.status(), ws.status(), flush_buf.status()}) {
-      if (!st.ok()) {
-        fail("setup", st);
-        ok = false;
-        break;
-      }
+    absl::StatusOr<Flush> flush = dev.TakeFlush();
+    if (absl::Status st = FirstError({arena.status(), q_abs.status(), q_pe.status(), out.status(), table.status(),
+                                      sel.status(), offsets.status(), ws.status(), flush.status()});
+        !st.ok()) {
+      fail("setup", st);
+      continue;
     }
-    if (!ok) continue;
     absl::Status st = FillRandomBf16(*arena, n_pages * kPageRows * W, o.seed + 10, 1.0f);
     if (st.ok()) st = FillRandomBf16(*q_abs, max_b * H * L, o.seed + 11, 1.0f);
     if (st.ok()) st = FillRandomBf16(*q_pe, max_b * H * std::max<int64_t>(P, 1), o.seed + 12, 1.0f);
@@ -113,7 +122,6 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
       fail("setup", st);
       continue;
     }
-    Flush flush{*flush_buf, static_cast<size_t>(2 * shape->l2_bytes)};
     for (int64_t ctx : o.contexts) {
       for (int64_t B : o.batches) {
         const std::string name = absl::StrCat(m.name, " b", B, " ctx", Ctx(ctx));
@@ -145,7 +153,7 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
               return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, cache, *sel, *offsets, scale,
                                             *out, nullptr, B <= 64 ? *ws : nullptr, B <= 64 ? ws_bytes : 0);
             },
-            o.warmup, o.reps, flush);
+            o.warmup, o.reps, *flush);
         if (!ms.ok()) {
           fail(name, ms.status());
           continue;
@@ -193,19 +201,13 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
     absl::StatusOr<int32_t*> n_keys = dev.Take<int32_t>(max_b);
     absl::StatusOr<int32_t*> ids = dev.Take<int32_t>(max_b * k);
     absl::StatusOr<int32_t*> counts = dev.Take<int32_t>(max_b);
-    absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
-    absl::StatusOr<uint8_t*> flush_buf =
-        shape.ok() ? dev.Take<uint8_t>(2 * shape->l2_bytes) : absl::StatusOr<uint8_t*>(shape.status());
-    bool ok = true;
-    for (const absl::Status& st : {keys.status(), qi.status(), w.status(), scores.status(), table.status(),
-                                   n_keys.status(), ids.status(), counts.status(), flush_buf.status()}) {
-      if (!st.ok()) {
-        fail("setup", st);
-        ok = false;
-        break;
-      }
+    absl::StatusOr<Flush> flush = dev.TakeFlush();
+    if (absl::Status st = FirstError({keys.status(), qi.status(), w.status(), scores.status(), table.status(),
+                                      n_keys.status(), ids.status(), counts.status(), flush.status()});
+        !st.ok()) {
+      fail("setup", st);
+      continue;
     }
-    if (!ok) continue;
     absl::Status st = FillRandomBf16(*keys, n_pages * kPageRows * Di, o.seed + 20, 1.0f);
     if (st.ok()) st = FillRandomBf16(*qi, max_b * Hi * Di, o.seed + 21, 1.0f);
     if (st.ok()) st = FillRandomF32(*w, max_b * Hi, o.seed + 22, 1.0f / std::sqrt(static_cast<float>(Hi)));
@@ -213,7 +215,6 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
       fail("setup", st);
       continue;
     }
-    Flush flush{*flush_buf, static_cast<size_t>(2 * shape->l2_bytes)};
     const float scale = 1.0f / std::sqrt(static_cast<float>(Di));
     for (int64_t ctx : o.contexts) {
       for (int64_t B : o.batches) {
@@ -235,9 +236,9 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
               FERRY_RETURN_IF_ERROR(scores_fn());
               return topk_fn();
             },
-            o.warmup, o.reps, flush);
-        absl::StatusOr<std::vector<double>> sc = TimeEvents(scores_fn, 1, o.reps, flush);
-        absl::StatusOr<std::vector<double>> tk = TimeEvents(topk_fn, 1, o.reps, flush);
+            o.warmup, o.reps, *flush);
+        absl::StatusOr<std::vector<double>> sc = TimeEvents(scores_fn, 1, o.reps, *flush);
+        absl::StatusOr<std::vector<double>> tk = TimeEvents(topk_fn, 1, o.reps, *flush);
         if (!both.ok() || !sc.ok() || !tk.ok()) {
           fail(name, !both.ok() ? both.status() : !sc.ok() ? sc.status() : tk.status());
           continue;
@@ -299,21 +300,15 @@ Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options
     absl::StatusOr<int32_t*> offsets = dev.Take<int32_t>(max_b + 1);
     const int64_t ws_bytes = cu::MlaDecodeWorkspaceBytes(std::min<int64_t>(max_b, 64), H);
     absl::StatusOr<uint8_t*> ws = dev.Take<uint8_t>(ws_bytes);
-    absl::StatusOr<DeviceShape> shape = CurrentDeviceShape();
-    absl::StatusOr<uint8_t*> flush_buf =
-        shape.ok() ? dev.Take<uint8_t>(2 * shape->l2_bytes) : absl::StatusOr<uint8_t*>(shape.status());
-    bool ok = true;
-    for (const absl::Status& st :
-         {latent.status(), keys.status(), q_abs.status(), q_pe.status(), out.status(), qi.status(), w.status(),
-          scores.status(), table_l.status(), table_k.status(), n_keys.status(), pos.status(), ids.status(),
-          counts.status(), sel.status(), offsets.status(), ws.status(), flush_buf.status()}) {
-      if (!st.ok()) {
-        fail("setup", st);
-        ok = false;
-        break;
-      }
+    absl::StatusOr<Flush> flush = dev.TakeFlush();
+    if (absl::Status st =
+            FirstError({latent.status(), keys.status(), q_abs.status(), q_pe.status(), out.status(), qi.status(),
+                        w.status(), scores.status(), table_l.status(), table_k.status(), n_keys.status(), pos.status(),
+                        ids.status(), counts.status(), sel.status(), offsets.status(), ws.status(), flush.status()});
+        !st.ok()) {
+      fail("setup", st);
+      continue;
     }
-    if (!ok) continue;
     absl::Status st = FillRandomBf16(*latent, pages_l * kPageRows * W, o.seed + 30, 1.0f);
     if (st.ok()) st = FillRandomBf16(*keys, pages_k * kPageRows * Di, o.seed + 31, 1.0f);
     if (st.ok()) st = FillRandomBf16(*q_abs, max_b * H * L, o.seed + 32, 1.0f);
@@ -324,7 +319,6 @@ Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options
       fail("setup", st);
       continue;
     }
-    Flush flush{*flush_buf, static_cast<size_t>(2 * shape->l2_bytes)};
     const float index_scale = 1.0f / std::sqrt(static_cast<float>(Di));
     for (int64_t ctx : o.contexts) {
       for (int64_t B : o.batches) {
@@ -357,17 +351,18 @@ Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options
           } else {
             FERRY_RETURN_IF_ERROR(cu::CompactSelection(*ids, *counts, B, k, *sel, *offsets));
           }
-          return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, lview, *sel, *offsets, scale,
-                                        *out, nullptr, B <= 64 ? *ws : nullptr, B <= 64 ? ws_bytes : 0);
+          return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, lview, *sel, *offsets, scale, *out,
+                                        nullptr, B <= 64 ? *ws : nullptr, B <= 64 ? ws_bytes : 0);
         };
-        absl::StatusOr<std::vector<double>> ms = TimeEvents(step, o.warmup, o.reps, flush);
+        absl::StatusOr<std::vector<double>> ms = TimeEvents(step, o.warmup, o.reps, *flush);
         if (!ms.ok()) {
           fail(name, ms.status());
           continue;
         }
         Row r(name);
         r.bytes = 2.0 * B * n * Di + 2.0 * B * S * W + 2.0 * B * H * (L + P) + 2.0 * B * H * L + 4.0 * (B * S + B + 1);
-        r.flops = static_cast<double>(B) * n * Hi * (2.0 * Di + 2.0) + static_cast<double>(B) * H * S * (2.0 * W + 2.0 * L);
+        r.flops =
+            static_cast<double>(B) * n * Hi * (2.0 * Di + 2.0) + static_cast<double>(B) * H * S * (2.0 * W + 2.0 * L);
         r.ms = Median(*ms);
         r.ms_min = Min(*ms);
         r.note = absl::StrCat(n, kp > 1 ? " pooled keys" : " keys", ", sel ", S);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -212,51 +213,46 @@ int RunMlaLoadBench() {
     const int n_tiles = static_cast<int>(n_rows / kTileRows);
     const int grid = std::min(n_tiles, prop.multiProcessorCount);
     const double mb = double(n_rows) * kW * 2 / 1e6;
-    auto report = [&](const char* name, double us) {
-      const double gbs = mb * 1e6 / (us * 1e-6) / 1e9;
-      printf("| %d | %.1f | %s | %.1f | %.0f | %.1f%% |\n", batch, mb, name, us, gbs, 100.0 * gbs / read_gbs);
-    };
-    const int ref_grid = prop.multiProcessorCount * (2048 / kRefThreads);
-    double us = 0;
     auto done = [](const char* what) {
       return cudaGetLastError() == cudaSuccess ? absl::OkStatus() : absl::InternalError(what);
     };
-    if (BenchMedianUs(sets, [&](int64_t) { return EmptyKernel<<<prop.multiProcessorCount, 128>>>(sink), done("empty"); },
-                      &us) != 0) {
-      return 1;
-    }
-    report("empty launch (the floor of a timed call)", us);
-    if (BenchMedianUs(sets, [&](int64_t st) {
-          const auto* src = reinterpret_cast<const uint4*>(arena) + st * n_rows * (kW * 2 / 16);
-          return StreamKernel<<<ref_grid, kRefThreads>>>(src, n_rows * (kW * 2 / 16), sink), done("stream");
-        }, &us) != 0) {
-      return 1;
-    }
-    report("streaming read of the same bytes (contiguous)", us);
-    if (BenchMedianUs(sets, [&](int64_t st) {
-          return GatherPlainKernel<4><<<ref_grid, kRefThreads>>>(arena, doffs + st * n_rows, n_rows, sink),
-                 done("gather");
-        }, &us) != 0) {
-      return 1;
-    }
-    report("gather, plain 16-byte loads, 2048 threads an SM, 4 in flight a thread", us);
-    if (BenchMedianUs(sets, [&](int64_t st) {
-          return GatherPlainKernel<8><<<ref_grid, kRefThreads>>>(arena, doffs + st * n_rows, n_rows, sink),
-                 done("gather");
-        }, &us) != 0) {
-      return 1;
-    }
-    report("the same, 8 in flight a thread", us);
+    // Times launch(set) (BenchMedianUs) and prints its row; false when a launch failed.
+    auto measure = [&](const char* name, const std::function<absl::Status(int64_t)>& launch) {
+      double us = 0;
+      if (BenchMedianUs(sets, launch, &us) != 0) return false;
+      const double gbs = mb * 1e6 / (us * 1e-6) / 1e9;
+      printf("| %d | %.1f | %s | %.1f | %.0f | %.1f%% |\n", batch, mb, name, us, gbs, 100.0 * gbs / read_gbs);
+      return true;
+    };
+    const int ref_grid = prop.multiProcessorCount * (2048 / kRefThreads);
+    const int64_t row16 = kW * 2 / 16;  // 16-byte chunks a row
+    bool ok = measure("empty launch (the floor of a timed call)", [&](int64_t) {
+      EmptyKernel<<<prop.multiProcessorCount, 128>>>(sink);
+      return done("empty");
+    });
+    ok = ok && measure("streaming read of the same bytes (contiguous)", [&](int64_t st) {
+      StreamKernel<<<ref_grid, kRefThreads>>>(reinterpret_cast<const uint4*>(arena) + st * n_rows * row16,
+                                              n_rows * row16, sink);
+      return done("stream");
+    });
+    ok = ok && measure("gather, plain 16-byte loads, 2048 threads an SM, 4 in flight a thread", [&](int64_t st) {
+      GatherPlainKernel<4><<<ref_grid, kRefThreads>>>(arena, doffs + st * n_rows, n_rows, sink);
+      return done("gather");
+    });
+    ok = ok && measure("the same, 8 in flight a thread", [&](int64_t st) {
+      GatherPlainKernel<8><<<ref_grid, kRefThreads>>>(arena, doffs + st * n_rows, n_rows, sink);
+      return done("gather");
+    });
     for (const LoadVariant& v : variants) {
+      if (!ok) break;
       const size_t smem = size_t(v.stages) * kStageBytes + 64;
       BENCH_CHECK(v.set_up(smem));
-      auto launch = [&](int64_t st) {
+      ok = measure(v.name, [&](int64_t st) {
         v.launch(grid, smem, arena, doffs + st * n_rows, n_tiles, sink, map);
         return done("load launch");
-      };
-      if (BenchMedianUs(sets, launch, &us) != 0) return 1;
-      report(v.name, us);
+      });
     }
+    if (!ok) return 1;
     cudaFree(doffs);
   }
   cudaFree(arena);
