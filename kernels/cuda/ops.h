@@ -173,9 +173,10 @@ absl::Status IndexerScores(const uint16_t* qi, const float* w, int64_t rows, int
 //   counts [rows] int32 (may be null): min(k, n_r).
 // CPU twin: cpu::TopKIndices, exactly (same set, same order). A row with n_r outside [0, cols]
 // selects nothing (ids all -1, count 0). REQUIRES: rows <= INT32_MAX, 1 <= cols <= INT32_MAX,
-// 0 <= k <= INT32_MAX (ids may be null when k == 0). One block per row; for k <= 2048 usually
-// two reads of it (a sample, then the candidates at or above the sample's threshold), else or
-// when the sample misses five (topk.cu).
+// 0 <= k <= INT32_MAX (ids may be null when k == 0). One block per row, or a cluster of 2-8
+// blocks per row when few rows of >= 32768 scores are asked; for k <= 2048 usually two reads of
+// a row (a sample, then the candidates at or above the sample's threshold), else or when the
+// sample misses five (topk.cu).
 absl::Status TopK(const float* scores, int64_t rows, int64_t cols, const int32_t* lengths, int64_t k,
                   int32_t* ids, int32_t* counts, void* stream = nullptr);
 
