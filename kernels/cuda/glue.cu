@@ -213,46 +213,39 @@ __global__ void WritePagedKernel(const T* __restrict__ src, int64_t src_stride, 
   }
 }
 
-// One block: the rows in chunks of kThreads, a block scan of the counts per chunk.
+// A row's count as CompactSelection takes it: outside [0, k] it selects nothing.
+__device__ __forceinline__ int32_t ClampedCount(int32_t n, int64_t k) { return n < 0 || n > k ? 0 : n; }
+
+constexpr int kCompactMaxBlocks = 1024;  // CompactKernel: a block's prefix reads at most `rows` counts
+
+// Grid: G = min(rows, kCompactMaxBlocks) blocks (1 for no rows); block b takes rows [b rows / G,
+// (b + 1) rows / G). Its threads sum the counts of the rows before its first (where its output
+// starts), then write its rows' offsets and copy their ids, striding over each row. (One block
+// for every row, as before, copied a batch of 64 rows x 2048 ids in 66 us on an H200.)
 __global__ void __launch_bounds__(kThreads)
     CompactKernel(const int32_t* __restrict__ ids, const int32_t* __restrict__ counts, int64_t rows, int64_t k,
                   int32_t* __restrict__ sel, int32_t* __restrict__ offsets) {
   PdlLaunchDependents();
   PdlWait();
-  __shared__ int32_t scan[kThreads], starts[kThreads], counts_s[kThreads];
-  __shared__ int32_t base;
-  if (threadIdx.x == 0) base = 0;
+  __shared__ int32_t warp_sum[kThreads / 32];
+  const int64_t r0 = blockIdx.x * rows / gridDim.x, r1 = (blockIdx.x + 1) * rows / gridDim.x;
+  int32_t before = 0;  // <= rows * k <= INT32_MAX
+  for (int64_t i = threadIdx.x; i < r0; i += kThreads) before += ClampedCount(counts[i], k);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) before += __shfl_xor_sync(0xffffffffu, before, off);
+  if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = before;
   __syncthreads();
-  for (int64_t r0 = 0; r0 < rows; r0 += kThreads) {
-    const int64_t r = r0 + threadIdx.x;
-    int32_t n = 0;
-    if (r < rows) {
-      n = counts[r];
-      if (n < 0 || n > k) n = 0;
-    }
-    scan[threadIdx.x] = n;
-    __syncthreads();
-    for (int off = 1; off < kThreads; off <<= 1) {  // inclusive Hillis-Steele scan
-      const int32_t add = threadIdx.x >= off ? scan[threadIdx.x - off] : 0;
-      __syncthreads();
-      scan[threadIdx.x] += add;
-      __syncthreads();
-    }
-    const int32_t start = base + scan[threadIdx.x] - n;
-    if (r < rows) offsets[r] = start;
-    starts[threadIdx.x] = start;
-    counts_s[threadIdx.x] = n;
-    __syncthreads();
-    // The chunk's rows copied by the whole block, one row after another.
-    const int64_t chunk = rows - r0 < kThreads ? rows - r0 : kThreads;
-    for (int64_t i = 0; i < chunk; ++i) {
-      for (int32_t j = threadIdx.x; j < counts_s[i]; j += kThreads) sel[starts[i] + j] = ids[(r0 + i) * k + j];
-    }
-    __syncthreads();
-    if (threadIdx.x == kThreads - 1) base += scan[kThreads - 1];
-    __syncthreads();
+  int32_t start = 0;
+#pragma unroll
+  for (int w = 0; w < kThreads / 32; ++w) start += warp_sum[w];
+  for (int64_t r = r0; r < r1; ++r) {
+    const int32_t n = ClampedCount(counts[r], k);
+    if (threadIdx.x == 0) offsets[r] = start;
+    const int32_t* src = ids + r * k;
+    for (int32_t j = threadIdx.x; j < n; j += kThreads) sel[start + j] = src[j];
+    start += n;
   }
-  if (threadIdx.x == 0) offsets[rows] = base;
+  if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) offsets[rows] = start;
 }
 
 template <typename T>
@@ -399,8 +392,9 @@ absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t
   if (offsets == nullptr || (rows > 0 && counts == nullptr) || (rows * k > 0 && (ids == nullptr || sel == nullptr))) {
     return absl::InvalidArgumentError("CompactSelection: null ids, counts, sel or offsets");
   }
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(CompactKernel, 1, kThreads, 0, S(stream), ids, counts, rows, k, sel,
-                                             offsets));
+  const auto grid = static_cast<unsigned>(std::clamp<int64_t>(rows, 1, kCompactMaxBlocks));
+  FERRY_CUDA_RETURN_IF_ERROR(
+      LaunchDependent(CompactKernel, grid, kThreads, 0, S(stream), ids, counts, rows, k, sel, offsets));
   return absl::OkStatus();
 }
 

@@ -327,7 +327,8 @@ absl::Status WritePagedRowsBf16(const uint16_t* src, int64_t rows, int64_t src_s
 //   ids [rows, k] int32, counts [rows] int32 (TopK's) ->
 //   offsets [rows + 1] int32 = exclusive prefix sum of the counts, and
 //   sel[offsets[r] + j] = ids[r * k + j] for j < counts[r].
-// A count outside [0, k] counts as 0. One block, rows walked in order (exact).
+// A count outside [0, k] counts as 0. Up to 1024 blocks, each a contiguous range of rows whose
+// start it sums from the counts before them (exact).
 // REQUIRES: 0 <= k, rows * k <= INT32_MAX; sel has room for rows * k entries.
 absl::Status CompactSelection(const int32_t* ids, const int32_t* counts, int64_t rows, int64_t k, int32_t* sel,
                               int32_t* offsets, void* stream = nullptr);

@@ -530,6 +530,9 @@ void AddModelCases(std::vector<Case>* cases) {
       [](std::mt19937& g) { return WritePagedCase(g, 64, 576, 64, 512); });
   add("compact_selection rows=37 k=16", [](std::mt19937& g) { return CompactCase(g, 37, 16); });
   add("compact_selection rows=1000 k=2048", [](std::mt19937& g) { return CompactCase(g, 1000, 2048); });
+  add("compact_selection rows=1 k=2048", [](std::mt19937& g) { return CompactCase(g, 1, 2048); });
+  // More rows than blocks: a block takes several rows.
+  add("compact_selection rows=3001 k=9", [](std::mt19937& g) { return CompactCase(g, 3001, 9); });
   add("moe_combine_f32 rows=37 k=4 dim=128 shared", [](std::mt19937& g) { return MoeCombineCase(g, 37, 4, 128, true); });
   add("moe_combine_f32 rows=5 k=8 dim=6144", [](std::mt19937& g) { return MoeCombineCase(g, 5, 8, 6144, false); });
   add("zero_words 70001 of 80000 from 3 (the rest untouched)",
