@@ -246,8 +246,8 @@ __global__ void PooledKeysKernel(PagedViewOf<T> keys, PagedViewOf<T> gates, Page
   }
 }
 
-// A block a row, its threads striding over the row's output (one thread a row wrote 2,048 ids
-// one after another: 6.6 us).
+// A block a row, its threads striding over the row's pools (one thread a row wrote 2,048 ids
+// one after another: 6.6 us; a 64-bit division an element, 7 us on an H200 at any batch).
 __global__ void ExpandKernel(const int32_t* __restrict__ ids, int64_t k, const int64_t* __restrict__ pos, int64_t rows,
                              int64_t kpool, const int32_t* __restrict__ offsets, int32_t* __restrict__ sel) {
   PdlLaunchDependents();
@@ -260,8 +260,10 @@ __global__ void ExpandKernel(const int32_t* __restrict__ ids, int64_t k, const i
       continue;
     }
     const int32_t* row_ids = ids + r * k;
-    for (int64_t e = threadIdx.x; e < k * kpool; e += blockDim.x) {
-      out[e] = static_cast<int32_t>(row_ids[e / kpool] * kpool + e % kpool);
+    for (int64_t p = threadIdx.x; p < k; p += blockDim.x) {  // pool by pool: no division an element
+      const int64_t first = row_ids[p] * kpool;
+      int32_t* dst = out + p * kpool;
+      for (int64_t j = 0; j < kpool; ++j) dst[j] = static_cast<int32_t>(first + j);
     }
     for (int64_t i = n * kpool + threadIdx.x; i <= t; i += blockDim.x) {
       out[k * kpool + (i - n * kpool)] = static_cast<int32_t>(i);

@@ -488,6 +488,7 @@ void AddNextCases(std::vector<Case>* cases) {
   add("linear_f32_row_invariant rows=7 in=16384 out=24", [](std::mt19937& g) { return RowInvariantCase(g, 7, 16384, 24); });
   add("expand_pool_selection kpool=4 keep=4", [](std::mt19937& g) { return ExpandCase(g, 4, 4); });
   add("expand_pool_selection kpool=4 keep=64", [](std::mt19937& g) { return ExpandCase(g, 4, 64); });
+  add("expand_pool_selection kpool=4 keep=512", [](std::mt19937& g) { return ExpandCase(g, 4, 512); });
 }
 
 }  // namespace ferry::harness
