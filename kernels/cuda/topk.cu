@@ -3,28 +3,31 @@
 // the samples and gather a part of the row each; block 0 finishes).
 //
 // Each score maps to a 32-bit key whose unsigned order is the selection order by value (NaN
-// lowest, -0 == +0). Two building blocks, both block-wide:
-//   RadixSelect: three passes (11, 11 and 10 bits from the top) of shared-memory histograms find
-//     the key T of the k-th largest element and `need`, how many of the elements equal to T
-//     belong to the answer (every element with a larger key does).
+// lowest, -0 == +0). A selection finds a threshold: the key T of the k-th largest element and
+// `need`, how many of the elements equal to T belong to the answer (every larger key does).
+// Over a row in global memory (the general path):
+//   RadixSelect: three passes (11, 11 and 10 bits from the top) of shared-memory histograms;
 //   Compact: walks the elements in ascending index, 16384 at a time: each warp owns a contiguous
 //     span of 512 (16 a lane, lane-interleaved so that loads coalesce, all in flight at once) and
 //     marks the elements it takes (key > T, or key == T with fewer than `need` equal keys
 //     before); a scan over the warps' counts gives each warp where its output starts; the warp
 //     writes its elements in order (ballots give the positions).
-// The row path, when 2k fits the candidate buffer (kCap keys and ids in shared memory):
-//   1. If the row is longer than kCap, RadixSelect over kCap evenly spread samples finds a key
+// Over the candidate buffer (kCap keys and ids in shared memory, four a thread in registers):
+//   BufferSelect: the same passes from the highest bit where the keys differ, stopping at a bin
+//     taken whole; BufferCompact: one block scan of the threads' counts.
+// The row path, when 2k fits the buffer:
+//   1. If the row is longer than kCap, BufferSelect over kCap evenly spread samples finds a key
 //      T_s expected to have about (k + kCap) / 2 elements at or above it.
 //   2. Every element with key >= T_s (of a row of at most kCap: all of them) goes, in index
 //      order, into the buffer (GatherAbove for a long row): one read of the row.
 //   3. If between k and kCap elements were copied (the k-th largest key is then >= T_s, so every
-//      element of the answer is a candidate), RadixSelect and Compact over the buffer give the
-//      answer. Otherwise (bad luck with the samples, or many ties at T_s) the row takes the
-//      general path: RadixSelect and Compact over the row itself (four more reads).
+//      element of the answer is a candidate), BufferSelect and BufferCompact give the answer.
+//      Otherwise (bad luck with the samples, or many ties at T_s) the row takes the general path
+//      (four more reads).
 // Either way ties go to the lower index, the output is ascending by construction, and the set
-// is exactly cpu::TopKIndices's. H200, one row of 131072 scores, k = 2048: 0.069 ms in one block,
-// 0.034 ms in a cluster of 8, against 0.35 for the four-pass kernel this replaced
-// (bench/results/h200-topk.md).
+// is exactly cpu::TopKIndices's. H200, kernel time (ncu), k = 2048: one row of 131072 scores
+// 0.069 ms in one block, 0.034 ms in a cluster of 8, against 0.35 for the four-pass kernel this
+// replaced; 32768 scores 28 us in a cluster of 2; 4096 scores 11 us (bench/results/h200-topk.md).
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
@@ -81,41 +84,45 @@ __device__ __forceinline__ int SampleRank(int64_t n, int keff) {
 // The block's shared state.
 struct Shared {
   int hist[kHistWords];
-  int digit, need;
+  int digit, need, count;
   int warp_take[kWarps], warp_out[kWarps];
   int chunk_taken;
   int warp_eq[kWarps], warp_eq_before[kWarps];
   int chunk_equal;
+  uint32_t warp_or[kWarps], warp_and[kWarps];
 };
 
 // The highest bin b of the 2048-bin histogram where the count of keys in bins >= b reaches `need`
-// (<= the total), into sh->digit, and how many of bin b's keys are still needed into sh->need.
-// Block-wide: thread t holds kBinsThread bins counting down from 2047 - kBinsThread t; a scan
-// over the threads (warp sums, then the warps' totals) gives each the count above its bins, and
-// the one whose bins cross `need` writes the answer.
+// (<= the total), into sh->digit, with how many of bin b's keys are still needed (sh->need) and
+// its count (sh->count); the histogram is left zeroed. Block-wide, one barrier inside; the
+// caller's barrier must come between the histogram's last update and this, and between this and
+// reading the answer. Thread t holds kBinsThread bins counting down from 2047 - kBinsThread t
+// (and clears them once read: each bin has one reader); a scan over the threads (warp sums, then
+// every warp scans the warps' totals) gives each the count above its bins, and the one whose bins
+// cross `need` writes the answer.
 __device__ void FindDigit(Shared* sh, int need) {
   constexpr int kBinsThread = 2048 / kThreads;
-  static_assert(kBinsThread * kThreads == 2048, "whole bins a thread");
+  static_assert(kBinsThread * kThreads == 2048 && kWarps == 32, "whole bins a thread, a lane a warp");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int top = 2047 - kBinsThread * tid;
   int c[kBinsThread], sum = 0;
 #pragma unroll
-  for (int q = 0; q < kBinsThread; ++q) sum += (c[q] = sh->hist[Slot(top - q)]);
+  for (int q = 0; q < kBinsThread; ++q) {
+    sum += (c[q] = sh->hist[Slot(top - q)]);
+    sh->hist[Slot(top - q)] = 0;
+  }
   const int incl = WarpInclusiveSum(sum, lane);
   if (lane == 31) sh->warp_take[warp] = incl;
   __syncthreads();
-  if (warp == 0) {
-    const int w = lane < kWarps ? sh->warp_take[lane] : 0, w_incl = WarpInclusiveSum(w, lane);
-    if (lane < kWarps) sh->warp_out[lane] = w_incl - w;
-  }
-  __syncthreads();
-  int above = sh->warp_out[warp] + incl - sum;
+  const int w = sh->warp_take[lane], w_incl = WarpInclusiveSum(w, lane);
+  int above = __shfl_sync(kFull, w_incl - w, warp) + incl - sum;
   if (above < need && need <= above + sum) {
 #pragma unroll
     for (int q = 0; q < kBinsThread; ++q) {
       if (above + c[q] >= need) {
         sh->digit = top - q;
         sh->need = need - above;
+        sh->count = c[q];
         break;
       }
       above += c[q];
@@ -123,11 +130,10 @@ __device__ void FindDigit(Shared* sh, int need) {
   }
 }
 
-// Where keys come from: the row's scores (cand == nullptr) or the candidate buffer.
+// The keys of a row of scores, read through the non-coherent cache.
 struct KeySource {
   const float* row;
-  const uint32_t* cand;
-  __device__ __forceinline__ uint32_t operator()(int64_t i) const { return cand != nullptr ? cand[i] : Key(__ldg(row + i)); }
+  __device__ __forceinline__ uint32_t operator()(int64_t i) const { return Key(__ldg(row + i)); }
 };
 
 // One radix pass over keys src(i), i < n: the histogram of the 11 bits from `shift` of the keys
@@ -190,21 +196,9 @@ __device__ uint32_t RadixSelect(KeySource src, int64_t n, int need, Shared* sh, 
   return t;
 }
 
-// Where Compact's taken elements go: out[pos] = i (kOutIndex) or out[pos] = cand_id[i]
-// (kOutCandidate).
-enum class Sink { kOutIndex, kOutCandidate };
-struct SinkTo {
-  Sink kind;
-  int32_t* out;
-  const int32_t* cand_id;
-  __device__ __forceinline__ void operator()(int64_t pos, int64_t i) const {
-    out[pos] = kind == Sink::kOutIndex ? static_cast<int32_t>(i) : cand_id[i];
-  }
-};
-
-// Walks keys src(i), i < n, in ascending i and hands each element taken (key > t, or key == t
-// and fewer than `need` equal keys before it) to sink(pos, i), pos its rank among the taken ones.
-__device__ void Compact(KeySource src, int64_t n, uint32_t t, int need, SinkTo sink, Shared* sh) {
+// Walks keys src(i), i < n, in ascending i and writes each element taken (key > t, or key == t
+// and fewer than `need` equal keys before it) as out[pos] = i, pos its rank among the taken ones.
+__device__ void Compact(KeySource src, int64_t n, uint32_t t, int need, int32_t* out, Shared* sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned lanes_before = (1u << lane) - 1u;
   int64_t taken = 0;
@@ -260,7 +254,7 @@ __device__ void Compact(KeySource src, int64_t n, uint32_t t, int need, SinkTo s
         const unsigned eb = __ballot_sync(kFull, e);
         const bool take = g || (e && eq_rank + __popc(eb & lanes_before) < need);
         const unsigned tb = __ballot_sync(kFull, take);
-        if (take) sink(pos + __popc(tb & lanes_before), w0 + 32 * j + lane);
+        if (take) out[pos + __popc(tb & lanes_before)] = static_cast<int32_t>(w0 + 32 * j + lane);
         pos += __popc(tb);
         eq_rank += __popc(eb);
       }
@@ -268,6 +262,120 @@ __device__ void Compact(KeySource src, int64_t n, uint32_t t, int need, SinkTo s
     taken += sh->chunk_taken;
     equal_seen += sh->chunk_equal;
     __syncthreads();  // the warp tables and chunk counts are rewritten by the next chunk
+  }
+}
+
+// A selection's threshold: the answer is every key > t and the first `need` keys == t (in index
+// order).
+struct Threshold {
+  uint32_t t;
+  int need;
+};
+
+// Up to kCap keys, thread t holding keys [4 t, 4 t + 4) in registers, and whether each is one of
+// them: the buffer's m (16-byte aligned shared memory), or a short row's n read once.
+struct BufferKeys {
+  uint32_t k[4];
+  bool in[4];
+  __device__ __forceinline__ BufferKeys(const uint32_t* keys, int m) {
+    const uint4 v = reinterpret_cast<const uint4*>(keys)[threadIdx.x];
+    k[0] = v.x, k[1] = v.y, k[2] = v.z, k[3] = v.w;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) in[j] = 4 * static_cast<int>(threadIdx.x) + j < m;
+  }
+  __device__ __forceinline__ BufferKeys(const float* __restrict__ row, int n) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = 4 * static_cast<int>(threadIdx.x) + j;
+      in[j] = i < n;
+      k[j] = in[j] ? Key(__ldg(row + i)) : 0u;
+    }
+  }
+};
+static_assert(kCap == 4 * kThreads, "four buffer keys a thread");
+
+// RadixSelect's answer for m keys (1 <= need <= m <= kCap) held as BufferKeys, with fewer passes:
+// the first looks at the 11 bits below the highest bit where the keys differ (every key agrees
+// above it), and it stops at a digit whose bin is taken whole (then t is one below the bin's
+// lowest key and need is 0). A warp adds each bin's count once (match.any). Block-wide; leaves
+// the histogram zeroed.
+__device__ Threshold BufferSelect(const BufferKeys& b, int m, int need, Shared* sh) {
+  if (need == m) return Threshold{0u, m};  // all of them
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t any = 0u, all = ~0u;  // OR and AND of the keys: the bits that differ are any ^ all
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    any |= b.in[j] ? b.k[j] : 0u;
+    all &= b.in[j] ? b.k[j] : ~0u;
+  }
+  any = __reduce_or_sync(kFull, any);
+  all = __reduce_and_sync(kFull, all);
+  if (lane == 0) {
+    sh->warp_or[warp] = any;
+    sh->warp_and[warp] = all;
+  }
+  const int top = 2047 - 2 * static_cast<int>(threadIdx.x);  // FindDigit's bins of this thread
+  sh->hist[Slot(top)] = 0;
+  sh->hist[Slot(top - 1)] = 0;
+  __syncthreads();
+  any = __reduce_or_sync(kFull, sh->warp_or[lane]);
+  all = __reduce_and_sync(kFull, sh->warp_and[lane]);
+  const uint32_t diff = any ^ all;
+  if (diff == 0u) return Threshold{all, need};  // every key equal: the first `need` of them
+  int hi = 31 - __clz(diff);  // bits above hi: the same in every key
+  const uint32_t low = hi == 31 ? ~0u : (2u << hi) - 1u;
+  uint32_t t = all & ~low, mask = ~low;
+#pragma unroll 1
+  while (true) {
+    const int width = min(11, hi + 1), shift = hi + 1 - width;
+    const uint32_t digits = (1u << width) - 1u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int bin = b.in[j] && (b.k[j] & mask) == t ? static_cast<int>((b.k[j] >> shift) & digits) : -1;
+      const unsigned peers = __match_any_sync(kFull, bin);
+      if (bin >= 0 && lane == __ffs(peers) - 1) atomicAdd(&sh->hist[Slot(bin)], __popc(peers));
+    }
+    __syncthreads();
+    FindDigit(sh, need);
+    __syncthreads();
+    const int d = sh->digit, bin_need = sh->need, bin_count = sh->count;
+    t |= static_cast<uint32_t>(d) << shift;
+    mask |= digits << shift;
+    if (shift == 0) return Threshold{t, bin_need};
+    // The whole bin taken: every key >= t, as key > t - 1 (t is 0 only where the bin holds the
+    // lowest keys there are: then key > 0 and the bin's zeros).
+    if (bin_need == bin_count) return t == 0u ? Threshold{0u, bin_need} : Threshold{t - 1u, 0};
+    need = bin_need;
+    hi = shift - 1;
+  }
+}
+
+// Compact for m (<= kCap) keys held as BufferKeys: out[pos] = id of element i (ids[i], or i where
+// ids is null) for every element taken (key > th.t, or key == th.t among the first th.need of
+// those), in index order. One block scan of the threads' counts above and equal to th.t (packed,
+// 16 bits each) gives where each thread's output starts. Block-wide; the last step of a row
+// (nothing orders it before a later use of the warp tables).
+__device__ void BufferCompact(const BufferKeys& b, const int32_t* ids, Threshold th, int32_t* out, Shared* sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  unsigned gt = 0u, eq = 0u;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    gt |= (b.in[j] && b.k[j] > th.t ? 1u : 0u) << j;
+    eq |= (b.in[j] && b.k[j] == th.t ? 1u : 0u) << j;
+  }
+  const int packed = __popc(gt) | (__popc(eq) << 16);  // each sum <= kCap < 2^16
+  const int incl = WarpInclusiveSum(packed, lane);
+  if (lane == 31) sh->warp_take[warp] = incl;
+  __syncthreads();
+  const int w = sh->warp_take[lane], w_incl = WarpInclusiveSum(w, lane);
+  const int before = __shfl_sync(kFull, w_incl - w, warp) + incl - packed;
+  int eq_before = before >> 16;
+  int pos = (before & 0xffff) + min(eq_before, th.need);  // every equal key before is taken, up to need
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    bool take = (gt >> j) & 1u;
+    if ((eq >> j) & 1u) take = eq_before++ < th.need;
+    if (take) out[pos++] = ids != nullptr ? ids[4 * tid + j] : 4 * tid + j;
   }
 }
 
@@ -325,7 +433,7 @@ __device__ int64_t GatherAbove(const float* __restrict__ row, int64_t n, uint32_
 // The steps of a row (each a select, then a compact; one call site each keeps the code small
 // enough for the instruction cache):
 //   kSample: the samples' threshold lo, then every element with key >= lo into the buffer;
-//   kShort: the whole (short) row into the buffer;
+//   kShort: select and compact over the whole (short) row, four scores a thread in registers;
 //   kCandidates: select and compact over the buffer (m elements) into out;
 //   kRow: select and compact over the row into out.
 enum Step { kSample, kShort, kCandidates, kRow, kDone };
@@ -340,47 +448,40 @@ __device__ __forceinline__ int FirstStep(int64_t n, int keff) {
 __device__ __forceinline__ void SelectRow(const float* __restrict__ row, int64_t n, int keff, int32_t* out, int step,
                                           int64_t m, Shared* sh, uint32_t* cand_key, int32_t* cand_id) {
   const int tid = threadIdx.x;
-  const KeySource row_src{row, nullptr}, cand_src{row, cand_key};
+  const KeySource row_src{row};
 #pragma unroll 1
   while (step != kDone) {
-    if (step == kShort) {
-#pragma unroll 4
-      for (int64_t i = tid; i < n; i += kThreads) {  // (unrolled: the loads of a thread in flight together)
-        cand_key[i] = row_src(i);
-        cand_id[i] = static_cast<int32_t>(i);
-      }
-      __syncthreads();
-      m = n;
-      step = kCandidates;
-      continue;
+    if (step == kShort) {  // the whole row in registers, four scores a thread
+      const BufferKeys b(row, static_cast<int>(n));
+      BufferCompact(b, nullptr, BufferSelect(b, static_cast<int>(n), keff, sh), out, sh);
+      break;
     }
     if (step == kSample) {
-      // Sample s at s * n / kCap: each stands for n / kCap elements.
+      // Sample s at s * n / kCap: each stands for n / kCap elements. Their SampleRank-th
+      // largest key lo, then every element with key >= lo (key > lo - 1) into the buffer, in
+      // index order. Between keff and kCap candidates: the keff-th largest key is >= lo, so every
+      // element of the answer is among them. Else the general path.
 #pragma unroll
       for (int s = tid; s < kCap; s += kThreads) cand_key[s] = row_src(s * n / kCap);
       __syncthreads();
-    }
-    // Select: the samples' j-th largest (SampleRank), or the keff-th largest of the buffer or
-    // the row.
-    const int rank = step == kSample ? SampleRank(n, keff) : keff;
-    const KeySource src = step == kRow ? row_src : cand_src;
-    const int64_t src_n = step == kSample ? kCap : step == kRow ? n : m;
-    int need = 0;
-    const uint32_t t = RadixSelect(src, src_n, rank, sh, &need);
-    if (step == kSample && t == 0u) {  // key >= 0 takes the whole long row: over kCap anyway
-      step = kRow;
-      continue;
-    }
-    if (step == kSample) {
-      // Key >= t as key > t - 1 into the buffer. Between keff and kCap candidates: the keff-th
-      // largest key is >= t, so every element of the answer is among them, in index order.
-      // Else the general path.
-      m = GatherAbove(row, n, t - 1u, cand_key, cand_id, sh);
+      const Threshold th = BufferSelect(BufferKeys(cand_key, kCap), kCap, SampleRank(n, keff), sh);
+      const uint32_t lo = th.need > 0 ? th.t : th.t + 1u;  // the lowest key the samples' answer takes
+      if (lo == 0u) {  // key >= 0 takes the whole long row: over kCap anyway
+        step = kRow;
+        continue;
+      }
+      m = GatherAbove(row, n, lo - 1u, cand_key, cand_id, sh);
       step = m >= keff && m <= kCap ? kCandidates : kRow;
       continue;
     }
-    const SinkTo sink{step == kRow ? Sink::kOutIndex : Sink::kOutCandidate, out, cand_id};
-    Compact(src, src_n, t, need, sink, sh);
+    if (step == kCandidates) {
+      const BufferKeys b(cand_key, static_cast<int>(m));
+      BufferCompact(b, cand_id, BufferSelect(b, static_cast<int>(m), keff, sh), out, sh);
+    } else {  // kRow
+      int need = 0;
+      const uint32_t t = RadixSelect(row_src, n, keff, sh, &need);
+      Compact(row_src, n, t, need, out, sh);
+    }
     step = kDone;
   }
 }
@@ -398,7 +499,7 @@ __global__ void __launch_bounds__(kThreads)
   PdlLaunchDependents();
   PdlWait();
   __shared__ Shared sh;
-  __shared__ uint32_t cand_key[kCap];
+  __shared__ __align__(16) uint32_t cand_key[kCap];
   __shared__ int32_t cand_id[kCap];
   const int64_t r = blockIdx.x;
   const float* row = scores + r * cols;
@@ -423,7 +524,7 @@ __global__ void __launch_bounds__(kThreads)
   PdlLaunchDependents();
   PdlWait();
   __shared__ Shared sh;
-  __shared__ uint32_t cand_key[kCap];
+  __shared__ __align__(16) uint32_t cand_key[kCap];
   __shared__ int32_t cand_id[kCap];
   __shared__ int64_t seg_count[kMaxCluster];  // block 0's: the blocks' candidate counts
   cg::cluster_group cluster = cg::this_cluster();
@@ -443,13 +544,13 @@ __global__ void __launch_bounds__(kThreads)
       for (int d = 0; d < nc; ++d) cluster.map_shared_rank(cand_key, d)[s] = key;
     }
     cluster.sync();
-    int unused = 0;
-    const uint32_t t = RadixSelect(KeySource{row, cand_key}, kCap, SampleRank(n, keff), &sh, &unused);
-    if (t == 0u) {
+    const Threshold th = BufferSelect(BufferKeys(cand_key, kCap), kCap, SampleRank(n, keff), &sh);
+    const uint32_t lo = th.need > 0 ? th.t : th.t + 1u;  // as SelectRow's kSample step
+    if (lo == 0u) {
       step = kRow;  // every block: no more cluster traffic
     } else {
       const int64_t seg = (n + nc - 1) / nc, seg0 = min(c * seg, n), seg_n = min(seg, n - seg0);
-      const int64_t mine = GatherAbove(row + seg0, seg_n, t - 1u, cand_key, cand_id, &sh);
+      const int64_t mine = GatherAbove(row + seg0, seg_n, lo - 1u, cand_key, cand_id, &sh);
       if (tid == 0) cluster.map_shared_rank(seg_count, 0)[c] = mine;
       cluster.sync();
       const int64_t* counts0 = cluster.map_shared_rank(seg_count, 0);

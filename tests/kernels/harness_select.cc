@@ -208,7 +208,8 @@ void AddSelectCases(std::vector<Case>* cases) {
   // Top-k: the indexer's k = 2048 over a 128K-token row in every style (few rows of many scores
   // take clusters of 8 blocks a row); rows past 128K; a batch that takes clusters of 2, with rows
   // split between the two blocks (>= 32768 scores) and rows block 0 does alone; ragged lengths around k
-  // (0, 1, k - 1, k, k + 1, all, invalid); k = 1; k above the row; routing-sized rows.
+  // (0, 1, k - 1, k, k + 1, all, invalid); the decode shapes of short contexts; k = 1; k above the
+  // row; routing-sized rows.
   struct TopKShape {
     int64_t rows, cols, k;
     std::vector<int32_t> lengths;
@@ -218,6 +219,11 @@ void AddSelectCases(std::vector<Case>* cases) {
            {3, 300000, 2048, {300000, 131073, 262100}},
            {5, 40000, 2048, {40000, 32768, 32767, 20000, 0}},
            {kStyles + 1, 5000, 2048, {0, 1, 2047, 2048, 2049, 5000, 5001, 3000}},
+           // The decode shapes of a short context: GLM-5.2 at 4K (the whole row in the buffer),
+           // GLM-5.3-Flash's pooled keys at 4K and 32K (sampled).
+           {kStyles, 4096, 2048, {4096, 4095, 4000, 2500, 2049, 2048, 100}},
+           {kStyles, 1024, 512, {}},
+           {kStyles, 8192, 512, {}},
            {kStyles, 100, 1, {}},
            {2, 64, 100, {}},
            {100, 288, 8, {}}}) {
