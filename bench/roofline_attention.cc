@@ -3,6 +3,7 @@
 // over paged caches of 64-row pages placed at random in an arena sized for the largest case.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -79,6 +80,70 @@ std::vector<int32_t> RandomTables(std::mt19937_64& rng, int64_t rows, int64_t pa
   return ids;
 }
 
+// How many of `rows` rows of n scores (row-major) miss TopK's sampled path for the top k, by the
+// rule of kernels/cuda/topk.cu (session 14): a row longer than 4096 (with 2k <= 4096) takes the
+// ((k + 4096) / 2 * 4096 / n)-th largest of its 4096 samples at s * n / 4096 as a threshold (found
+// by BufferSelect, which may stop at a bin edge below it) and misses when the scores at or above
+// it are fewer than k or more than 4096; such a row then runs the general path in one block.
+int64_t SampledPathMisses(const std::vector<float>& scores, int64_t rows, int64_t n, int64_t k) {
+  constexpr int64_t kCap = 4096;
+  if (n <= kCap || 2 * k > kCap) return 0;
+  auto key = [](float x) -> uint32_t {
+    if (std::isnan(x)) return 0u;
+    if (x == 0.0f) return 0x80000000u;
+    uint32_t b;
+    std::memcpy(&b, &x, sizeof(b));
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  };
+  const int64_t want = (k + kCap) / 2, rank0 = (want * kCap + n - 1) / n;
+  int64_t misses = 0;
+  std::vector<uint32_t> samples(kCap);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = scores.data() + r * n;
+    uint32_t any = 0u, all = ~0u;
+    for (int64_t s = 0; s < kCap; ++s) {
+      samples[s] = key(row[s * n / kCap]);
+      any |= samples[s];
+      all &= samples[s];
+    }
+    // BufferSelect's threshold (t, need): every key > t and the first `need` keys == t.
+    uint32_t t = all;
+    int64_t need = rank0;
+    if (any != all) {
+      int hi = 31 - __builtin_clz(any ^ all);
+      const uint32_t low = hi == 31 ? ~0u : (2u << hi) - 1u;
+      uint32_t mask = ~low;
+      t = all & ~low;
+      while (true) {
+        const int width = std::min(11, hi + 1), shift = hi + 1 - width;
+        const uint32_t digits = (1u << width) - 1u;
+        std::vector<int64_t> hist(size_t{1} << width, 0);
+        for (uint32_t x : samples) {
+          if ((x & mask) == t) ++hist[(x >> shift) & digits];
+        }
+        int64_t above = 0, d = static_cast<int64_t>(digits);
+        while (above + hist[static_cast<size_t>(d)] < need) above += hist[static_cast<size_t>(d--)];
+        const int64_t bin_need = need - above, bin_count = hist[static_cast<size_t>(d)];
+        t |= static_cast<uint32_t>(d) << shift;
+        mask |= digits << shift;
+        need = bin_need;
+        if (shift == 0) break;
+        if (bin_need == bin_count) {
+          need = t == 0u ? bin_need : 0;
+          if (t != 0u) t -= 1u;
+          break;
+        }
+        hi = shift - 1;
+      }
+    }
+    const uint32_t lo = need > 0 ? t : t + 1u;
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) m += key(row[i]) >= lo ? 1 : 0;
+    misses += lo == 0u || m < k || m > kCap ? 1 : 0;
+  }
+  return misses;
+}
+
 }  // namespace
 
 Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c) {
@@ -89,8 +154,8 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
       "(ascending, as TopK gives them); the cache is 64-row pages placed at random in an arena; the op gets the "
       "workspace the model gives it (the persistent form: mla_decode_tc.h). bytes = the "
       "selected cache rows (latent + rope, bf16) + q_abs, q_pe, output and the selection ids, each once; FLOPs = "
-      "rows x heads x selected x (2 (latent + rope) + 2 latent). The L2 is flushed (a read of twice its size) before each "
-      "timed call. "
+      "rows x heads x selected x (2 (latent + rope) + 2 latent). The L2 is flushed (a read of twice its size) "
+      "before each timed call. "
       "Target: >= 70% of the measured HBM bandwidth from 32k context and batch 8 up.";
   std::mt19937_64 rng(o.seed);
   const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
@@ -187,7 +252,9 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
       "pooled keys, index_kpool 4) and takes the top index_topk / kpool. Keys are 128-wide bf16 rows in 64-row pages "
       "placed at random. bytes = the keys read (as asked: the scores' float32 round trip through memory and TopK's "
       "re-reads of them are not counted); FLOPs = rows x keys x heads x (2 x 128 + 2). The note splits the time "
-      "into IndexerScores and TopK measured alone. L2 flushed (a read of twice its size) before each timed call.";
+      "into IndexerScores and TopK measured alone, and how many rows miss TopK's sampled path (the host applies its "
+      "rule to the scores: such a row runs the general path in one block). L2 flushed (a read of twice its size) "
+      "before each timed call.";
   std::mt19937_64 rng(o.seed + 1);
   const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
   const int64_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
@@ -250,6 +317,12 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
           fail(name, !both.ok() ? both.status() : !sc.ok() ? sc.status() : tk.status());
           continue;
         }
+        std::vector<float> h_scores(static_cast<size_t>(B * n));
+        if (absl::Status st = cu::CopyToHost(h_scores.data(), *scores, h_scores.size() * sizeof(float)); !st.ok()) {
+          fail(name, st);
+          continue;
+        }
+        const int64_t misses = SampledPathMisses(h_scores, B, n, k);
         Row r(name);
         r.bytes = 2.0 * B * n * Di;
         r.flops = static_cast<double>(B) * n * Hi * (2.0 * Di + 2.0);
@@ -257,6 +330,7 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
         r.ms_min = Min(*both);
         r.note = absl::StrFormat("%lld keys, top %lld; scores %.4g ms + topk %.4g ms", static_cast<long long>(n),
                                  static_cast<long long>(k), Median(*sc), Median(*tk));
+        if (misses > 0) absl::StrAppend(&r.note, "; rows off TopK's sampled path: ", misses);
         t.rows.push_back(r);
       }
     }
@@ -272,7 +346,8 @@ Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options
       "ctx / 4 pooled keys), takes the top index_topk (Flash: its top index_topk / 4 pools, expanded to their "
       "tokens), and attends those tokens of its own latent cache. Separate paged arenas of 64-row pages for the "
       "indexer keys and the latent rows, placed at random. bytes = the keys read + 2a's bytes; FLOPs = 2b's + 2a's. "
-      "L2 flushed (a read of twice its size) before each timed call. No target of its own: the issue's 70% target is 2a's; this table reads it "
+      "L2 flushed (a read of twice its size) before each timed call. No target of its own: the issue's 70% target "
+      "is 2a's; this table reads it "
       "as the whole attention, where the context length matters.";
   std::mt19937_64 rng(o.seed + 2);
   const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());

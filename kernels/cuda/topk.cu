@@ -383,8 +383,8 @@ __device__ void BufferCompact(const BufferKeys& b, const int32_t* ids, Threshold
 // row with key > t goes, in index order, to the buffer's slot of its rank while the rank is below
 // kCap. A warp keeps its ballots (the same in every lane) instead of bit masks, so writing the
 // chunk costs a popcount an element, and re-reads a taken element's score rather than keeping
-// every key live (the loads of a chunk then all stay in flight at once). Stops after the first chunk that takes the count past kCap;
-// returns the count (block-uniform).
+// every key live (the loads of a chunk then all stay in flight at once). Stops after the first
+// chunk that takes the count past kCap; returns the count (block-uniform).
 __device__ int64_t GatherAbove(const float* __restrict__ row, int64_t n, uint32_t t, uint32_t* cand_key,
                                int32_t* cand_id, Shared* sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -19,12 +19,14 @@ namespace {
 
 namespace cpu = kernels::cpu;
 
-constexpr int kStyles = 7;
+constexpr int kStyles = 8;
 
 // One row of scores in style `style`:
 //   0 continuous N(0, 1); 1 ReLU(x - 2.5): mostly exact zeros, so the k-th falls among ties;
 //   2 coarse quantisation (multiples of 0.5); 3 all equal; 4 NaN, +-inf, -0 and +0 mixed in;
-//   5 all NaN; 6 quantised with some -0.0 and 0.0 at the top.
+//   5 all NaN; 6 quantised with some -0.0 and 0.0 at the top; 7 N(5, 1) but -1 at the places TopK
+//   samples a row longer than 4096 (s * n / 4096): its sampled threshold takes the whole row, so
+//   the row leaves the sampled path for the general one.
 std::vector<float> StyledRow(std::mt19937& rng, int64_t n, int style) {
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::uniform_int_distribution<int> pick(0, 19);
@@ -42,18 +44,26 @@ std::vector<float> StyledRow(std::mt19937& rng, int64_t n, int style) {
         break;
       }
       case 5: x = NAN; break;
-      default: {
+      case 6: {
         const float q = std::round(z * 2.0f) / 2.0f;
         x = q > 0.0f ? -q : (pick(rng) < 10 ? -0.0f : 0.0f);  // max is a tie of -0 and +0
         break;
       }
+      default: x = z + 5.0f; break;
     }
+  }
+  if (style == 7 && n > 4096) {
+    for (int64_t s = 0; s < 4096; ++s) v[s * n / 4096] = -1.0f;
   }
   return v;
 }
 
 Result TopKCase(std::mt19937& rng, int64_t rows, int64_t cols, int64_t k, const std::vector<int32_t>& lengths) {
   Result r;
+  if (!lengths.empty() && static_cast<int64_t>(lengths.size()) != rows) {
+    r.error = absl::StrCat("the case lists ", lengths.size(), " lengths for ", rows, " rows");
+    return r;
+  }
   std::vector<float> scores;
   std::vector<int32_t> want_ids, want_counts;
   for (int64_t t = 0; t < rows; ++t) {
@@ -206,10 +216,10 @@ Result SampleGreedyCase(std::mt19937& rng, int64_t rows, int64_t vocab) {
 
 void AddSelectCases(std::vector<Case>* cases) {
   // Top-k: the indexer's k = 2048 over a 128K-token row in every style (few rows of many scores
-  // take clusters of 8 blocks a row); rows past 128K; a batch that takes clusters of 2, with rows
-  // split between the two blocks (>= 32768 scores) and rows block 0 does alone; ragged lengths around k
-  // (0, 1, k - 1, k, k + 1, all, invalid); the decode shapes of short contexts; k = 1; k above the
-  // row; routing-sized rows.
+  // take clusters of 8 blocks a row; style 7 leaves the sampled path); rows past 128K; batches that
+  // take clusters of 4 and of 2, with rows split between the blocks and rows block 0 does alone;
+  // ragged lengths around k (0, 1, k - 1, k, k + 1, all, invalid); the decode shapes of short
+  // contexts; k = 1; k above the row; routing-sized rows.
   struct TopKShape {
     int64_t rows, cols, k;
     std::vector<int32_t> lengths;
@@ -218,10 +228,12 @@ void AddSelectCases(std::vector<Case>* cases) {
            {kStyles, 131072, 2048, {}},
            {3, 300000, 2048, {300000, 131073, 262100}},
            {5, 40000, 2048, {40000, 32768, 32767, 20000, 0}},
-           {kStyles + 1, 5000, 2048, {0, 1, 2047, 2048, 2049, 5000, 5001, 3000}},
+           // Clusters of 4 blocks a row (too short a row for 8), and rows block 0 does alone.
+           {kStyles, 100000, 2048, {100000, 99999, 65536, 65535, 30000, 4096, 0, 100000}},
+           {kStyles + 1, 5000, 2048, {0, 1, 2047, 2048, 2049, 5000, 5001, 5000, 3000}},
            // The decode shapes of a short context: GLM-5.2 at 4K (the whole row in the buffer),
            // GLM-5.3-Flash's pooled keys at 4K and 32K (sampled).
-           {kStyles, 4096, 2048, {4096, 4095, 4000, 2500, 2049, 2048, 100}},
+           {kStyles, 4096, 2048, {4096, 4095, 4000, 2500, 2049, 2048, 100, 4096}},
            {kStyles, 1024, 512, {}},
            {kStyles, 8192, 512, {}},
            {kStyles, 100, 1, {}},
