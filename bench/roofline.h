@@ -44,8 +44,9 @@ struct NamedConfig {
 absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table);
 
 // Section 2: sparse MLA decode attention and the indexer (IndexerScores + TopK) at each model's
-// per-rank (TP1) shapes over a paged cache, for every batch x context.
-Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
+// per-rank (TP1) shapes over a paged cache, for every batch x context. MlaDecodeTable times one
+// call (2a), or with layers > 1 that many calls back to back over disjoint rows, per layer (2f).
+Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c, int layers = 1);
 Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 // Section 2e: 2b then 2a as one decode step runs them (scores, TopK, the selection, the attention).
 Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);

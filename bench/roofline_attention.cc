@@ -146,17 +146,27 @@ int64_t SampledPathMisses(const std::vector<float>& scores, int64_t rows, int64_
 
 }  // namespace
 
-Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c) {
+Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c, int layers) {
   Table t;
-  t.title = "2a. Sparse MLA decode attention (MlaDecodeAttention), one GPU = TP1 (all 64 heads)";
-  t.explanation =
-      "Each query row attends min(ctx, index_topk = 2048) tokens drawn at random from its own ctx-token cache "
-      "(ascending, as TopK gives them); the cache is 64-row pages placed at random in an arena; the op gets the "
-      "workspace the model gives it (the persistent form: mla_decode_tc.h). bytes = the "
-      "selected cache rows (latent + rope, bf16) + q_abs, q_pe, output and the selection ids, each once; FLOPs = "
-      "rows x heads x selected x (2 (latent + rope) + 2 latent). The L2 is flushed (a read of twice its size) "
-      "before each timed call. "
-      "Target: >= 70% of the measured HBM bandwidth from 32k context and batch 8 up.";
+  const std::string common =
+      "the cache is 64-row pages placed at random in an arena; the op gets the workspace the model gives it (the "
+      "persistent form: mla_decode_tc.h). bytes = the selected cache rows (latent + rope, bf16) + q_abs, q_pe, "
+      "output and the selection ids, each once; FLOPs = rows x heads x selected x (2 (latent + rope) + 2 latent). "
+      "The L2 is flushed (a read of twice its size) before each timed call. ";
+  if (layers == 1) {
+    t.title = "2a. Sparse MLA decode attention (MlaDecodeAttention), one GPU = TP1 (all 64 heads)";
+    t.explanation = "Each query row attends min(ctx, index_topk = 2048) tokens drawn at random from its own "
+                    "ctx-token cache (ascending, as TopK gives them); " +
+                    common + "Target: >= 70% of the measured HBM bandwidth from 32k context and batch 8 up.";
+  } else {
+    t.title = absl::StrCat("2f. Sparse MLA decode as a decode step runs it: ", layers,
+                           " layers' MlaDecodeAttention back to back, per layer");
+    t.explanation = absl::StrCat(
+        "2a's op called ", layers, " times in one timed sequence (each launch pair queued behind the last, as the "
+        "layers of a step are), time and bytes a layer. Layer l's rows attend index_topk tokens drawn from the "
+        "tokens t of their cache with t % ", layers, " == l, so no layer reads a row another read (contexts with "
+        "fewer than index_topk such tokens are left out); ", common, "No target of its own (2a's is per call).");
+  }
   std::mt19937_64 rng(o.seed);
   const int64_t max_b = *std::max_element(o.batches.begin(), o.batches.end());
   const int64_t max_ctx = *std::max_element(o.contexts.begin(), o.contexts.end());
@@ -174,7 +184,7 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
     absl::StatusOr<uint16_t*> q_pe = dev.Take<uint16_t>(max_b * H * std::max<int64_t>(P, 1));
     absl::StatusOr<uint16_t*> out = dev.Take<uint16_t>(max_b * H * L);
     absl::StatusOr<int32_t*> table = dev.Take<int32_t>(max_b * max_ppr);
-    absl::StatusOr<int32_t*> sel = dev.Take<int32_t>(max_b * K);
+    absl::StatusOr<int32_t*> sel = dev.Take<int32_t>(layers * max_b * K);
     absl::StatusOr<int32_t*> offsets = dev.Take<int32_t>(max_b + 1);
     // The workspace the model gives the op at these batch sizes (model/cuda/act_ops.h: steps of up
     // to 64 rows).
@@ -197,19 +207,22 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
     for (int64_t ctx : o.contexts) {
       for (int64_t B : o.batches) {
         const std::string name = absl::StrCat(m.name, " b", B, " ctx", Ctx(ctx));
-        const int64_t ppr = (ctx + kPageRows - 1) / kPageRows, S = std::min(ctx, K);
-        // Per row: S distinct tokens of [0, ctx), ascending.
-        std::vector<int32_t> h_sel, h_off{0};
-        std::vector<int32_t> all(static_cast<size_t>(ctx));
-        for (int64_t r = 0; r < B; ++r) {
-          std::iota(all.begin(), all.end(), 0);
-          for (int64_t i = 0; i < S; ++i) {
-            std::uniform_int_distribution<int64_t> pick(i, ctx - 1);
-            std::swap(all[static_cast<size_t>(i)], all[static_cast<size_t>(pick(rng))]);
+        const int64_t ppr = (ctx + kPageRows - 1) / kPageRows, S = std::min(ctx, K), span = ctx / layers;
+        if (layers > 1 && span < S) continue;
+        // Per layer l and row: S distinct tokens j * layers + l (j < span), ascending; layer-major.
+        std::vector<int32_t> h_sel, h_off;
+        for (int64_t r = 0; r <= B; ++r) h_off.push_back(static_cast<int32_t>(r * S));
+        std::vector<int32_t> all(static_cast<size_t>(span));
+        for (int64_t l = 0; l < layers; ++l) {
+          for (int64_t r = 0; r < B; ++r) {
+            std::iota(all.begin(), all.end(), 0);
+            for (int64_t i = 0; i < S; ++i) {
+              std::uniform_int_distribution<int64_t> pick(i, span - 1);
+              std::swap(all[static_cast<size_t>(i)], all[static_cast<size_t>(pick(rng))]);
+            }
+            std::sort(all.begin(), all.begin() + S);
+            for (int64_t i = 0; i < S; ++i) h_sel.push_back(static_cast<int32_t>(all[i] * layers + l));
           }
-          std::sort(all.begin(), all.begin() + S);
-          h_sel.insert(h_sel.end(), all.begin(), all.begin() + S);
-          h_off.push_back(static_cast<int32_t>(h_sel.size()));
         }
         const std::vector<int32_t> h_table = RandomTables(rng, B, ppr, n_pages);
         absl::Status s = cu::CopyToDevice(*table, h_table.data(), h_table.size() * sizeof(int32_t));
@@ -221,9 +234,13 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
         }
         cu::PagedCacheBf16 cache{*arena, n_pages, kPageRows, kPageRows * W, W, *table, ppr};
         absl::StatusOr<std::vector<double>> ms = TimeEvents(
-            [&] {
-              return cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, cache, *sel, *offsets, scale,
-                                            *out, nullptr, B <= 64 ? *ws : nullptr, B <= 64 ? ws_bytes : 0);
+            [&]() -> absl::Status {
+              for (int64_t l = 0; l < layers; ++l) {
+                FERRY_RETURN_IF_ERROR(cu::MlaDecodeAttention(*q_abs, P > 0 ? *q_pe : nullptr, B, H, L, P, cache,
+                                                             *sel + l * B * S, *offsets, scale, *out, nullptr,
+                                                             B <= 64 ? *ws : nullptr, B <= 64 ? ws_bytes : 0));
+              }
+              return absl::OkStatus();
             },
             o.warmup, o.reps, *flush);
         if (!ms.ok()) {
@@ -233,10 +250,11 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
         Row r(name);
         r.bytes = 2.0 * B * S * W + 2.0 * B * H * (L + P) + 2.0 * B * H * L + 4.0 * (B * S + B + 1);
         r.flops = static_cast<double>(B) * H * S * (2.0 * W + 2.0 * L);
-        r.ms = Median(*ms);
-        r.ms_min = Min(*ms);
-        if (ctx >= 32768 && B >= 8) r.target = {TargetKind::kBandwidth, 0.70};
+        r.ms = Median(*ms) / layers;
+        r.ms_min = Min(*ms) / layers;
+        if (layers == 1 && ctx >= 32768 && B >= 8) r.target = {TargetKind::kBandwidth, 0.70};
         r.note = absl::StrCat("sel ", S, ", row ", 2 * W, " B");
+        if (layers > 1) absl::StrAppend(&r.note, ", ", layers, " layers");
         t.rows.push_back(r);
       }
     }

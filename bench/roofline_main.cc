@@ -48,6 +48,8 @@ namespace {
 
 using namespace ferry::bench;
 
+constexpr int kStepLayers = 8;  // section 2f: MLA decode calls a timed sequence
+
 // A comma-separated list of non-negative integers; empty only where allow_empty (that part is skipped).
 template <typename T>
 bool ParseList(const std::string& s, std::vector<T>* out, bool allow_empty = false) {
@@ -142,6 +144,8 @@ int main(int argc, char** argv) {
     done.push_back(IndexerTable(shapes, o, c));
     PrintTable(done.back(), c);
     done.push_back(SparseAttentionTable(shapes, o, c));
+    PrintTable(done.back(), c);
+    done.push_back(MlaDecodeTable(shapes, o, c, kStepLayers));
     PrintTable(done.back(), c);
     if (!o.attention_only) {
       Table experts = ExpertGemmTable(shapes, o, c);
