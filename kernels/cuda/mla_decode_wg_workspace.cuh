@@ -30,7 +30,8 @@ __host__ __device__ constexpr int PartialAt(int wg, int jp, int t) { return ((wg
 }  // namespace
 
 // The fold of one launch's `items` work items (rows row0 .. of sel_offsets and out, `groups` head
-// groups of 64 a row): one CTA of 128 threads a quarter of a slice, launched as the programmatic
+// groups of 64 a row): 16 CTAs of 256 threads a (row, group), each two column-group pairs of one
+// warpgroup half of the partials for every head, launched as the programmatic
 // dependent of the item kernel just queued on `stream` (it waits for all of that kernel before
 // reading the workspace). ws_o / ws_ml: the items' partials and scalars in the layout above.
 absl::Status LaunchMlaWgFold(const __nv_bfloat16* ws_o, const float* ws_ml, const int32_t* sel_offsets, int64_t row0,
