@@ -56,9 +56,10 @@ struct FoldScalars {
 // jp, 2 jp + 1. Per value the cluster merge's arithmetic (MlaMergeWeights over the items with
 // tiles, then acc += w_c * partial_c in rank order, MlaMergeOut), so the forms agree bit for bit.
 // An item's bad flag, or end < begin, makes the group NaN; n == 0 makes it zero. Launched after
-// the item kernel (programmatic dependent launch: it waits for all of it before reading the
-// workspace). Every load of the workspace goes out in one round, before the selection's length
-// is known (the workspace has all kK items; those without tiles are read and not used).
+// the item kernel (programmatic dependent launch: it waits for all of it, and through it for
+// every kernel before, before reading anything). Every load of the workspace goes out in one
+// round with the selection's offsets (the workspace has all kK items; those without tiles are
+// read and not used).
 __global__ void __launch_bounds__(kFoldThreads)
     MlaDecodeWgFoldKernel(const __nv_bfloat16* __restrict__ ws_o, const float* __restrict__ ws_ml,
                           const int32_t* __restrict__ sel_offsets, int64_t row0, int groups, int heads,
@@ -69,8 +70,8 @@ __global__ void __launch_bounds__(kFoldThreads)
   const int wg = part / (16 / kFoldPairs), jp = kFoldPairs * (part % (16 / kFoldPairs)) + (tid >> 7), t = tid & 127;
   const int y = static_cast<int>(grp % groups);
   const int64_t r = row0 + grp / groups;
-  // The selection was written before the item kernel began: read it before waiting for that.
-  const int64_t begin = sel_offsets[r], end = sel_offsets[r + 1];
+  // Everything after the wait: the item kernel is itself a programmatic dependent and lets this
+  // kernel start at once, so the kernel that wrote the selection may still be running here.
   PdlWait();
   const __nv_bfloat16* src = ws_o + grp * kK * kItemOP + PartialAt(wg, jp, t);
   const float* ml = ws_ml + grp * kK * kMlP;
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(kFoldThreads)
     sv[i] = LoadCg(ml + (idx / kScal) * kMlP + idx % kScal);
   }
   const float fl = tid < kK ? LoadCg(ml + tid * kMlP + 192) : 0.0f;
+  const int32_t begin = sel_offsets[r], end = sel_offsets[r + 1];  // loaded with the workspace
   const int n = end < begin ? 0 : static_cast<int>(end - begin);
   const int parts = min(kK, (n + kTileW - 1) / kTileW);  // items with tiles; past them max -inf, sums 0
 #pragma unroll
