@@ -20,6 +20,7 @@
 #include "model/cuda/act_ops.h"
 #include "tests/kernels/harness.h"
 #include "tests/kernels/harness_paged.h"
+#include "tests/kernels/late_writer.h"
 
 namespace ferry::harness {
 namespace {
@@ -69,6 +70,9 @@ struct MlaShape {
   // The persistent form's workspace holds this many rows (0: all), so more rows run in several
   // launch pairs.
   int64_t ws_rows = 0;
+  // The workspace call runs behind a kernel that lets it start at once and writes sel_offsets
+  // 50 us later (RunBehindLateCopy): no kernel of the op may read them before its PdlWait.
+  bool late_offsets = false;
 };
 
 // The path MlaDecodeAttention must take for s on a TcDevice(): the tensor cores at the model
@@ -146,8 +150,16 @@ Result MlaCase(std::mt19937& rng, const MlaShape& s, bool f32 = false) {
     uint16_t* out2 = dev.Poisoned<uint16_t>(R * H * L + s.out_offset);
     if (!r.error.empty()) return r;
     out2 += s.out_offset;
-    HARNESS_CHECK_OK(
-        cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out2, nullptr, ws, ws_bytes));
+    if (s.late_offsets) {
+      const int32_t* doff_src = dev.Upload(offsets);
+      if (!r.error.empty()) return r;
+      HARNESS_CHECK_OK(RunBehindLateCopy(doff, doff_src, static_cast<int64_t>(offsets.size()), 50000, [&](void* st) {
+        return cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out2, st, ws, ws_bytes);
+      }));
+    } else {
+      HARNESS_CHECK_OK(
+          cu::MlaDecodeAttention(qa, qp, R, H, L, s.rope, cache, dsel, doff, scale, out2, nullptr, ws, ws_bytes));
+    }
     HARNESS_CHECK_OK(cu::Synchronize());
     const std::vector<uint16_t> persistent = dev.Download(out2, R * H * L);
     long differ = 0;
@@ -250,7 +262,8 @@ std::string MlaName(const MlaShape& s, bool f32) {
   return absl::StrCat(" heads=", s.heads, " latent=", s.latent, " rope=", s.rope, " page=", s.page_rows,
                       !f32 && s.gap > 0 ? "+gap" : "", " rows=", s.row_conv.size(), " sel<=", s.n_sel, specials,
                       s.out_offset != 0 ? absl::StrCat(" out+", s.out_offset) : "",
-                      s.ws_rows != 0 ? absl::StrCat(" ws_rows=", s.ws_rows) : "");
+                      s.ws_rows != 0 ? absl::StrCat(" ws_rows=", s.ws_rows) : "",
+                      s.late_offsets ? " offsets written late" : "");
 }
 
 }  // namespace
@@ -351,6 +364,11 @@ void AddAttentionCases(std::vector<Case>* cases) {
       {128, 512, 64, 64, 0, {3000, 2100, 70, 5000, 2048, 1, 9000, 640},
        {0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0, 0, 2, 4, 6, 1, 3, 5, 7}, 2048, true},
       {64, 512, 64, 64, 0, {130, 65, 1, 129, 200}, ManyRows(200, 5), 2048, true},
+      // The workspace call behind a kernel that writes the selection's offsets 50 us after
+      // letting it start (programmatic dependent launch): the outputs must still equal the
+      // cluster form's. A kernel of the op that read the offsets before its PdlWait would see
+      // zeros (a read before the wait in the fold once did).
+      {64, 512, 64, 64, 0, {3000, 2100, 5000, 2048}, {0, 1, 2, 3, 3, 2, 1, 0}, 2048, false, std::nullopt, 0, 0, true},
   };
   for (const MlaShape& s : model) {
     cases->push_back({"mla_decode" + MlaName(s, false), [=](std::mt19937& rng) { return MlaCase(rng, s); }});
