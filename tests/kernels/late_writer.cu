@@ -30,6 +30,10 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
 
 absl::Status RunBehindLateCopy(int32_t* dst, const int32_t* src, int64_t n, int64_t spin_ns,
                                const std::function<absl::Status(void*)>& op) {
+  // The caller's earlier work (uploads, fills on the default stream) done first: the new stream
+  // is not ordered after the default one.
+  const absl::Status before = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  if (!before.ok()) return before;
   cudaStream_t stream = nullptr;
   const absl::Status created =
       CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");

@@ -10,7 +10,7 @@
 
 namespace ferry::harness {
 
-// On a new stream: dst[0, n) = 0, then a kernel that calls griddepcontrol.launch_dependents
+// After the device is idle, on a new stream: dst[0, n) = 0, then a kernel that calls griddepcontrol.launch_dependents
 // first, spins spin_ns (%globaltimer) and copies src[0, n) to dst; then op(stream) (a cudaStream_t
 // as void*); waits for the stream and destroys it. op's error wins over the stream's.
 absl::Status RunBehindLateCopy(int32_t* dst, const int32_t* src, int64_t n, int64_t spin_ns,
