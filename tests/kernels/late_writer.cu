@@ -3,8 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include <string>
-
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/pdl.cuh"
 
 namespace ferry::harness {
@@ -21,9 +20,21 @@ __global__ void LateCopyKernel(int32_t* __restrict__ dst, const int32_t* __restr
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
 }
 
-absl::Status CudaStatus(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(std::string(what) + ": " + cudaGetErrorString(e));
+// dst = 0, the late copy, then op, all queued on `stream`.
+absl::Status Enqueue(int32_t* dst, const int32_t* src, int64_t n, int64_t spin_ns,
+                     const std::function<absl::Status(void*)>& op, cudaStream_t stream) {
+  FERRY_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dst, 0, n * sizeof(int32_t), stream));
+  LateCopyKernel<<<1, 256, 0, stream>>>(dst, src, n, static_cast<uint64_t>(spin_ns));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return op(stream);
+}
+
+// Waits for the stream and destroys it (both, whatever the wait gives).
+absl::Status Finish(cudaStream_t stream) {
+  const cudaError_t sync = cudaStreamSynchronize(stream);
+  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamDestroy(stream));
+  FERRY_CUDA_RETURN_IF_ERROR(sync);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -32,20 +43,11 @@ absl::Status RunBehindLateCopy(int32_t* dst, const int32_t* src, int64_t n, int6
                                const std::function<absl::Status(void*)>& op) {
   // The caller's earlier work (uploads, fills on the default stream) done first: the new stream
   // is not ordered after the default one.
-  const absl::Status before = CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  if (!before.ok()) return before;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   cudaStream_t stream = nullptr;
-  const absl::Status created =
-      CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-  if (!created.ok()) return created;
-  absl::Status s = CudaStatus(cudaMemsetAsync(dst, 0, n * sizeof(int32_t), stream), "cudaMemsetAsync");
-  if (s.ok()) {
-    LateCopyKernel<<<1, 256, 0, stream>>>(dst, src, n, static_cast<uint64_t>(spin_ns));
-    s.Update(CudaStatus(cudaGetLastError(), "LateCopyKernel"));
-  }
-  if (s.ok()) s.Update(op(stream));
-  s.Update(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
-  s.Update(CudaStatus(cudaStreamDestroy(stream), "cudaStreamDestroy"));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  absl::Status s = Enqueue(dst, src, n, spin_ns, op, stream);
+  s.Update(Finish(stream));
   return s;
 }
 
