@@ -250,8 +250,7 @@ Table MlaDecodeTable(const std::vector<NamedConfig>& models, const Options& o, c
         Row r(name);
         r.bytes = 2.0 * B * S * W + 2.0 * B * H * (L + P) + 2.0 * B * H * L + 4.0 * (B * S + B + 1);
         r.flops = static_cast<double>(B) * H * S * (2.0 * W + 2.0 * L);
-        r.ms = Median(*ms) / layers;
-        r.ms_min = Min(*ms) / layers;
+        r.SetTimes(*ms, layers);
         if (layers == 1 && ctx >= 32768 && B >= 8) r.target = {TargetKind::kBandwidth, 0.70};
         r.note = absl::StrCat("sel ", S, ", row ", 2 * W, " B");
         if (layers > 1) absl::StrAppend(&r.note, ", ", layers, " layers");
@@ -344,8 +343,7 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
         Row r(name);
         r.bytes = 2.0 * B * n * Di;
         r.flops = static_cast<double>(B) * n * Hi * (2.0 * Di + 2.0);
-        r.ms = Median(*both);
-        r.ms_min = Min(*both);
+        r.SetTimes(*both);
         r.note = absl::StrFormat("%lld keys, top %lld; scores %.4g ms + topk %.4g ms", static_cast<long long>(n),
                                  static_cast<long long>(k), Median(*sc), Median(*tk));
         if (misses > 0) absl::StrAppend(&r.note, "; rows off TopK's sampled path: ", misses);
@@ -463,8 +461,7 @@ Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options
         r.bytes = 2.0 * B * n * Di + 2.0 * B * S * W + 2.0 * B * H * (L + P) + 2.0 * B * H * L + 4.0 * (B * S + B + 1);
         r.flops =
             static_cast<double>(B) * n * Hi * (2.0 * Di + 2.0) + static_cast<double>(B) * H * S * (2.0 * W + 2.0 * L);
-        r.ms = Median(*ms);
-        r.ms_min = Min(*ms);
+        r.SetTimes(*ms);
         r.note = absl::StrCat(n, kp > 1 ? " pooled keys" : " keys", ", sel ", S);
         t.rows.push_back(r);
       }

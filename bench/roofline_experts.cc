@@ -155,8 +155,7 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
     }
     r.bytes = is_fp8 ? fp8_bytes : bytes;
     r.flops = flops;
-    r.ms = Median(*ms);
-    r.ms_min = Min(*ms);
+    r.SetTimes(*ms);
     r.note = absl::StrFormat("%lld experts with rows, at most %lld", static_cast<long long>(used),
                              static_cast<long long>(*std::max_element(rows.begin(), rows.end())));
     t->rows.push_back(r);

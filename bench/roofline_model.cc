@@ -225,8 +225,7 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
       const double weight_bytes = fp8 ? 1.0 + 4.0 / (128 * 128) : 2.0;
       r.bytes = weight_bytes * (static_cast<double>(touched) + SH) * 3 * D * MI + 2.0 * E * D + 2.0 * T * D +
                 8.0 * T * D;
-      r.ms = Median(*ms);
-      r.ms_min = Min(*ms);
+      r.SetTimes(*ms);
       r.target = {TargetKind::kMatrix, 0.40};
       r.note = absl::StrFormat("%lld of %.0f experts with rows, at most %lld (%.0f on average)",
                                static_cast<long long>(touched), E, static_cast<long long>(most), T * K / E);
@@ -260,8 +259,7 @@ void PrefillRows(const std::string& name, model::CausalLM& m, const Counts& n, c
     // Fewest bytes: every weight once (every expert runs at these lengths), the new cache rows.
     r.bytes = n.always_bytes + n.moe_layers * DistinctExperts(c, T) * 2 * n.expert_elems + 2 * n.lm_head_elems +
               T * n.cache_row_bytes;
-    r.ms = Median(*ms);
-    r.ms_min = Min(*ms);
+    r.SetTimes(*ms);
     r.note = absl::StrFormat("%.0f tokens/s; attention + indexer %.0f%% of the FLOPs", T / (r.ms * 1e-3),
                              100 * att_flops / r.flops);
     prefill->rows.push_back(r);
@@ -326,8 +324,7 @@ void DecodeRows(const std::string& name, model::CausalLM& m, const Counts& n, co
       r.bytes = weights + B * (row.bytes + n.cache_row_bytes + 4.0 * c.vocab_size + 2.0 * c.hidden_size);
       r.flops = B * (2.0 * (n.always_elems + n.moe_layers * c.num_experts_per_tok * n.expert_elems + n.lm_head_elems) +
                      row.flops);
-      r.ms = Median(*ms);
-      r.ms_min = Min(*ms);
+      r.SetTimes(*ms);
       if (B == 1) r.target = {TargetKind::kRoofline, 0.60};
       r.note = absl::StrFormat(
           "weights %s (%.1f routed experts a layer, lm_head %s), cache and state %s; ctx filled "

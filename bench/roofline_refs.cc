@@ -47,8 +47,7 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table) {
         TimeEvents([&] { return StreamRead(buf.p, bytes, static_cast<uint32_t*>(sink.p)); }, o.warmup, reps));
     Row r(absl::StrFormat("HBM streaming read, %.0f GiB", static_cast<double>(bytes) / (1 << 30)));
     r.bytes = static_cast<double>(bytes);
-    r.ms = Median(ms);
-    r.ms_min = Min(ms);
+    r.SetTimes(ms);
     c.bytes_per_s = r.bytes / (r.ms_min * 1e-3);
     r.note = absl::StrFormat("best %.0f GB/s, median %.0f GB/s", c.bytes_per_s / 1e9, r.bytes / (r.ms * 1e-3) / 1e9);
     table->rows.push_back(r);
@@ -61,8 +60,7 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table) {
                    reps));
     Row cr(absl::StrFormat("device copy, %.0f GiB read + written", static_cast<double>(bytes) / (1 << 30)));
     cr.bytes = static_cast<double>(bytes);
-    cr.ms = Median(cms);
-    cr.ms_min = Min(cms);
+    cr.SetTimes(cms);
     cr.note = absl::StrFormat("best %.0f GB/s (read + write)", cr.bytes / (cr.ms_min * 1e-3) / 1e9);
     table->rows.push_back(cr);
   }
@@ -87,8 +85,7 @@ absl::StatusOr<Ceilings> MeasureCeilings(const Options& o, Table* table) {
     Row r(absl::StrCat("bf16 GEMM ", n, "^3 (LinearBf16)"));
     r.bytes = 3.0 * static_cast<double>(bytes);
     r.flops = 2.0 * static_cast<double>(n) * n * n;
-    r.ms = Median(ms);
-    r.ms_min = Min(ms);
+    r.SetTimes(ms);
     c.flops_per_s = r.flops / (r.ms_min * 1e-3);
     r.note =
         absl::StrFormat("best %.0f TFLOP/s, median %.0f TFLOP/s", c.flops_per_s / 1e12, r.flops / (r.ms * 1e-3) / 1e12);

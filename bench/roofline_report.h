@@ -45,6 +45,12 @@ struct Row {
   std::string note;   // free text (a breakdown, an assumption)
   std::string error;  // non-empty: the case failed and this says why (nothing else is printed)
 
+  // ms and ms_min from timed calls `times` (milliseconds), each divided by `per` (the calls'
+  // count a row stands for, e.g. layers).
+  void SetTimes(const std::vector<double>& times, double per = 1) {
+    ms = Median(times) / per;
+    ms_min = Min(times) / per;
+  }
   // roofline = max(bytes / bandwidth, flops / matrix rate), in milliseconds.
   double RooflineMs(const Ceilings& c) const;
   // The measured fraction the target speaks of (achieved bandwidth / ceiling, achieved rate /
