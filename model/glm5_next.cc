@@ -13,83 +13,24 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-NextSequence::NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> keys,
-                           std::shared_ptr<PageArena> latent, int rank)
-    : SplitRowsSequence(SplitRows(std::move(keys), std::move(latent), rank), 0),
-      config_(&c),
-      indexer_(static_cast<size_t>(c.num_layers)),
-      kda_(static_cast<size_t>(c.num_layers)) {
+std::vector<PageRegion> Glm5Next::KeyRegions(const ModelConfig& c) {
+  std::vector<PageRegion> out;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    if (c.layer_types[l] == AttentionType::kKda) kda_[l] = KdaState::Zero(c, kda_heads);
+    const bool full = c.layer_types[l] == AttentionType::kMla && c.indexer_types[l] == IndexerType::kFull;
+    const int64_t Di = full ? c.index_head_dim : 0;
+    out.emplace_back(Di);
+    out.emplace_back(Di);
+    out.emplace_back(Di, full ? c.index_kpool : 1);
   }
-}
-
-int64_t NextSequence::fixed_bytes() const {
-  int64_t n = 0;
-  for (const KdaState& s : kda_) n += s.bytes();
-  return n;
-}
-
-int64_t NextSequence::bytes() const {
-  int64_t n = fixed_bytes();
-  n += rows_.bytes();
-  for (const auto& ix : indexer_) n += ix.bytes();
-  for (const auto& [pos, snap] : snapshots_) {
-    for (const KdaState& s : snap) n += s.bytes();
-  }
-  return n;
-}
-
-void NextSequence::KeepSnapshot() { snapshots_[length_] = kda_; }
-
-std::vector<int64_t> NextSequence::SnapshotPositions() const {
-  std::vector<int64_t> out;
-  for (const auto& [pos, snap] : snapshots_) out.push_back(pos);
   return out;
 }
 
-absl::Status NextSequence::RewindTo(int64_t position) {
-  if (position < 0 || position > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
-                                              length_, " tokens"));
+std::vector<PageRegion> Glm5Next::LatentRegions(const ModelConfig& c) {
+  std::vector<PageRegion> out;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    out.emplace_back(c.layer_types[l] == AttentionType::kMla ? c.latent_row_width() : 0);
   }
-  if (position == length_) return absl::OkStatus();
-  auto it = snapshots_.find(position);
-  if (it == snapshots_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot rewind to position ", position, ": the KDA recurrent state cannot be rewound and has "
-        "snapshots only at [", absl::StrJoin(SnapshotPositions(), ", "), "]"));
-  }
-  const ModelConfig& c = *config_;
-  FERRY_RETURN_IF_ERROR(rows_.Truncate(position));
-  kda_ = it->second;
-  for (int64_t l = 0; l < c.num_layers; ++l) indexer_[l].Truncate(position, c);
-  snapshots_.erase(std::next(it), snapshots_.end());
-  length_ = position;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> NextSequence::ForkWith(
-    int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const {
-  const std::vector<KdaState>* kda = &kda_;
-  if (length != length_) {
-    auto it = snapshots_.find(length);
-    if (it == snapshots_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot fork at ", length, ": the KDA recurrent state exists only at ", length_, " and at the snapshots [",
-          absl::StrJoin(SnapshotPositions(), ", "), "]"));
-    }
-    kda = &it->second;
-  }
-  FERRY_ASSIGN_OR_RETURN(SplitRows rows, fork_rows());
-  auto copy = std::unique_ptr<NextSequence>(new NextSequence(*config_, std::move(rows), length));
-  copy->indexer_ = indexer_;
-  for (PooledIndexerCache& ix : copy->indexer_) ix.Truncate(length, *config_);
-  copy->kda_ = *kda;
-  for (const auto& [pos, snap] : snapshots_) {
-    if (pos <= length) copy->snapshots_[pos] = snap;
-  }
-  return std::unique_ptr<SequenceState>(std::move(copy));
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, const ModelConfig& c,
@@ -99,17 +40,16 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
                                                  "is false; only the always-selected tail is implemented"));
   }
   FERRY_RETURN_IF_ERROR(CheckDivisible("linear_num_heads", c.linear_num_heads, tp.world));
+  if (c.index_kpool < 1 || cache.page_size % c.index_kpool != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("index_kpool ", c.index_kpool, " does not divide the page size ",
+                                                   cache.page_size, " (a pool's tokens share a page)"));
+  }
   std::unique_ptr<Glm5Next> m(new Glm5Next(c, tp));
   // A token's rows at an MLA layer: the latent row (latent arena) and, on full indexer layers,
-  // the indexer key and the pool gate (key arena). KDA layers cache nothing per token.
-  std::vector<int64_t> latent_widths, key_widths;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const bool mla = c.layer_types[l] == AttentionType::kMla;
-    latent_widths.push_back(mla ? c.latent_row_width() : 0);
-    key_widths.push_back(mla && c.indexer_types[l] == IndexerType::kFull ? 2 * c.index_head_dim : 0);
-  }
-  m->latent_arena_ = std::make_shared<PageArena>(latent_widths, cache.page_size, cache.capacity_pages);
-  m->keys_arena_ = std::make_shared<PageArena>(key_widths, cache.page_size, cache.capacity_pages);
+  // the indexer key, the pool gate and (one a pool) the pooled key (key arena). KDA layers cache
+  // nothing per token.
+  m->latent_arena_ = std::make_shared<PageArena>(LatentRegions(c), cache.page_size, cache.capacity_pages);
+  m->keys_arena_ = std::make_shared<PageArena>(KeyRegions(c), cache.page_size, cache.capacity_pages);
   WeightLoader model(ck, c.weight_prefix);
   FERRY_ASSIGN_OR_RETURN(m->embed_, model.Matrix("embed_tokens.weight", c.vocab_size, c.hidden_size));
   FERRY_ASSIGN_OR_RETURN(m->norm_, model.Vector("norm.weight", c.hidden_size));
@@ -153,8 +93,8 @@ absl::Status Glm5Next::SizeArenas(int64_t pages, int64_t latent_pages) {
 }
 
 std::unique_ptr<SequenceState> Glm5Next::NewSequence() const {
-  return std::make_unique<NextSequence>(config_, tp_.Local(config_.linear_num_heads), keys_arena_, latent_arena_,
-                                        tp_.rank);
+  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank),
+                                        kda_layout_.floats * static_cast<int64_t>(sizeof(float)), HostStateMemory());
 }
 
 absl::StatusOr<ForwardOutput> Glm5Next::Forward(std::span<const ForwardSegment> segments) {
@@ -166,9 +106,15 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
                                                            int64_t kda_chunk) {
   const ModelConfig& c = config_;
   FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
-  FERRY_ASSIGN_OR_RETURN(std::vector<NextSequence*> seqs, CastStates<NextSequence>(segments, "glm5_next"));
+  FERRY_ASSIGN_OR_RETURN(std::vector<Conversation*> seqs, ConversationsOf(segments, *keys_arena_, "glm5_next"));
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (!seqs[s]->has_state()) {
+      return absl::ResourceExhaustedError(absl::StrCat("segment ", s, ": its conversation has no KDA state (the "
+                                                       "allocation failed when it was created)"));
+    }
+  }
   std::vector<int64_t> lengths;
-  for (const NextSequence* seq : seqs) lengths.push_back(seq->length_);
+  for (const Conversation* seq : seqs) lengths.push_back(seq->length());
   const StepRows rows = PlanStepRows(segments, lengths);
   const std::vector<int64_t>& pos = rows.pos;
   const std::vector<int64_t>& seg_of = rows.seg_of;
@@ -176,15 +122,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
   const int64_t R = rows.count();
   const int64_t D = c.hidden_size, S = c.hc_mult, W = c.latent_row_width(), Di = c.index_head_dim;
   RowOwners owners;
-  {
-    std::vector<SplitRows*> tables;
-    std::vector<int64_t> adds;
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      tables.push_back(&seqs[s]->rows_);
-      adds.push_back(static_cast<int64_t>(segments[s].tokens.size()));
-    }
-    FERRY_RETURN_IF_ERROR(ReserveSplitRows(tables, lengths, adds, seg_of, tp_.world, &owners));
-  }
+  FERRY_RETURN_IF_ERROR(ReserveConversations(segments, seqs, lengths, rows, tp_.world, &owners));
 
   // The residual streams h [R, S, D], each starting as the embedding.
   std::vector<float> h(static_cast<size_t>(R * S * D));
@@ -199,7 +137,6 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
 
   std::vector<float> u(static_cast<size_t>(R * D)), a(u.size()), y(u.size());
   std::vector<float> keys(static_cast<size_t>(R * Di)), gates(keys.size());
-  std::vector<const PooledIndexerCache*> index_of(static_cast<size_t>(R));
   std::vector<std::vector<int32_t>> sel;
   MhcMix mix;
   MlaProjections proj;
@@ -215,34 +152,43 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
       o.resize(static_cast<size_t>(R * C));
       for (size_t s = 0; s < segments.size(); ++s) {
         const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
-        KdaRun(L.linear, c, kin, seg_begin[s], n, seqs[s]->length_, n > 1 ? kda_chunk : 0, &seqs[s]->kda_[l],
-               o.data() + seg_begin[s] * C);
+        KdaRun(L.linear, c, kin, seg_begin[s], n, lengths[s], n > 1 ? kda_chunk : 0,
+               kda_layout_.View(static_cast<float*>(seqs[s]->state()), l), o.data() + seg_begin[s] * C);
       }
       KdaOutput(L.linear, c, kin, o.data(), R, y.data());
     } else {
       MlaProject(L.attn, c, a.data(), R, pos.data(), nullptr, &proj);
       for (int64_t r = 0; r < R; ++r) {
-        if (owners.held[r]) std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows_.latent().Row(l, pos[r]));
+        if (owners.held[r]) std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows().latent().Row(l, pos[r]));
       }
       if (L.has_indexer) {
+        const int64_t key_region = KeyRegion(l, KeyRow::kKey), gate_region = KeyRegion(l, KeyRow::kGate),
+                      pool_region = KeyRegion(l, KeyRow::kPool);
         PooledIndexerRows(L.indexer, c, a.data(), R, keys.data(), gates.data());
         for (int64_t r = 0; r < R; ++r) {
-          float* row = seqs[seg_of[r]]->rows_.keys().Row(l, pos[r]);
-          std::copy_n(keys.data() + r * Di, Di, row);
-          std::copy_n(gates.data() + r * Di, Di, row + Di);
-          index_of[r] = &seqs[seg_of[r]]->indexer_[l];
+          PagedRows& kr = seqs[seg_of[r]]->rows().keys();
+          std::copy_n(keys.data() + r * Di, Di, kr.Row(key_region, pos[r]));
+          std::copy_n(gates.data() + r * Di, Di, kr.Row(gate_region, pos[r]));
         }
+        // The pools each conversation completes in this step (earlier ones are cached).
         for (size_t s = 0; s < segments.size(); ++s) {
-          PagedRows* pr = &seqs[s]->rows_.keys();
-          PooledIndexerCompletePools(L.indexer, c, seqs[s]->length_ + static_cast<int64_t>(segments[s].tokens.size()),
-                                     [pr, l](int64_t t) -> const float* { return pr->Row(l, t); },
-                                     &seqs[s]->indexer_[l]);
+          PagedRows* pr = &seqs[s]->rows().keys();
+          PooledIndexerPools(
+              L.indexer, c, lengths[s] / c.index_kpool,
+              (lengths[s] + static_cast<int64_t>(segments[s].tokens.size())) / c.index_kpool,
+              [pr, key_region](int64_t t) -> const float* { return pr->Row(key_region, t); },
+              [pr, gate_region](int64_t t) -> const float* { return pr->Row(gate_region, t); },
+              [pr, pool_region](int64_t p) -> float* { return pr->RowAt(pool_region, p); });
         }
-        PooledIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), index_of.data(), &sel);
+        PooledIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(),
+                            [&](int64_t r, int64_t p) -> const float* {
+                              return seqs[seg_of[r]]->rows().keys().RowAt(pool_region, p);
+                            },
+                            &sel);
       }
       // A shared layer keeps `sel` from the MLA layer just before it (the config guarantees one).
       const RowOf latent_of = [&](int64_t r, int64_t t) -> const float* {
-        return seqs[seg_of[r]]->rows_.latent().Row(l, t);
+        return seqs[seg_of[r]]->rows().latent().Row(l, t);
       };
       if (owners.split) {
         o.resize(static_cast<size_t>(R * L.attn.heads * c.kv_lora_rank));
@@ -278,7 +224,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
 
   ForwardOutput out = ProjectLogits(segments, rows, mean.data(), lm_head_);
   for (size_t s = 0; s < segments.size(); ++s) {
-    seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
+    seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   }
   return out;
 }

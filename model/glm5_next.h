@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "model/causal_lm.h"
 #include "model/checkpoint.h"
+#include "model/conversation.h"
 #include "model/ffn.h"
 #include "model/kda.h"
 #include "model/mhc.h"
@@ -21,42 +22,23 @@
 
 namespace ferry::model {
 
-// Per conversation: on MLA layers the latent rows [length, L] (the latent table, on the ranks
-// that hold them under the latent split: model/split_rows.h) and the indexer cache (keys and
-// pool gates in the key table, pool keys here); on KDA layers the recurrent state (conv tails +
-// S), which cannot be rewound by position: RewindTo() works only to the current length or to a
-// position kept with KeepSnapshot().
-class NextSequence final : public SplitRowsSequence {
- public:
-  // `kda_heads`: the KDA heads this rank holds (all of them without tensor parallelism).
-  NextSequence(const ModelConfig& c, int64_t kda_heads, std::shared_ptr<PageArena> keys,
-               std::shared_ptr<PageArena> latent, int rank);
-  int64_t bytes() const override;
-  int64_t fixed_bytes() const override;
-  void KeepSnapshot() override;
-  absl::Status RewindTo(int64_t position) override;
-  // Positions that hold a kept snapshot, ascending.
-  std::vector<int64_t> SnapshotPositions() const;
-
- private:
-  friend class Glm5Next;
-  NextSequence(const ModelConfig& c, SplitRows rows, int64_t length)
-      : SplitRowsSequence(std::move(rows), length), config_(&c) {}
-  // The KDA state at `length` (the current one or a snapshot) and the pool keys come along.
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkWith(
-      int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const override;
-  const ModelConfig* config_;
-  // rows_ (SplitRowsSequence): MLA layers' latent rows [L]; key rows [indexer key | pool gate] on
-  // full indexer layers.
-  std::vector<PooledIndexerCache> indexer_;      // per layer (MLA layers only): the pool keys
-  std::vector<KdaState> kda_;                    // per layer (KDA layers only)
-  std::map<int64_t, std::vector<KdaState>> snapshots_;
-};
-
+// Per conversation (model/conversation.h): on MLA layers the latent rows [L] (the latent table,
+// on the ranks that hold them under the latent split: model/split_rows.h) and on full indexer
+// layers the indexer's rows in the key table: per token its key and pool gate, per pool of
+// index_kpool tokens its pooled key (KeyRegion). KDA layers keep their recurrent state (conv
+// tails + S, KdaStateLayout) in the conversation's fixed state, which cannot be rewound by
+// position: RewindTo() works only to the current length or to a position kept with
+// KeepSnapshot().
 class Glm5Next final : public CausalLM {
  public:
   // KDA chunk length of the chunked (prefill) form.
   static constexpr int64_t kKdaChunk = 64;
+  // What a full indexer layer keeps in the key table: region KeyRegion(l, kind) of the key arena.
+  enum class KeyRow { kKey = 0, kGate = 1, kPool = 2 };
+  static int64_t KeyRegion(int64_t layer, KeyRow kind) { return 3 * layer + static_cast<int64_t>(kind); }
+  // The key and latent arenas' regions for config c (widths; the pooled keys one row a pool).
+  static std::vector<PageRegion> KeyRegions(const ModelConfig& c);
+  static std::vector<PageRegion> LatentRegions(const ModelConfig& c);
 
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
   static absl::StatusOr<std::unique_ptr<Glm5Next>> Load(const Checkpoint& ck, const ModelConfig& c,
@@ -98,10 +80,12 @@ class Glm5Next final : public CausalLM {
     FfnWeights ffn;
   };
 
-  Glm5Next(ModelConfig c, const TensorParallel& tp) : config_(std::move(c)), tp_(tp) {}
+  Glm5Next(ModelConfig c, const TensorParallel& tp)
+      : config_(std::move(c)), tp_(tp), kda_layout_(KdaStateLayout::Of(config_, tp.Local(config_.linear_num_heads))) {}
 
   ModelConfig config_;
   TensorParallel tp_;
+  KdaStateLayout kda_layout_;  // this rank's KDA heads
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   OwnerSplitStats split_stats_;
   Weight embed_, norm_, lm_head_;

@@ -12,22 +12,6 @@ namespace ferry::model {
 
 namespace cpu = ferry::kernels::cpu;
 
-absl::Status DsaSequence::RewindTo(int64_t position) {
-  if (position < 0 || position > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
-                                              length_, " tokens"));
-  }
-  FERRY_RETURN_IF_ERROR(rows_.Truncate(position));
-  length_ = position;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> DsaSequence::ForkWith(
-    int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const {
-  FERRY_ASSIGN_OR_RETURN(SplitRows rows, fork_rows());
-  return std::unique_ptr<SequenceState>(new DsaSequence(std::move(rows), length));
-}
-
 absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck, const ModelConfig& c,
                                                            const TensorParallel& tp, const CacheOptions& cache) {
   std::unique_ptr<GlmMoeDsa> m(new GlmMoeDsa(c, tp));
@@ -73,7 +57,7 @@ absl::Status GlmMoeDsa::SizeArenas(int64_t pages, int64_t latent_pages) {
 }
 
 std::unique_ptr<SequenceState> GlmMoeDsa::NewSequence() const {
-  return std::make_unique<DsaSequence>(keys_arena_, latent_arena_, tp_.rank);
+  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank), 0, HostStateMemory());
 }
 
 absl::StatusOr<ForwardOutput> GlmMoeDsa::Forward(std::span<const ForwardSegment> segments) {
@@ -84,9 +68,9 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
                                                            std::vector<std::vector<float>>* hidden) {
   const ModelConfig& c = config_;
   FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
-  FERRY_ASSIGN_OR_RETURN(std::vector<DsaSequence*> seqs, CastStates<DsaSequence>(segments, "glm_moe_dsa"));
+  FERRY_ASSIGN_OR_RETURN(std::vector<Conversation*> seqs, ConversationsOf(segments, *keys_arena_, "glm_moe_dsa"));
   std::vector<int64_t> lengths;
-  for (const DsaSequence* seq : seqs) lengths.push_back(seq->length_);
+  for (const Conversation* seq : seqs) lengths.push_back(seq->length());
   const StepRows rows = PlanStepRows(segments, lengths);
   const std::vector<int64_t>& pos = rows.pos;
   const std::vector<int64_t>& seg_of = rows.seg_of;
@@ -94,15 +78,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
   const int64_t D = c.hidden_size, W = c.latent_row_width(), Di = c.index_head_dim;
 
   RowOwners owners;
-  {
-    std::vector<SplitRows*> tables;
-    std::vector<int64_t> adds;
-    for (size_t s = 0; s < seqs.size(); ++s) {
-      tables.push_back(&seqs[s]->rows_);
-      adds.push_back(static_cast<int64_t>(segments[s].tokens.size()));
-    }
-    FERRY_RETURN_IF_ERROR(ReserveSplitRows(tables, lengths, adds, seg_of, tp_.world, &owners));
-  }
+  FERRY_RETURN_IF_ERROR(ReserveConversations(segments, seqs, lengths, rows, tp_.world, &owners));
 
   std::vector<float> x(static_cast<size_t>(R * D));
   GatherEmbeddings(segments, embed_, x.data());
@@ -118,15 +94,15 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
     cpu::RmsNorm(x.data(), R, D, L.input_norm.ptr(), c.rms_norm_eps, a.data());
     MlaProject(L.attn, c, a.data(), R, pos.data(), inv_freq_.data(), &proj);
     for (int64_t r = 0; r < R; ++r) {
-      if (owners.held[r]) std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows_.latent().Row(l, pos[r]));
+      if (owners.held[r]) std::copy_n(proj.cache_rows.data() + r * W, W, seqs[seg_of[r]]->rows().latent().Row(l, pos[r]));
     }
-    const RowOf latent_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows_.latent().Row(l, t); };
+    const RowOf latent_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows().latent().Row(l, t); };
     if (L.has_indexer) {
       DsaIndexerKeys(L.indexer, c, a.data(), R, pos.data(), inv_freq_.data(), keys.data());
       for (int64_t r = 0; r < R; ++r) {
-        std::copy_n(keys.data() + r * Di, Di, seqs[seg_of[r]]->rows_.keys().Row(l, pos[r]));
+        std::copy_n(keys.data() + r * Di, Di, seqs[seg_of[r]]->rows().keys().Row(l, pos[r]));
       }
-      const RowOf key_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows_.keys().Row(l, t); };
+      const RowOf key_of = [&](int64_t r, int64_t t) -> const float* { return seqs[seg_of[r]]->rows().keys().Row(l, t); };
       DsaIndexerSelect(L.indexer, c, a.data(), proj.cq.data(), R, pos.data(), inv_freq_.data(), key_of, &sel);
     }
     // A shared layer reuses `sel` from the latest full layer (the config guarantees one).
@@ -153,7 +129,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const Forwa
   if (hidden) hidden->push_back(x);
   ForwardOutput out = ProjectLogits(segments, rows, x.data(), lm_head_);
   for (size_t s = 0; s < segments.size(); ++s) {
-    seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
+    seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   }
   return out;
 }

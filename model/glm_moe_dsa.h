@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "model/causal_lm.h"
 #include "model/checkpoint.h"
+#include "model/conversation.h"
 #include "model/dsa_indexer.h"
 #include "model/ffn.h"
 #include "model/mla.h"
@@ -18,25 +19,12 @@
 
 namespace ferry::model {
 
-// Per conversation, on two page tables of the same page size: the latent table holds, for every
-// layer, a row per token [c (L) | k_pe (P)]; the key table holds on full indexer layers the
-// indexer key [Di]. The replicated layout (owner -1) fills both on every rank with the same page
-// ids; under the latent split (SetLatentOwner) the key table stays on every rank and the latent
-// table only on the ranks that hold the rows (the owner; every rank while borrowed).
-class DsaSequence final : public SplitRowsSequence {
- public:
-  DsaSequence(std::shared_ptr<PageArena> keys, std::shared_ptr<PageArena> latent, int rank)
-      : SplitRowsSequence(SplitRows(std::move(keys), std::move(latent), rank), 0) {}
-  int64_t bytes() const override { return rows_.bytes(); }
-  absl::Status RewindTo(int64_t position) override;
-
- private:
-  friend class GlmMoeDsa;
-  DsaSequence(SplitRows rows, int64_t length) : SplitRowsSequence(std::move(rows), length) {}
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkWith(
-      int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const override;
-};
-
+// Per conversation (model/conversation.h), on two page tables of the same page size: the latent
+// table holds, for every layer, a row per token [c (L) | k_pe (P)]; the key table holds on full
+// indexer layers the indexer key [Di]. The replicated layout (owner -1) fills both on every rank
+// with the same page ids; under the latent split (SetLatentOwner) the key table stays on every
+// rank and the latent table only on the ranks that hold the rows (the owner; every rank while
+// borrowed). Region l of each arena is layer l's (0 wide where the layer caches nothing there).
 class GlmMoeDsa final : public CausalLM {
  public:
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).

@@ -59,6 +59,21 @@ absl::StatusOr<KdaWeights> LoadKda(const WeightLoader& w, const ModelConfig& c, 
   return k;
 }
 
+KdaStateLayout KdaStateLayout::Of(const ModelConfig& c, int64_t heads) {
+  const int64_t C = heads * c.linear_head_dim;
+  KdaStateLayout out;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    out.conv.push_back(-1);
+    out.s.push_back(-1);
+    if (c.layer_types[static_cast<size_t>(l)] != AttentionType::kKda) continue;
+    out.conv.back() = out.floats;
+    out.floats += 3 * (c.linear_conv_kernel_dim - 1) * C;
+    out.s.back() = out.floats;
+    out.floats += heads * c.linear_head_dim * c.linear_head_dim;
+  }
+  return out;
+}
+
 KdaState KdaState::Zero(const ModelConfig& c, int64_t heads) {
   const int64_t C = heads * c.linear_head_dim;
   KdaState s;
@@ -210,10 +225,10 @@ void ChunkHead(const float* q, const float* k, const float* v, const float* g, c
 }  // namespace
 
 void KdaRun(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, int64_t begin, int64_t n,
-            int64_t pos0, int64_t chunk, KdaState* state, float* o) {
+            int64_t pos0, int64_t chunk, KdaStateView state, float* o) {
   const int64_t H = w.heads, d = c.linear_head_dim, C = H * d, K = c.linear_conv_kernel_dim;
   std::vector<float> q(static_cast<size_t>(n * C)), k(q.size()), v(q.size());
-  float* tails = state->conv.data();
+  float* tails = state.conv;
   ConvSilu(in.q.data() + begin * C, n, C, K, w.q_conv.ptr(), tails, q.data());
   ConvSilu(in.k.data() + begin * C, n, C, K, w.k_conv.ptr(), tails + (K - 1) * C, k.data());
   ConvSilu(in.v.data() + begin * C, n, C, K, w.v_conv.ptr(), tails + 2 * (K - 1) * C, v.data());
@@ -229,7 +244,7 @@ void KdaRun(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, int6
   const float* g = in.g.data() + begin * C;
   const float* beta = in.beta.data() + begin * H;
   for (int64_t h = 0; h < H; ++h) {
-    float* s = state->s.data() + h * d * d;
+    float* s = state.s + h * d * d;
     const int64_t off = h * d;
     if (chunk <= 0) {
       RecurrentHead(q.data() + off, k.data() + off, v.data() + off, g + off, beta + h, n, C, H, d, s, o + off);

@@ -41,13 +41,34 @@ struct KdaWeights {
 
 absl::StatusOr<KdaWeights> LoadKda(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp = {});
 
-// One conversation's recurrent state of one KDA layer.
+// One layer's recurrent state as the recurrence reads and writes it: conv [3 (q, k, v), K - 1, C]
+// (oldest input first) and s [H, d, d], wherever the conversation keeps them.
+struct KdaStateView {
+  float* conv = nullptr;
+  float* s = nullptr;
+};
+
+// The per-conversation layout of every KDA layer's state in one float32 block (a conversation's
+// fixed state, model/conversation.h): a layer's conv tails at conv[l] and its S at s[l] (-1 on
+// layers without KDA), for `heads` heads (this rank's share).
+struct KdaStateLayout {
+  std::vector<int64_t> conv;
+  std::vector<int64_t> s;
+  int64_t floats = 0;
+  static KdaStateLayout Of(const ModelConfig& c, int64_t heads);
+  KdaStateView View(float* block, int64_t layer) const {
+    return {block + conv[static_cast<size_t>(layer)], block + s[static_cast<size_t>(layer)]};
+  }
+};
+
+// One conversation's recurrent state of one KDA layer, in vectors of its own (tests).
 struct KdaState {
   std::vector<float> conv;  // [3 (q, k, v), K - 1, C], oldest input first
   std::vector<float> s;     // [H, d, d]
   // The zero state for `heads` heads (this rank's share).
   static KdaState Zero(const ModelConfig& c, int64_t heads);
   int64_t bytes() const { return static_cast<int64_t>((conv.size() + s.size()) * sizeof(float)); }
+  KdaStateView view() { return {conv.data(), s.data()}; }
 };
 
 // Per-row inputs of the recurrence, computed for all rows of a step at once.
@@ -66,7 +87,11 @@ void KdaProject(const KdaWeights& w, const ModelConfig& c, const float* a, int64
 // positions (`pos0` is the first row's position); 0 the token-by-token recurrence. Both compute
 // the same function; they differ by float32 rounding only.
 void KdaRun(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, int64_t begin, int64_t n,
-            int64_t pos0, int64_t chunk, KdaState* state, float* o);
+            int64_t pos0, int64_t chunk, KdaStateView state, float* o);
+inline void KdaRun(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, int64_t begin, int64_t n,
+                   int64_t pos0, int64_t chunk, KdaState* state, float* o) {
+  KdaRun(w, c, in, begin, n, pos0, chunk, state->view(), o);
+}
 
 // out [R, D] = o_proj(RMSNorm_head(o) * gate) (this rank's partial sum under tensor parallelism).
 void KdaOutput(const KdaWeights& w, const ModelConfig& c, const KdaInputs& in, const float* o, int64_t rows,

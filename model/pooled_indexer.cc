@@ -25,12 +25,6 @@ absl::StatusOr<PooledIndexerWeights> LoadPooledIndexer(const WeightLoader& w, co
   return x;
 }
 
-void PooledIndexerCache::Truncate(int64_t length, const ModelConfig& c) {
-  const int64_t Di = c.index_head_dim;
-  pools.resize(static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(pools.size()) / Di,
-                                                     length / c.index_kpool) * Di));
-}
-
 void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, int64_t rows,
                        float* keys, float* gates) {
   const int64_t Di = c.index_head_dim, D = c.hidden_size;
@@ -39,21 +33,23 @@ void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, cons
   cpu::Linear(a, rows, D, w.gate.ptr(), Di, gates);
 }
 
-void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t length,
-                                const std::function<const float*(int64_t)>& row_of, PooledIndexerCache* cache) {
+void PooledIndexerPools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t first, int64_t end,
+                        const std::function<const float*(int64_t)>& key_of,
+                        const std::function<const float*(int64_t)>& gate_of,
+                        const std::function<float*(int64_t)>& pool_of) {
   const int64_t Di = c.index_head_dim, kp = c.index_kpool;
-  const int64_t have = static_cast<int64_t>(cache->pools.size()) / Di;
-  const int64_t want = length / kp;
-  cache->pools.resize(static_cast<size_t>(want * Di));
   std::vector<float> logit(static_cast<size_t>(kp));
-  std::vector<const float*> prow(static_cast<size_t>(kp));
-  for (int64_t p = have; p < want; ++p) {
-    float* key = cache->pools.data() + p * Di;
-    for (int64_t j = 0; j < kp; ++j) prow[j] = row_of(p * kp + j);
+  std::vector<const float*> prow(static_cast<size_t>(kp)), grow(static_cast<size_t>(kp));
+  for (int64_t p = first; p < end; ++p) {
+    float* key = pool_of(p);
+    for (int64_t j = 0; j < kp; ++j) {
+      prow[j] = key_of(p * kp + j);
+      grow[j] = gate_of(p * kp + j);
+    }
     for (int64_t ch = 0; ch < Di; ++ch) {
       float mx = -INFINITY;
       for (int64_t j = 0; j < kp; ++j) {
-        logit[j] = prow[j][Di + ch] + w.ape.data[j * Di + ch];
+        logit[j] = grow[j][ch] + w.ape.data[j * Di + ch];
         mx = std::fmax(mx, logit[j]);
       }
       float den = 0.0f;
@@ -66,7 +62,7 @@ void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig
 }
 
 void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
-                         int64_t rows, const int64_t* pos, const PooledIndexerCache* const* cache,
+                         int64_t rows, const int64_t* pos, const std::function<const float*(int64_t, int64_t)>& pool_of,
                          std::vector<std::vector<int32_t>>* sel) {
   const int64_t Hi = c.index_n_heads, Di = c.index_head_dim, kp = c.index_kpool;
   const int64_t keep = c.index_topk / kp;
@@ -86,13 +82,15 @@ void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, co
   const std::vector<float>& qi = iq.qi;
   const std::vector<float>& hw = iq.w;
   const float dot_scale = 1.0f / std::sqrt(static_cast<float>(Di));
-  std::vector<float> scores;
+  std::vector<float> scores, keys;
   for (int64_t j = 0; j < n; ++j) {
     const int64_t r = sparse[j];
     const int64_t pools = (pos[r] + 1) / kp;
     scores.resize(static_cast<size_t>(pools));
-    cpu::IndexerScoresRow(qi.data() + j * Hi * Di, hw.data() + j * Hi, Hi, Di, cache[r]->pools.data(), Di,
-                          pools, dot_scale, scores.data());
+    keys.resize(static_cast<size_t>(pools * Di));
+    for (int64_t p = 0; p < pools; ++p) std::copy_n(pool_of(r, p), Di, keys.data() + p * Di);
+    cpu::IndexerScoresRow(qi.data() + j * Hi * Di, hw.data() + j * Hi, Hi, Di, keys.data(), Di, pools, dot_scale,
+                          scores.data());
     std::vector<int32_t>& out = (*sel)[r];
     for (int32_t p : cpu::TopKIndices(scores.data(), pools, keep)) {
       for (int64_t i = 0; i < kp; ++i) out.push_back(static_cast<int32_t>(p * kp + i));

@@ -33,27 +33,21 @@ struct PooledIndexerWeights {
 
 absl::StatusOr<PooledIndexerWeights> LoadPooledIndexer(const WeightLoader& w, const ModelConfig& c);
 
-// One conversation's pool keys for one layer (the per-token keys and gates live in its pages:
-// a row [ki (Di) | gk (Di)] after the layer's latent).
-struct PooledIndexerCache {
-  std::vector<float> pools;  // [complete pools, Di]
-  // Drops the pools that are no longer complete within `length` tokens.
-  void Truncate(int64_t length, const ModelConfig& c);
-  int64_t bytes() const { return static_cast<int64_t>(pools.size() * sizeof(float)); }
-};
-
 // Computes the per-token entries of R rows: keys and gates [R, Di] each.
 void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, int64_t rows,
                        float* keys, float* gates);
 
-// Once the rows of positions < `length` are cached (row_of(t) = token t's [ki | gk]), computes
-// every pool that is complete within `length` tokens and not yet pooled.
-void PooledIndexerCompletePools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t length,
-                                const std::function<const float*(int64_t)>& row_of, PooledIndexerCache* cache);
+// Computes pools [first, end) of one conversation, each complete (its kpool tokens cached:
+// key_of(t) and gate_of(t) are token t's ki and gk [Di]), into pool_of(p) [Di].
+void PooledIndexerPools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t first, int64_t end,
+                        const std::function<const float*(int64_t)>& key_of,
+                        const std::function<const float*(int64_t)>& gate_of,
+                        const std::function<float*(int64_t)>& pool_of);
 
-// sel[r] = the ascending token ids row r attends to, given its cache (complete pools up to pos[r]).
+// sel[r] = the ascending token ids row r attends to; pool_of(r, p) is pool p's key [Di] of row r's
+// conversation (every pool complete within pos[r] + 1 tokens is cached).
 void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
-                         int64_t rows, const int64_t* pos, const PooledIndexerCache* const* cache,
+                         int64_t rows, const int64_t* pos, const std::function<const float*(int64_t, int64_t)>& pool_of,
                          std::vector<std::vector<int32_t>>* sel);
 
 }  // namespace ferry::model

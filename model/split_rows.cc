@@ -84,26 +84,6 @@ absl::StatusOr<SplitRows> SplitRows::ForkCarried(int64_t n, int32_t copy_page, i
   return copy;
 }
 
-absl::StatusOr<std::unique_ptr<SequenceState>> SplitRowsSequence::ForkAt(int64_t length, int32_t copy_page) const {
-  return ForkSplitAt(length, copy_page, copy_page);
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> SplitRowsSequence::ForkSplitAt(int64_t length, int32_t copy_page,
-                                                                              int32_t latent_copy_page) const {
-  if (length < 0 || length > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
-  }
-  return ForkWith(length, [&] { return rows_.Fork(length, copy_page, latent_copy_page); });
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> SplitRowsSequence::ForkCarriedAt(int64_t length, int32_t copy_page,
-                                                                                int new_owner) const {
-  if (length < 0 || length > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
-  }
-  return ForkWith(length, [&] { return rows_.ForkCarried(length, copy_page, new_owner); });
-}
-
 void SplitRows::AppendTables(std::vector<PagedRows*>* tables) {
   tables->push_back(keys_.get());
   if (holds_latent()) tables->push_back(latent_.get());
@@ -152,7 +132,7 @@ void WalkStream(const std::vector<const LatentCarry*>& list, const PageArena& ar
                 Visit visit) {
   while (n > 0 && at->carry < list.size()) {
     const LatentCarry& c = *list[at->carry];
-    if (at->layer >= arena.num_layers()) {
+    if (at->layer >= arena.num_regions()) {
       *at = StreamCursor{at->carry + 1};
       continue;
     }
@@ -197,7 +177,11 @@ absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorP
     if (arena) break;
   }
   if (arena == nullptr) return absl::InvalidArgumentError("carries without any conversation's tables on this rank");
-  const int64_t layers = arena->num_layers();
+  if (!arena->memory().host()) {
+    return absl::UnimplementedError(absl::StrCat(carries.size(), " carries refused: this rank's latent rows are not "
+                                                 "in host memory (carries of device pages are not built yet)"));
+  }
+  const int64_t layers = arena->num_regions();
   int64_t per_token = 0;
   for (int64_t l = 0; l < layers; ++l) per_token += arena->width(l);
   for (const LatentCarry& c : carries) {

@@ -8,7 +8,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -60,39 +59,6 @@ class SplitRows {
   int rank_ = 0;
   int owner_ = -1;
   bool borrowed_ = false;
-};
-
-// A conversation whose per-token rows are a SplitRows (both families): the page-table part of
-// SequenceState (causal_lm.h) and its three forks, which differ only in how the tables are forked;
-// the family supplies the rest of a fork (ForkWith).
-class SplitRowsSequence : public SequenceState {
- public:
-  int64_t length() const override { return length_; }
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkSplitAt(int64_t length, int32_t copy_page,
-                                                             int32_t latent_copy_page) const override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkCarriedAt(int64_t length, int32_t copy_page,
-                                                               int new_owner) const override;
-  const SplitRows* split_rows() const override { return &rows_; }
-  SplitRows* split_rows() override { return &rows_; }
-  absl::Status AdoptPages(std::span<const int32_t> pages) override { return rows_.Adopt(pages); }
-  std::vector<int32_t> Pages() const override { return rows_.keys().pages(); }
-  absl::Status SetLatentOwner(int owner, bool borrowed) override { return rows_.SetOwner(owner, borrowed, length_); }
-  int latent_owner() const override { return rows_.owner(); }
-  bool latent_borrowed() const override { return rows_.borrowed(); }
-  absl::Status AdoptLatentPages(std::span<const int32_t> pages) override { return rows_.AdoptLatent(pages); }
-  std::vector<int32_t> LatentPages() const override { return rows_.latent().pages(); }
-
- protected:
-  SplitRowsSequence(SplitRows rows, int64_t length) : length_(length), rows_(std::move(rows)) {}
-  // The family's conversation of this one's first `length` tokens (0 <= length <= length(),
-  // checked before) with the tables `fork_rows` makes: the family checks what else the fork
-  // needs first (e.g. a recurrent state at `length`), then calls it once.
-  virtual absl::StatusOr<std::unique_ptr<SequenceState>> ForkWith(
-      int64_t length, const std::function<absl::StatusOr<SplitRows>()>& fork_rows) const = 0;
-
-  int64_t length_ = 0;
-  SplitRows rows_;
 };
 
 // Per row of a step: the rank that alone holds its conversation's latent rows (-1: every rank

@@ -506,7 +506,7 @@ absl::Status KdaOutputF32(const float* o, const float* gate, int64_t rows, int64
 // read from the `keys` and `gates` caches (width dim each) and written at "token" p of `pools`
 // (width dim; pool p < its first token, so the conversation's pages hold it). ape [kpool, dim]
 // float32. Tokens or pages that cannot be addressed give NaN keys. Writes through pools.arena.
-// CPU twin: model::PooledIndexerCompletePools. REQUIRES: kpool >= 1, 0 <= p0 <= p1, all three
+// CPU twin: model::PooledIndexerPools. REQUIRES: kpool >= 1, 0 <= p0 <= p1, all three
 // views of one width.
 absl::Status PooledKeysBf16(const PagedCacheBf16& keys, const PagedCacheBf16& gates, const PagedCacheBf16& pools,
                             int64_t row, int64_t p0, int64_t p1, int64_t kpool, const float* ape,

@@ -33,13 +33,13 @@ struct CacheOf<float> {
 template <typename T>
 using Cache = typename CacheOf<T>::type;
 
-// Region `region` of the device pages as a paged cache of T rows through `table`.
+// Region `region` of a device arena as a paged cache of T rows through `table`.
 template <typename T>
-Cache<T> CacheView(const DevicePages& p, int region, const int32_t* table, int64_t table_stride) {
+Cache<T> CacheView(const PageArena& arena, int64_t region, const int32_t* table, int64_t table_stride) {
   if constexpr (sizeof(T) == 4) {
-    return p.ViewF32(region, table, table_stride);
+    return ViewF32(arena, region, table, table_stride);
   } else {
-    return p.View(region, table, table_stride);
+    return View(arena, region, table, table_stride);
   }
 }
 

@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "kernels/cuda/ops.h"
+#include "model/glm5_next.h"
 #include "model/kda.h"
 #include "model/mhc.h"
 #include "model/mla.h"
@@ -16,83 +17,6 @@
 namespace ferry::model::cuda {
 
 namespace cu = ferry::kernels::cuda;
-
-absl::StatusOr<std::unique_ptr<NextCudaSequence>> NextCudaSequence::Create(
-    std::shared_ptr<DevicePages> pages, std::shared_ptr<const NextStateLayout> layout, int64_t kpool) {
-  std::unique_ptr<NextCudaSequence> s(new NextCudaSequence(std::move(pages), std::move(layout), kpool));
-  FERRY_ASSIGN_OR_RETURN(s->state_, DeviceBuffer::Alloc(static_cast<size_t>(s->fixed_bytes())));
-  FERRY_RETURN_IF_ERROR(cu::DeviceFill(s->state_.get(), 0, static_cast<size_t>(s->fixed_bytes())));
-  return s;
-}
-
-int64_t NextCudaSequence::bytes() const {
-  return static_cast<int64_t>(table_->ids().size()) * table_->pages().page_bytes() +
-         fixed_bytes() * (1 + static_cast<int64_t>(snapshots_.size()));
-}
-
-void NextCudaSequence::KeepSnapshot() {
-  absl::StatusOr<DeviceBuffer> copy = DeviceBuffer::Alloc(static_cast<size_t>(fixed_bytes()));
-  absl::Status st = copy.ok() ? cu::CopyDeviceToDevice(copy->get(), state_.get(), static_cast<size_t>(fixed_bytes()))
-                              : copy.status();
-  if (!st.ok()) {
-    FERRY_LOG(WARNING) << "no KDA snapshot at position " << length_ << ": " << st.message();
-    return;
-  }
-  snapshots_[length_] = std::move(*copy);
-}
-
-std::vector<int64_t> NextCudaSequence::SnapshotPositions() const {
-  std::vector<int64_t> out;
-  for (const auto& [pos, snap] : snapshots_) out.push_back(pos);
-  return out;
-}
-
-absl::Status NextCudaSequence::RewindTo(int64_t position) {
-  if (position < 0 || position > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
-                                              length_, " tokens"));
-  }
-  if (position == length_) return absl::OkStatus();
-  auto it = snapshots_.find(position);
-  if (it == snapshots_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot rewind to position ", position, ": the KDA recurrent state cannot be rewound and has "
-        "snapshots only at [", absl::StrJoin(SnapshotPositions(), ", "), "]"));
-  }
-  FERRY_RETURN_IF_ERROR(table_->Truncate(position));
-  FERRY_RETURN_IF_ERROR(cu::CopyDeviceToDevice(state_.get(), it->second.get(), static_cast<size_t>(fixed_bytes())));
-  snapshots_.erase(std::next(it), snapshots_.end());
-  length_ = position;  // pools past position / kpool are recomputed when they complete again
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> NextCudaSequence::ForkAt(int64_t length, int32_t copy_page) const {
-  if (length < 0 || length > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
-  }
-  const DeviceBuffer* from = &state_;
-  if (length != length_) {
-    auto it = snapshots_.find(length);
-    if (it == snapshots_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "cannot fork at ", length, ": the KDA recurrent state exists only at ", length_, " and at the snapshots [",
-          absl::StrJoin(SnapshotPositions(), ", "), "]"));
-    }
-    from = &it->second;
-  }
-  std::unique_ptr<NextCudaSequence> copy(new NextCudaSequence(nullptr, layout_, kpool_));
-  FERRY_ASSIGN_OR_RETURN(copy->table_, table_->Fork(length, copy_page));
-  FERRY_ASSIGN_OR_RETURN(copy->state_, DeviceBuffer::Alloc(static_cast<size_t>(fixed_bytes())));
-  FERRY_RETURN_IF_ERROR(cu::CopyDeviceToDevice(copy->state_.get(), from->get(), static_cast<size_t>(fixed_bytes())));
-  for (const auto& [pos, snap] : snapshots_) {
-    if (pos > length) continue;
-    FERRY_ASSIGN_OR_RETURN(DeviceBuffer s, DeviceBuffer::Alloc(static_cast<size_t>(fixed_bytes())));
-    FERRY_RETURN_IF_ERROR(cu::CopyDeviceToDevice(s.get(), snap.get(), static_cast<size_t>(fixed_bytes())));
-    copy->snapshots_[pos] = std::move(s);
-  }
-  copy->length_ = length;
-  return std::unique_ptr<SequenceState>(std::move(copy));
-}
 
 absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoint& ck, const ModelConfig& c,
                                                                  const CacheOptions& cache, Precision precision) {
@@ -106,35 +30,20 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
   }
   std::unique_ptr<Glm5NextCuda> m(new Glm5NextCuda(c, precision));
   const int64_t D = c.hidden_size, S = c.hc_mult, Di = c.index_head_dim;
-  auto layout = std::make_shared<NextStateLayout>();
-  std::vector<int64_t> widths;
   m->layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& Ly = m->layers_[static_cast<size_t>(l)];
     Ly.kda = c.layer_types[static_cast<size_t>(l)] == AttentionType::kKda;
-    layout->conv.push_back(-1);
-    layout->s.push_back(-1);
-    if (Ly.kda) {
-      const int64_t C = c.linear_num_heads * c.linear_head_dim;
-      layout->conv.back() = layout->floats;
-      layout->floats += 3 * (c.linear_conv_kernel_dim - 1) * C;
-      layout->s.back() = layout->floats;
-      layout->floats += c.linear_num_heads * c.linear_head_dim * c.linear_head_dim;
-      continue;
-    }
-    Ly.latent_region = static_cast<int>(widths.size());
-    widths.push_back(c.latent_row_width());
+    if (Ly.kda) continue;
+    Ly.latent_region = l;
     if (c.indexer_types[static_cast<size_t>(l)] == IndexerType::kFull) {
-      Ly.key_region = static_cast<int>(widths.size());
-      widths.push_back(Di);
-      Ly.gate_region = static_cast<int>(widths.size());
-      widths.push_back(Di);
-      Ly.pool_region = static_cast<int>(widths.size());
-      widths.push_back(Di);
+      Ly.key_region = Glm5Next::KeyRegion(l, Glm5Next::KeyRow::kKey);
+      Ly.gate_region = Glm5Next::KeyRegion(l, Glm5Next::KeyRow::kGate);
+      Ly.pool_region = Glm5Next::KeyRegion(l, Glm5Next::KeyRow::kPool);
     }
   }
-  m->layout_ = layout;
-  FERRY_ASSIGN_OR_RETURN(m->pages_, DevicePages::Create(widths, cache, precision));
+  FERRY_ASSIGN_OR_RETURN(m->latent_arena_, DeviceArena(Glm5Next::LatentRegions(c), cache, precision));
+  FERRY_ASSIGN_OR_RETURN(m->keys_arena_, DeviceArena(Glm5Next::KeyRegions(c), cache, precision));
 
   WeightLoader model(ck, c.weight_prefix);
   int64_t bytes = 0;
@@ -220,12 +129,14 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
   return m;
 }
 
+absl::Status Glm5NextCuda::SizeArenas(int64_t pages, int64_t latent_pages) {
+  FERRY_RETURN_IF_ERROR(keys_arena_->SetCapacity(pages));
+  return latent_arena_->SetCapacity(latent_pages);
+}
+
 std::unique_ptr<SequenceState> Glm5NextCuda::NewSequence() const {
-  absl::StatusOr<std::unique_ptr<NextCudaSequence>> s = NextCudaSequence::Create(pages_, layout_, config_.index_kpool);
-  if (s.ok()) return std::move(*s);
-  // The interface cannot fail here: a sequence without device state refuses every Forward().
-  FERRY_LOG(ERROR) << "glm5_next (CUDA): no device memory for a conversation's KDA state: " << s.status().message();
-  return std::unique_ptr<SequenceState>(new NextCudaSequence(pages_, layout_, config_.index_kpool));
+  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, 0),
+                                        kda_layout_.floats * static_cast<int64_t>(sizeof(float)), DeviceStateMemory());
 }
 
 }  // namespace ferry::model::cuda

@@ -18,10 +18,11 @@ template <typename T>
 struct Glm5NextCuda::Step {
   int64_t R = 0, T_ = 0, S_pools = 1;
   std::span<const ForwardSegment> segments;
-  std::vector<NextCudaSequence*> seqs;
+  std::vector<Conversation*> seqs;
   std::vector<int64_t> lengths, seg_begin;
   const int64_t* pos = nullptr;   // [R]
-  const int32_t* table = nullptr;  // [R, T_]
+  const int32_t* key_table = nullptr;     // [R, T_] the key arena's pages of each row
+  const int32_t* latent_table = nullptr;  // [R, T_] the latent arena's
   const int32_t* n_pools = nullptr;  // [R] complete pools visible to the row
   const int32_t* sel_offsets = nullptr;  // [R + 1] the pooled selection's CSR offsets (host-computed)
   float *h, *m, *pre, *post, *comb, *u, *yf;  // mHC (float32)
@@ -39,7 +40,10 @@ struct Glm5NextCuda::Step {
   FfnScratch<T> ffn;
   DecisionTap tap;  // the current layer's decision tap (off when tap.log is null)
 
-  act::Cache<T> View(const DevicePages& p, int region) const { return act::CacheView<T>(p, region, table, T_); }
+  act::Cache<T> Keys(const PageArena& a, int64_t region) const { return act::CacheView<T>(a, region, key_table, T_); }
+  act::Cache<T> Latent(const PageArena& a, int64_t region) const {
+    return act::CacheView<T>(a, region, latent_table, T_);
+  }
 };
 
 absl::StatusOr<ForwardOutput> Glm5NextCuda::Forward(std::span<const ForwardSegment> segments) {
@@ -59,13 +63,13 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
   Step<T> b;
   b.segments = segments;
-  FERRY_ASSIGN_OR_RETURN(b.seqs, CastStates<NextCudaSequence>(segments, "glm5_next (CUDA)"));
+  FERRY_ASSIGN_OR_RETURN(b.seqs, ConversationsOf(segments, *keys_arena_, "glm5_next (CUDA)"));
   for (size_t s = 0; s < segments.size(); ++s) {
-    if (b.seqs[s]->state_.get() == nullptr) {
+    if (!b.seqs[s]->has_state()) {
       return absl::ResourceExhaustedError(absl::StrCat("segment ", s, ": its conversation has no device state "
                                                        "(the allocation failed when it was created)"));
     }
-    b.lengths.push_back(b.seqs[s]->length_);
+    b.lengths.push_back(b.seqs[s]->length());
   }
   const StepRows rows = PlanStepRows(segments, b.lengths);
   b.seg_begin = rows.seg_begin;
@@ -78,26 +82,21 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   int64_t low_rank = 1;
   for (const Layer& Ly : layers_) low_rank = std::max(low_rank, Ly.low_rank);
 
-  for (size_t s = 0; s < segments.size(); ++s) {
-    absl::Status st = b.seqs[s]->table_->Reserve(b.lengths[s] + static_cast<int64_t>(segments[s].tokens.size()));
-    if (!st.ok()) {
-      for (size_t k = 0; k < s; ++k) (void)b.seqs[k]->table_->Truncate(b.lengths[k]);
-      return st;
-    }
-  }
+  // Pages for the new tokens, all or nothing (one rank: every row's latent rows are here).
+  RowOwners owners;
+  FERRY_RETURN_IF_ERROR(ReserveConversations(segments, b.seqs, b.lengths, rows, 1, &owners));
 
   // Host-side rows: tokens, positions, page tables, visible pools and the selection's offsets.
-  for (const NextCudaSequence* s : b.seqs) b.T_ = std::max<int64_t>(b.T_, static_cast<int64_t>(s->table_->ids().size()));
-  std::vector<int32_t> tokens, table(static_cast<size_t>(R * b.T_), -1), n_pools(static_cast<size_t>(R)),
+  b.T_ = TableWidth(b.seqs);
+  std::vector<int32_t> tokens, key_table, latent_table, n_pools(static_cast<size_t>(R)),
       offsets(static_cast<size_t>(R) + 1, 0);
+  RowTables(b.seqs, rows, b.T_, &key_table, &latent_table);
   for (const ForwardSegment& seg : segments) tokens.insert(tokens.end(), seg.tokens.begin(), seg.tokens.end());
   for (int64_t r = 0; r < R; ++r) {
     const int64_t t = rows.pos[r], n = (t + 1) / kp;
     n_pools[r] = static_cast<int32_t>(n);
     b.S_pools = std::max(b.S_pools, n);
     offsets[r + 1] = offsets[r] + static_cast<int32_t>(n <= keep ? t + 1 : keep * kp + (t + 1 - n * kp));
-    const std::vector<int32_t>& ids = b.seqs[rows.seg_of[r]]->table_->ids();
-    std::copy(ids.begin(), ids.end(), table.begin() + r * b.T_);
   }
   LogitRows picked = PickLogitRows(segments, rows);
   const int64_t n_out = static_cast<int64_t>(picked.rows.size());
@@ -109,20 +108,22 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   FERRY_ASSIGN_OR_RETURN(std::vector<void*> sent,
                          upload_.Send(ws_, {{rows.pos.data(), rows.pos.size() * sizeof(int64_t)},
                                             {tokens.data(), tokens.size() * sizeof(int32_t)},
-                                            {table.data(), table.size() * sizeof(int32_t)},
+                                            {key_table.data(), key_table.size() * sizeof(int32_t)},
                                             {n_pools.data(), n_pools.size() * sizeof(int32_t)},
                                             {offsets.data(), offsets.size() * sizeof(int32_t)},
                                             {picked.rows.data(), picked.rows.size() * sizeof(int32_t)},
-                                            {mean_w.data(), mean_w.size() * sizeof(float)}}));
+                                            {mean_w.data(), mean_w.size() * sizeof(float)},
+                                            {latent_table.data(), latent_table.size() * sizeof(int32_t)}}));
   const int64_t* d_pos = static_cast<const int64_t*>(sent[0]);
   const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
-  const int32_t* d_table = static_cast<const int32_t*>(sent[2]);
+
   const int32_t* d_npools = static_cast<const int32_t*>(sent[3]);
   const int32_t* d_offsets = static_cast<const int32_t*>(sent[4]);
   const int32_t* d_picked = static_cast<const int32_t*>(sent[5]);
   const float* d_mean_w = static_cast<const float*>(sent[6]);
   b.pos = d_pos;
-  b.table = d_table;
+  b.key_table = static_cast<const int32_t*>(sent[2]);
+  b.latent_table = static_cast<const int32_t*>(sent[7]);
   b.n_pools = d_npools;
   b.sel_offsets = d_offsets;
   FERRY_ASSIGN_OR_RETURN(b.h, take32(R * S * D));
@@ -212,7 +213,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   FERRY_RETURN_IF_ERROR(download_.Receive({{out.logits.data(), logits, out.logits.size() * sizeof(float)},
                                            {&moe_error, b.ffn.error, b.ffn.error != nullptr ? sizeof(int32_t) : 0}}));
   FERRY_RETURN_IF_ERROR(FfnErrorStatus(moe_error, c.n_routed_experts));
-  for (size_t s = 0; s < segments.size(); ++s) b.seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
+  for (size_t s = 0; s < segments.size(); ++s) b.seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   return out;
 }
 
@@ -252,7 +253,7 @@ absl::Status Glm5NextCuda::Kda(size_t l, Step<T>& b) {
   FERRY_RETURN_IF_ERROR(cu::SigmoidF32(b.beta, R * H));
   for (size_t s = 0; s < b.segments.size(); ++s) {
     const int64_t begin = b.seg_begin[s], n = static_cast<int64_t>(b.segments[s].tokens.size());
-    float* tails = b.seqs[s]->state() + layout_->conv[l];
+    float* tails = static_cast<float*>(b.seqs[s]->state()) + kda_layout_.conv[l];
     const T* const x[3] = {b.kq + begin * C, b.kk + begin * C, b.kv + begin * C};
     const float* const weight[3] = {Ly.q_conv.as<const float>(), Ly.k_conv.as<const float>(),
                                     Ly.v_conv.as<const float>()};
@@ -262,7 +263,7 @@ absl::Status Glm5NextCuda::Kda(size_t l, Step<T>& b) {
   FERRY_RETURN_IF_ERROR(cu::KdaL2NormQk(b.qc, 1.0f / std::sqrt(static_cast<float>(d)), b.kc, R, H, d));
   for (size_t s = 0; s < b.segments.size(); ++s) {
     const int64_t begin = b.seg_begin[s], n = static_cast<int64_t>(b.segments[s].tokens.size());
-    float* state = b.seqs[s]->state() + layout_->s[l];
+    float* state = static_cast<float*>(b.seqs[s]->state()) + kda_layout_.s[l];
     for (int64_t i = 0; i < n; ++i) {
       const int64_t row = begin + i;
       FERRY_RETURN_IF_ERROR(cu::KdaRecurrentStep(state, nullptr, 1, 1, H, d, b.qc + row * C, b.kc + row * C,
@@ -296,13 +297,13 @@ absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
     FERRY_RETURN_IF_ERROR(act::RmsNorm(b.cq, R, QL, Ly.q_a_norm.as<T>(), c.rms_norm_eps, b.cq));
     FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * N, b.q));
   }
-  const act::Cache<T> latent = b.View(*pages_, Ly.latent_region);
+  const act::Cache<T> latent = b.Latent(*latent_arena_, Ly.latent_region);
   FERRY_RETURN_IF_ERROR(act::RmsNorm(b.kvc, R, L, Ly.kv_a_norm.as<T>(), c.rms_norm_eps, b.kvc));
   FERRY_RETURN_IF_ERROR(act::WritePaged(b.kvc, R, L, L, 0, b.pos, latent));
   FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.q, N, H * N, R, N, Ly.w_uk_t.as<T>(), L * N, L, b.q_abs, L, H * L, H));
   if (Ly.has_indexer) {
-    const act::Cache<T> keys = b.View(*pages_, Ly.key_region), gates = b.View(*pages_, Ly.gate_region),
-                        pools = b.View(*pages_, Ly.pool_region);
+    const act::Cache<T> keys = b.Keys(*keys_arena_, Ly.key_region), gates = b.Keys(*keys_arena_, Ly.gate_region),
+                        pools = b.Keys(*keys_arena_, Ly.pool_region);
     FERRY_RETURN_IF_ERROR(act::LayerNorm(b.ki, R, Di, Ly.k_norm_w.as<T>(), Ly.k_norm_b.as<T>(), 1e-6f, b.ki));
     FERRY_RETURN_IF_ERROR(act::WritePaged(b.ki, R, Di, Di, 0, b.pos, keys));
     FERRY_RETURN_IF_ERROR(act::WritePaged(b.gk, R, Di, Di, 0, b.pos, gates));

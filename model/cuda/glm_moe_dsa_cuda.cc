@@ -12,31 +12,6 @@ namespace ferry::model::cuda {
 
 namespace cpu = ferry::kernels::cpu;
 
-int64_t DsaCudaSequence::bytes() const {
-  return static_cast<int64_t>(table_->ids().size()) * table_->pages().page_bytes();
-}
-
-absl::Status DsaCudaSequence::RewindTo(int64_t position) {
-  if (position < 0 || position > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot rewind to position ", position, ": the sequence holds ",
-                                              length_, " tokens"));
-  }
-  FERRY_RETURN_IF_ERROR(table_->Truncate(position));
-  length_ = position;
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<SequenceState>> DsaCudaSequence::ForkAt(int64_t length, int32_t copy_page) const {
-  if (length < 0 || length > length_) {
-    return absl::OutOfRangeError(absl::StrCat("cannot fork at ", length, ": the sequence holds ", length_, " tokens"));
-  }
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<DevicePageTable> table, table_->Fork(length, copy_page));
-  auto copy = std::make_unique<DsaCudaSequence>(std::shared_ptr<DevicePages>());
-  copy->table_ = std::move(table);
-  copy->length_ = length;
-  return std::unique_ptr<SequenceState>(std::move(copy));
-}
-
 namespace {
 
 // A [rows, cols] window of a float32 matrix as its own matrix.
@@ -55,19 +30,19 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
     return absl::InvalidArgumentError(absl::StrCat("qk_rope_head_dim ", P, " must be even and at most index_head_dim ",
                                                    c.index_head_dim, " (the indexer ropes its first dims)"));
   }
-  // Regions: per layer its latent rows, then its indexer keys on full layers.
-  std::vector<int64_t> widths;
+  // Region l of each arena is layer l's: its latent rows, and its indexer keys on full layers.
+  std::vector<PageRegion> latent, keys;
   m->layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& Ly = m->layers_[static_cast<size_t>(l)];
-    Ly.latent_region = static_cast<int>(widths.size());
-    widths.push_back(c.latent_row_width());
-    if (c.indexer_types[static_cast<size_t>(l)] == IndexerType::kFull) {
-      Ly.key_region = static_cast<int>(widths.size());
-      widths.push_back(c.index_head_dim);
-    }
+    const bool full = c.indexer_types[static_cast<size_t>(l)] == IndexerType::kFull;
+    Ly.latent_region = l;
+    Ly.key_region = full ? l : -1;
+    latent.emplace_back(c.latent_row_width());
+    keys.emplace_back(full ? c.index_head_dim : 0);
   }
-  FERRY_ASSIGN_OR_RETURN(m->pages_, DevicePages::Create(widths, cache, precision));
+  FERRY_ASSIGN_OR_RETURN(m->latent_arena_, DeviceArena(latent, cache, precision));
+  FERRY_ASSIGN_OR_RETURN(m->keys_arena_, DeviceArena(keys, cache, precision));
 
   WeightLoader top(ck, "");
   WeightLoader model(ck, c.weight_prefix);
@@ -121,8 +96,13 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
   return m;
 }
 
+absl::Status GlmMoeDsaCuda::SizeArenas(int64_t pages, int64_t latent_pages) {
+  FERRY_RETURN_IF_ERROR(keys_arena_->SetCapacity(pages));
+  return latent_arena_->SetCapacity(latent_pages);
+}
+
 std::unique_ptr<SequenceState> GlmMoeDsaCuda::NewSequence() const {
-  return std::make_unique<DsaCudaSequence>(pages_);
+  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, 0), 0, DeviceStateMemory());
 }
 
 }  // namespace ferry::model::cuda

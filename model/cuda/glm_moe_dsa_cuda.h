@@ -2,8 +2,10 @@
 // bf16 weights and activations with float32 accumulation, float32 where MODELS.md asks for it
 // (router logits and routing, indexer head weights and scores, softmax, the lm_head logits) and
 // a float32 residual stream. Precision::kF32 runs the same forward with float32 activations and
-// weights (verification against the float32 goldens; see device_buffer.h). The cache is DevicePages: per layer a latent region [c | k_pe]
-// (kv_lora + rope wide) and, on full indexer layers, a key region (index_head_dim wide).
+// weights (verification against the float32 goldens; see device_buffer.h). Conversations are
+// model::Conversation over two device arenas (device_pages.h), as on the CPU backend: the latent
+// arena's region l holds layer l's rows [c | k_pe] (kv_lora + rope wide), the key arena's region
+// l the indexer keys of a full indexer layer (index_head_dim wide; 0 on shared layers).
 //
 // What is naive (correctness first; see Forward()):
 //   - prefill runs MlaDecodeAttention with one query row per token (no prefill attention
@@ -29,27 +31,11 @@
 #include "model/checkpoint.h"
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_pages.h"
+#include "model/conversation.h"
 #include "model/cuda/ffn_cuda.h"
 #include "model/decision_log.h"
 
 namespace ferry::model::cuda {
-
-class DsaCudaSequence final : public SequenceState {
- public:
-  explicit DsaCudaSequence(std::shared_ptr<DevicePages> pages)
-      : table_(std::make_unique<DevicePageTable>(std::move(pages))) {}
-  int64_t length() const override { return length_; }
-  int64_t bytes() const override;
-  absl::Status RewindTo(int64_t position) override;
-  absl::StatusOr<std::unique_ptr<SequenceState>> ForkAt(int64_t length, int32_t copy_page = -1) const override;
-  absl::Status AdoptPages(std::span<const int32_t> pages) override { return table_->Adopt(pages); }
-  std::vector<int32_t> Pages() const override { return table_->ids(); }
-
- private:
-  friend class GlmMoeDsaCuda;
-  int64_t length_ = 0;
-  std::unique_ptr<DevicePageTable> table_;
-};
 
 class GlmMoeDsaCuda final : public CausalLM {
  public:
@@ -63,12 +49,14 @@ class GlmMoeDsaCuda final : public CausalLM {
   void set_decision_log(DecisionLog* log) { decisions_ = log; }
 
   const ModelConfig& config() const override { return config_; }
-  const PageArena& arena() const override { return pages_->books(); }
-  // The device arena's sizing and page size for a worker's plan (DevicePages::SetCapacity; a page
-  // holds every region of every layer, bf16 or float32). page_bytes must be overridden: arena()
-  // counts no bytes itself (its rows are zero wide: the pages live on the device).
-  absl::Status SizeArena(int64_t pages) override { return pages_->SetCapacity(pages); }
-  int64_t page_bytes() const override { return pages_->page_bytes(); }
+  // The key arena (replicated part); the latent arena holds the MLA rows.
+  const PageArena& arena() const override { return *keys_arena_; }
+  // The arenas' sizing for a worker's plan (PageArena::SetCapacity; a page of each holds every
+  // region of every layer, bf16 or float32).
+  absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
+  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
+  int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
+  int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
   std::unique_ptr<SequenceState> NewSequence() const override;
   // As CausalLM::Forward. Logits come back to the host (float32); the step synchronizes.
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
@@ -87,10 +75,10 @@ class GlmMoeDsaCuda final : public CausalLM {
     DeviceWeight input_norm, post_norm;
     // MLA (model/mla.h names): kv_a split into its c rows and its k_pe rows.
     DeviceWeight q_a, q_a_norm, q_b, kv_a_c, kv_a_pe, kv_a_norm, w_uk_t, w_uv, o_proj;
-    int latent_region = -1;
+    int64_t latent_region = -1;  // of the latent arena
     // Lightning indexer (full layers).
     bool has_indexer = false;
-    int key_region = -1;
+    int64_t key_region = -1;  // of the key arena
     DeviceWeight wq_b, wk, k_norm_w, k_norm_b, weights_proj;
     CudaFfn ffn;
   };
@@ -108,7 +96,7 @@ class GlmMoeDsaCuda final : public CausalLM {
 
   ModelConfig config_;
   Precision precision_;
-  std::shared_ptr<DevicePages> pages_;
+  std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   DeviceWeight embed_, norm_, lm_head_;
   DeviceBuffer inv_freq_;  // float32 [rope / 2]
   std::vector<Layer> layers_;

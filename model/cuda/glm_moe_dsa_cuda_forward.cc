@@ -22,7 +22,8 @@ struct GlmMoeDsaCuda::Step {
   int64_t S = 0;  // score columns (longest visible length)
   const int64_t* pos = nullptr;     // [R]
   const int32_t* n_keys = nullptr;  // [R] pos + 1
-  const int32_t* table = nullptr;   // [R, T_]
+  const int32_t* key_table = nullptr;     // [R, T_] the key arena's pages of each row
+  const int32_t* latent_table = nullptr;  // [R, T_] the latent arena's
   float* x = nullptr;  // [R, D] residual stream (float32 in both precisions)
   T* a = nullptr;      // [R, D] normed input of a block
   T* y = nullptr;      // [R, D] a block's output
@@ -38,7 +39,10 @@ struct GlmMoeDsaCuda::Step {
   FfnScratch<T> ffn;
   DecisionTap tap;  // the current layer's decision tap (off when tap.log is null)
 
-  act::Cache<T> View(const DevicePages& p, int region) const { return act::CacheView<T>(p, region, table, T_); }
+  act::Cache<T> Keys(const PageArena& a, int64_t region) const { return act::CacheView<T>(a, region, key_table, T_); }
+  act::Cache<T> Latent(const PageArena& a, int64_t region) const {
+    return act::CacheView<T>(a, region, latent_table, T_);
+  }
 };
 
 absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::Forward(std::span<const ForwardSegment> segments) {
@@ -58,9 +62,9 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
                                                       const std::vector<std::vector<float>>* layer_inputs) {
   const ModelConfig& c = config_;
   FERRY_RETURN_IF_ERROR(ValidateSegments(segments, c.vocab_size));
-  FERRY_ASSIGN_OR_RETURN(std::vector<DsaCudaSequence*> seqs, CastStates<DsaCudaSequence>(segments, "glm_moe_dsa (CUDA)"));
+  FERRY_ASSIGN_OR_RETURN(std::vector<Conversation*> seqs, ConversationsOf(segments, *keys_arena_, "glm_moe_dsa (CUDA)"));
   std::vector<int64_t> lengths;
-  for (const DsaCudaSequence* s : seqs) lengths.push_back(s->length_);
+  for (const Conversation* s : seqs) lengths.push_back(s->length());
   const StepRows rows = PlanStepRows(segments, lengths);
   const int64_t R = rows.count();
   const int64_t D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
@@ -70,27 +74,21 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
     return absl::InvalidArgumentError(absl::StrCat(layer_inputs->size(), " layer inputs for ", layers_.size(), " layers"));
   }
 
-  // Pages for the new tokens, all or nothing.
-  for (size_t s = 0; s < segments.size(); ++s) {
-    absl::Status st = seqs[s]->table_->Reserve(lengths[s] + static_cast<int64_t>(segments[s].tokens.size()));
-    if (!st.ok()) {
-      for (size_t k = 0; k < s; ++k) (void)seqs[k]->table_->Truncate(lengths[k]);
-      return st;
-    }
-  }
+  // Pages for the new tokens, all or nothing (one rank: every row's latent rows are here).
+  RowOwners owners;
+  FERRY_RETURN_IF_ERROR(ReserveConversations(segments, seqs, lengths, rows, 1, &owners));
 
-  // Host-side rows: tokens, positions, visible lengths, each row's copy of its page table.
+  // Host-side rows: tokens, positions, visible lengths, each row's copy of its page tables.
   Step<T> b;
   b.R = R;
-  for (const DsaCudaSequence* s : seqs) b.T_ = std::max<int64_t>(b.T_, static_cast<int64_t>(s->table_->ids().size()));
-  std::vector<int32_t> tokens, n_keys(static_cast<size_t>(R)), table(static_cast<size_t>(R * b.T_), -1);
+  b.T_ = TableWidth(seqs);
+  std::vector<int32_t> tokens, n_keys(static_cast<size_t>(R)), key_table, latent_table;
   for (const ForwardSegment& seg : segments) tokens.insert(tokens.end(), seg.tokens.begin(), seg.tokens.end());
   for (int64_t r = 0; r < R; ++r) {
     n_keys[r] = static_cast<int32_t>(rows.pos[r] + 1);
     b.S = std::max<int64_t>(b.S, rows.pos[r] + 1);
-    const std::vector<int32_t>& ids = seqs[rows.seg_of[r]]->table_->ids();
-    std::copy(ids.begin(), ids.end(), table.begin() + r * b.T_);
   }
+  RowTables(seqs, rows, b.T_, &key_table, &latent_table);
 
   LogitRows picked = PickLogitRows(segments, rows);
   const int64_t n_out = static_cast<int64_t>(picked.rows.size());
@@ -101,16 +99,17 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
                          upload_.Send(ws_, {{rows.pos.data(), rows.pos.size() * sizeof(int64_t)},
                                             {tokens.data(), tokens.size() * sizeof(int32_t)},
                                             {n_keys.data(), n_keys.size() * sizeof(int32_t)},
-                                            {table.data(), table.size() * sizeof(int32_t)},
-                                            {picked.rows.data(), picked.rows.size() * sizeof(int32_t)}}));
+                                            {key_table.data(), key_table.size() * sizeof(int32_t)},
+                                            {picked.rows.data(), picked.rows.size() * sizeof(int32_t)},
+                                            {latent_table.data(), latent_table.size() * sizeof(int32_t)}}));
   const int64_t* d_pos = static_cast<const int64_t*>(sent[0]);
   const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
   const int32_t* d_nkeys = static_cast<const int32_t*>(sent[2]);
-  const int32_t* d_table = static_cast<const int32_t*>(sent[3]);
   const int32_t* d_picked = static_cast<const int32_t*>(sent[4]);
   b.pos = d_pos;
   b.n_keys = d_nkeys;
-  b.table = d_table;
+  b.key_table = static_cast<const int32_t*>(sent[3]);
+  b.latent_table = static_cast<const int32_t*>(sent[5]);
   FERRY_ASSIGN_OR_RETURN(b.x, ws_.Take<float>(R * D));
   FERRY_ASSIGN_OR_RETURN(b.a, take(R * D));
   FERRY_ASSIGN_OR_RETURN(b.y, take(R * D));
@@ -179,9 +178,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardT(std::span<const ForwardSeg
   FERRY_RETURN_IF_ERROR(download_.Receive({{out.logits.data(), logits, out.logits.size() * sizeof(float)},
                                            {&moe_error, b.ffn.error, b.ffn.error != nullptr ? sizeof(int32_t) : 0}}));
   FERRY_RETURN_IF_ERROR(FfnErrorStatus(moe_error, c.n_routed_experts));
-  for (size_t s = 0; s < segments.size(); ++s) {
-    seqs[s]->length_ += static_cast<int64_t>(segments[s].tokens.size());
-  }
+  for (size_t s = 0; s < segments.size(); ++s) seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   return out;
 }
 
@@ -208,7 +205,7 @@ absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
     FERRY_RETURN_IF_ERROR(act::Linear(b.cq, R, QL, Ly.q_b.as<T>(), H * (N + P), b.q));
   }
   // The new cache rows [RMSNorm(c) | RoPE(k_pe)], written at each row's position.
-  const act::Cache<T> latent = b.View(*pages_, Ly.latent_region);
+  const act::Cache<T> latent = b.Latent(*latent_arena_, Ly.latent_region);
   FERRY_RETURN_IF_ERROR(act::RmsNorm(b.kvc, R, L, Ly.kv_a_norm.as<T>(), 1e-6f, b.kvc));
   FERRY_RETURN_IF_ERROR(act::WritePaged(b.kvc, R, L, L, 0, b.pos, latent));
   if (P > 0) {
@@ -224,7 +221,7 @@ absl::Status GlmMoeDsaCuda::Attention(const Layer& Ly, Step<T>& b) {
 
   if (Ly.has_indexer) {
     // Keys: LayerNorm(a wk^T) (eps 1e-6), RoPE on the first P dims; cached per token.
-    const act::Cache<T> keys = b.View(*pages_, Ly.key_region);
+    const act::Cache<T> keys = b.Keys(*keys_arena_, Ly.key_region);
     FERRY_RETURN_IF_ERROR(act::LayerNorm(b.ki, R, Di, Ly.k_norm_w.as<T>(), Ly.k_norm_b.as<T>(), 1e-6f, b.ki));
     if (P > 0) FERRY_RETURN_IF_ERROR(act::Rope(b.ki, R, 1, Di, Di, 0, P, b.pos, inv_freq));
     FERRY_RETURN_IF_ERROR(act::WritePaged(b.ki, R, Di, Di, 0, b.pos, keys));

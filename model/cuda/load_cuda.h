@@ -15,7 +15,7 @@ namespace ferry::model::cuda {
 // Opens the checkpoint at `dir` and uploads it to the current CUDA device in `precision` (bf16
 // weights and activations to serve; float32 to verify against the goldens, device_buffer.h).
 // FP8 block-scaled weights are upcast on load. The returned model's Forward() runs on that
-// device and its cache pages live there (DevicePages).
+// device and its cache pages live there (device_pages.h).
 // Errors: FAILED_PRECONDITION without a CUDA device; UNIMPLEMENTED for tp.world > 1 (one GPU
 // only for now) and for a family without a CUDA forward yet; the checkpoint's and the device
 // allocator's errors as they come.

@@ -1,6 +1,6 @@
 // ferry-kernel-check cases for glm5_next's ops (kernels/cuda/next_ops.cu): mHC mixing against
 // model::MhcPre's u loop and model::MhcPost, the KDA conv / norms / decay / output against the
-// loops of model/kda.cc, pool keys against model::PooledIndexerCompletePools, and the pooled
+// loops of model/kda.cc, pool keys against model::PooledIndexerPools, and the pooled
 // selection's expansion against model::PooledIndexerSelect's. Float32 paths to 1e-5; bf16
 // outputs to 1e-2.
 #include <algorithm>
@@ -188,9 +188,11 @@ Result PooledKeysCase(std::mt19937& rng, int64_t len, int64_t kpool, int64_t dim
     std::copy_n(&arena_f[at(1, t)], dim, rows_kg[t].data() + dim);
   }
   const int64_t p0 = 1, p1 = len / kpool;  // pool 0 "cached" already
-  model::PooledIndexerCache cache;
-  cache.pools.assign(static_cast<size_t>(p0 * dim), 0.0f);
-  model::PooledIndexerCompletePools(w, c, len, [&](int64_t t) { return rows_kg[t].data(); }, &cache);
+  std::vector<float> pools(static_cast<size_t>(p1 * dim), 0.0f);
+  model::PooledIndexerPools(
+      w, c, p0, p1, [&](int64_t t) -> const float* { return rows_kg[t].data(); },
+      [&](int64_t t) -> const float* { return rows_kg[t].data() + dim; },
+      [&](int64_t p) -> float* { return pools.data() + p * dim; });
   std::vector<float> want;
   std::vector<float> got;
   Device dev(&r.error);
@@ -218,7 +220,7 @@ Result PooledKeysCase(std::mt19937& rng, int64_t len, int64_t kpool, int64_t dim
     for (int64_t p = p0; p < p1; ++p) got.insert(got.end(), &all[at(2, p)], &all[at(2, p)] + dim);
   }
   if (!r.error.empty()) return r;
-  want.assign(cache.pools.begin() + p0 * dim, cache.pools.end());
+  want.assign(pools.begin() + p0 * dim, pools.end());
   r.rel_err = RelErr(got, want, &r.unwritten);
   return r;
 }

@@ -127,7 +127,7 @@ TEST_CASE("glm5_next: a snapshot after the prompt restores the same continuation
   const ModelConfig& c = m->config();
   const GoldenPrompt g = Goldens()[1];
   auto seq = m->NewSequence();
-  auto* next = dynamic_cast<NextSequence*>(seq.get());
+  auto* next = dynamic_cast<Conversation*>(seq.get());
   REQUIRE(next != nullptr);
 
   // The fixed part: conv tails (K-1 inputs of q, k, v) and S for each of the 6 KDA layers.

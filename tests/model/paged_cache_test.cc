@@ -58,10 +58,10 @@ TEST_CASE("paged cache: an arena is sized once, before any page is used", "[page
   const absl::Status again = arena.SetCapacity(5);
   CHECK(again.code() == absl::StatusCode::kFailedPrecondition);
   CHECK(std::string(again.message()).find("sized once") != std::string::npos);
-  PageArena used({4}, 16);
+  PageArena used(std::vector<int64_t>{4}, 16);
   REQUIRE(used.Allocate().ok());  // a growing arena that has handed out a page
   CHECK(used.SetCapacity(4).code() == absl::StatusCode::kFailedPrecondition);
-  PageArena fresh({4}, 16);
+  PageArena fresh(std::vector<int64_t>{4}, 16);
   CHECK(fresh.SetCapacity(0).code() == absl::StatusCode::kInvalidArgument);
   CHECK(fresh.SetCapacity(int64_t{1} << 40).code() == absl::StatusCode::kInvalidArgument);
   // The coordinator's books choose the ids: Take accepts only ids inside the sized arena.
@@ -150,6 +150,42 @@ TEST_CASE("paged cache: a clone shares whole pages, copies the partial one, and 
   clone.reset();
   seq.reset();
   CHECK(m->arena().used_pages() == 0);
+}
+
+// glm5_next's pooled keys are rows of their own (one a pool of 4 tokens). Two forks of one kept
+// conversation at 40 tokens share its pages 0-1 (tokens 0-31); each completes pool 10 (tokens
+// 40-43) with tokens of its own. A pool row kept at slot p of the table (pool 10 in page 0, as
+// the CUDA pages once did) would let the second fork overwrite the first's in the shared page;
+// kept in the page of its own tokens (page 2, copied by each fork), every fork reads its own.
+TEST_CASE("paged cache: forks of one kept conversation complete their pools apart", "[paged]") {
+  const std::vector<int32_t> ids = Prompt(kNext);
+  const std::span<const int32_t> head(ids.data(), 40), mine(ids.data() + 40, 30), theirs(ids.data() + 50, 30),
+      next(ids.data() + 80, 1);
+  auto run = [](CausalLM& m, SequenceState* s, std::span<const int32_t> t) {
+    ForwardSegment seg{s, t, true};
+    auto out = m.Forward(std::span<const ForwardSegment>(&seg, 1));
+    REQUIRE(out.ok());
+    return out->logits;
+  };
+  // What the first fork must see: the same pieces, on a model of its own.
+  auto cold_model = Load(kNext, 16);
+  auto cold = cold_model->NewSequence();
+  run(*cold_model, cold.get(), head);
+  run(*cold_model, cold.get(), mine);
+  const std::vector<float> want = run(*cold_model, cold.get(), next);
+
+  auto m = Load(kNext, 16);
+  auto kept = m->NewSequence();
+  run(*m, kept.get(), head);
+  auto a = kept->ForkAt(40);
+  auto b = kept->ForkAt(40);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  // a completes its pools 10-17, then b its own 10-19; a's next token selects among pools 0-17
+  // (index_topk 16 keeps the best 4 of them), so a pool of b's in a's table would change it.
+  run(*m, a->get(), mine);
+  run(*m, b->get(), theirs);
+  CHECK(run(*m, a->get(), next) == want);
 }
 
 TEST_CASE("paged cache: page sizes outside 16..1024 or not powers of two are refused", "[paged]") {
