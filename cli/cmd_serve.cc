@@ -116,7 +116,9 @@ bool StopAll(std::vector<Child>& children, std::chrono::milliseconds grace) {
   if (!children[0].exited) kill(children[0].pid, SIGTERM);
   if (WaitAll(children, grace / 2)) return AllClean(children);
   for (Child& c : children) {
-    if (!c.exited) kill(c.pid, SIGTERM);
+    if (c.exited) continue;
+    kill(c.pid, SIGTERM);
+    kill(c.pid, SIGCONT);  // a stopped process (SIGSTOP, a debugger's) takes the SIGTERM only once it runs
   }
   if (WaitAll(children, grace / 2)) return AllClean(children);
   for (Child& c : children) {
@@ -182,6 +184,7 @@ int RunServe() {
                                     absl::StrCat("--world=", ranks), "--metrics_host=" + host,
                                     absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),
                                     "--device=" + absl::GetFlag(FLAGS_device), "--precision=" + absl::GetFlag(FLAGS_precision),
+                                    absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
                                     // Rank r's own /metrics on the port after the coordinator's (+1 + r).
                                     absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
                                                                         ? absl::GetFlag(FLAGS_metrics_port) + 1 + r

@@ -60,5 +60,8 @@ ABSL_FLAG(int64_t, carry_min_tokens, 2048,
           "this many tokens (shorter ones are recomputed)");
 ABSL_FLAG(double, memory_gib, 0,
           "serve: memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)");
+ABSL_FLAG(double, step_timeout, 60,
+          "serve: seconds a step's data-plane transfers may wait for a peer before the step is aborted and the "
+          "worker exits, naming the peer (seconds)");
 ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");

@@ -60,10 +60,10 @@ absl::Status WaitAll(std::vector<Pending>& pending, Clock::time_point deadline) 
       for (size_t i = 0; i < pending.size(); ++i) {
         if (done[i]) continue;
         absl::StrAppend(&waiting, waiting.empty() ? "" : ", ",
-                        pending[i].recv ? "receive from " : "send to ", pending[i].peer);
+                        pending[i].recv ? "receive from rank " : "send to rank ", pending[i].peer);
       }
       return absl::DeadlineExceededError(
-          absl::StrCat(left, " transfers not complete at the deadline (", waiting, ")"));
+          absl::StrCat(left, " transfers not complete at the deadline, waiting for: ", waiting));
     }
     // Nothing finished in a sweep: block a little on the first open transfer. A LocalDataPlane
     // sleeps on its condition variable; UCX progresses the whole worker, which serves them all.

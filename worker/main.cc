@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 
@@ -42,6 +43,9 @@ ABSL_FLAG(double, memory_gib, 0,
           "Memory this rank may use for weights and caches, GiB (0: the host's available memory over --world)");
 ABSL_FLAG(std::string, device, "cpu", "Where this rank's model runs: cpu, or cuda (its GPU; one rank only for now)");
 ABSL_FLAG(std::string, precision, "bf16", "--device cuda: bf16 (serving) or f32 (float32 activations)");
+ABSL_FLAG(double, step_timeout, 60,
+          "Seconds a step's data-plane transfers (the tensor-parallel reductions, the owner exchange, carries) may "
+          "wait for a peer; past it the step is aborted and the worker exits 1 naming the step and the peer (seconds)");
 ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
@@ -50,10 +54,13 @@ namespace {
 
 namespace cpb = ferry::control::v1;
 
-// The model's tensor-parallel reductions over the data plane, counting the bytes sent.
+// The model's tensor-parallel reductions over the data plane, counting the bytes sent. Every
+// transfer of a call completes within `timeout` or the call fails with DEADLINE_EXCEEDED naming
+// the peers it still waited for (its requests are cancelled: dataplane/collectives.h).
 class DataPlaneCollective final : public ferry::model::Collective {
  public:
-  explicit DataPlaneCollective(ferry::dataplane::DataPlane* dp) : dp_(dp) {}
+  DataPlaneCollective(ferry::dataplane::DataPlane* dp, std::chrono::milliseconds timeout)
+      : dp_(dp), timeout_(timeout) {}
   absl::Status AllReduceSum(float* data, int64_t n) override {
     // Reduce-scatter then all-gather (dataplane/collectives.h): this rank sends every other
     // rank's slice once, then its own summed slice to each of the W - 1 others.
@@ -62,7 +69,7 @@ class DataPlaneCollective final : public ferry::model::Collective {
     int64_t floats = (w - 1) * slice(dp_->rank());
     for (int64_t q = 0; q < w; ++q) floats += q == dp_->rank() ? 0 : slice(q);
     bytes_ += floats * static_cast<int64_t>(sizeof(float));
-    return ferry::dataplane::AllReduceSum(*dp_, data, static_cast<size_t>(n), kTag);
+    return ferry::dataplane::AllReduceSum(*dp_, data, static_cast<size_t>(n), kTag, timeout_);
   }
   absl::Status Exchange(const std::vector<std::span<const float>>& send,
                         const std::vector<std::span<float>>& recv) override {
@@ -78,7 +85,7 @@ class DataPlaneCollective final : public ferry::model::Collective {
       rp.push_back(r.data());
       rb.push_back(r.size_bytes());
     }
-    return ferry::dataplane::AllToAll(*dp_, sp, sb, rp, rb, kExchangeTag);
+    return ferry::dataplane::AllToAll(*dp_, sp, sb, rp, rb, kExchangeTag, timeout_);
   }
   int64_t TakeBytes() { return std::exchange(bytes_, 0); }
 
@@ -86,6 +93,7 @@ class DataPlaneCollective final : public ferry::model::Collective {
   static constexpr uint64_t kTag = 1;
   static constexpr uint64_t kExchangeTag = 2;
   ferry::dataplane::DataPlane* dp_;
+  std::chrono::milliseconds timeout_;
   int64_t bytes_ = 0;
 };
 
@@ -162,7 +170,13 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  DataPlaneCollective collective(dp->get());
+  const double step_timeout = absl::GetFlag(FLAGS_step_timeout);
+  if (!(step_timeout > 0)) {
+    FERRY_LOG(ERROR) << "rank " << rank << ": --step-timeout " << step_timeout << ": need a positive number of seconds";
+    return 2;
+  }
+  DataPlaneCollective collective(dp->get(),
+                                 std::chrono::milliseconds(static_cast<int64_t>(std::ceil(step_timeout * 1000))));
   model::CacheOptions cache;
   if (conf.page_size() > 0) cache.page_size = conf.page_size();
   // The arena grows until the coordinator's plan fixes its size (the Arena message).
@@ -317,7 +331,14 @@ int main(int argc, char** argv) {
       for (int32_t t : *tokens) res->add_tokens(t);
     } else {
       res->set_error(std::string(tokens.status().message()));
-      FERRY_LOG(ERROR) << "rank " << rank << ": step " << step.step_id << ": " << tokens.status().message();
+      if (absl::IsDeadlineExceeded(tokens.status())) {
+        // The data-plane watchdog: a peer did not take part in the step in time (stopped, hung or
+        // partitioned). The group cannot go on; the message names the peers waited for.
+        FERRY_LOG(ERROR) << "rank " << rank << ": step " << step.step_id << " aborted after --step-timeout "
+                         << step_timeout << " s: " << tokens.status().message();
+      } else {
+        FERRY_LOG(ERROR) << "rank " << rank << ": step " << step.step_id << ": " << tokens.status().message();
+      }
     }
     if (!stream->Write(out)) break;
     // A failed collective leaves the group out of step: stop rather than run on.

@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <string>
 #include <thread>
 
@@ -138,6 +140,39 @@ TEST_CASE("serve: a killed worker is reported, serve exits non-zero", "[serve]")
   CHECK(WEXITSTATUS(status) == 1);
   CHECK(server.process().Log().find("worker rank 1 (pid " + std::to_string(info->ranks(1).pid()) +
                                     ") was killed by signal 9") != std::string::npos);
+}
+
+// The data plane's watchdog: a worker stopped with SIGSTOP takes no part in the next step's
+// reductions; its peer gives up after --step-timeout, exits 1 naming the step and the rank it
+// waited for, and serve stops the group (the stopped worker included) and exits 1.
+TEST_CASE("serve: a stopped worker is caught by the step timeout and no process is left", "[serve]") {
+  Server server(kDsa, 2, {"--step-timeout", "2"});
+  REQUIRE(server.serving());
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  REQUIRE(info->ranks_size() == 2);
+  const pid_t w0 = static_cast<pid_t>(info->ranks(0).pid()), w1 = static_cast<pid_t>(info->ranks(1).pid());
+  REQUIRE(kill(w1, SIGSTOP) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  BackgroundRequest stuck(server.address(), Greedy({5, 6, 7}, 8));
+  int status = 0;
+  REQUIRE(server.process().Wait(std::chrono::seconds(30), &status));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  const std::string log = server.process().Log();
+  INFO(log);
+  CHECK(log.find("rank 0: step ") != std::string::npos);
+  CHECK(log.find("aborted after --step-timeout 2 s") != std::string::npos);
+  CHECK(log.find("waiting for: receive from rank 1") != std::string::npos);
+  CHECK(log.find("worker rank 0 (pid " + std::to_string(w0) + ") exited with status 1") != std::string::npos);
+  // Detected within the timeout (and serve's stop of the others), not at the 60 s default.
+  CHECK(secs < 20);
+  // serve reaped every child: none is left, the stopped one included.
+  CHECK((kill(w0, 0) == -1 && errno == ESRCH));
+  CHECK((kill(w1, 0) == -1 && errno == ESRCH));
+  stuck.thread.join();
+  CHECK_FALSE((stuck.result.ok() && stuck.result->finish_reason() == v1::FINISH_REASON_LENGTH));
 }
 
 TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails requests instead of hanging",
