@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/roofline.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/options.h"
 #include "model/checkpoint.h"
 
 ABSL_FLAG(bool, smoke, false,
@@ -43,6 +44,9 @@ ABSL_FLAG(std::string, sections, "components,models",
           "decode, indexer and the two together (2a, 2b, 2e) alone; models: whole prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token");
+ABSL_FLAG(bool, mla_wgmma, true, "MLA decode: the sm_90a wgmma form where it runs (false: the mma.sync kernel)");
+ABSL_FLAG(bool, mla_tc_small, false, "MLA decode: the mma.sync kernel's small form (a GB10's), no wgmma form");
+ABSL_FLAG(bool, indexer_tma, true, "IndexerScores: TMA tiles where pages hold a multiple of 64 rows");
 
 namespace {
 
@@ -67,6 +71,11 @@ bool ParseList(const std::string& s, std::vector<T>* out, bool allow_empty = fal
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("Roofline benchmark of the GLM-5.x CUDA model at real widths (bench/README.md)");
   absl::ParseCommandLine(argc, argv);
+  ferry::kernels::cuda::KernelOptions forms;
+  forms.mla_wgmma = absl::GetFlag(FLAGS_mla_wgmma);
+  forms.mla_tc_small = absl::GetFlag(FLAGS_mla_tc_small);
+  forms.indexer_tma = absl::GetFlag(FLAGS_indexer_tma);
+  ferry::kernels::cuda::SetKernelOptions(forms);
   if (ferry::kernels::cuda::DeviceCount() == 0) {
     std::printf(
         "ferry-bench-roofline: no CUDA device (no driver or no GPU): nothing to measure; run it on a GPU "

@@ -174,8 +174,8 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
   if (!f.ok()) return fail("load", f.status());
   const bool fp8 = rc.fp8_experts();
   if (fp8 && !f->fp8_experts) {
-    return fail("MoE, FP8 experts", absl::FailedPreconditionError("the experts were not kept in FP8 (device, or "
-                                                                  "FERRY_FP8_EXPERTS=0)"));
+    return fail("MoE, FP8 experts", absl::FailedPreconditionError("the experts were not kept in FP8 (the device "
+                                                                  "lacks the FP8 kernels)"));
   }
   const double D = c.hidden_size, E = c.n_routed_experts, K = c.num_experts_per_tok, MI = c.moe_intermediate_size,
                SH = c.n_shared_experts;

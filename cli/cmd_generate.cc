@@ -107,7 +107,8 @@ int RunGenerate() {
     return 2;
   }
   if (!server.empty()) return GenerateOnServer(server, prompt, opt);
-  auto model = LoadModelOn(absl::GetFlag(FLAGS_device), dir, absl::GetFlag(FLAGS_precision));
+  auto model = LoadModelOn(absl::GetFlag(FLAGS_device), dir, absl::GetFlag(FLAGS_precision),
+                           absl::GetFlag(FLAGS_fp8_experts));
   if (!model.ok()) {
     fprintf(stderr, "ferry generate: %s\n", std::string(model.status().message()).c_str());
     return 2;

@@ -185,6 +185,7 @@ int RunServe() {
                                     absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),
                                     "--device=" + absl::GetFlag(FLAGS_device), "--precision=" + absl::GetFlag(FLAGS_precision),
                                     absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
+                                    absl::StrCat("--fp8_experts=", absl::GetFlag(FLAGS_fp8_experts) ? "true" : "false"),
                                     // Rank r's own /metrics on the port after the coordinator's (+1 + r).
                                     absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
                                                                         ? absl::GetFlag(FLAGS_metrics_port) + 1 + r

@@ -12,6 +12,9 @@ ABSL_FLAG(std::string, device, "cpu", "check-golden, generate --model, serve: wh
 ABSL_FLAG(std::string, precision, "bf16",
           "check-golden, generate --model with --device cuda: bf16 (serving) or f32 (float32 activations, "
           "to verify against the goldens)");
+ABSL_FLAG(bool, fp8_experts, true,
+          "generate --model, serve (--device cuda, bf16): keep experts a checkpoint stores in block-scaled FP8 in "
+          "FP8 and run them as W8A8 (false: upcast them to bf16, the CPU reference's numerics)");
 ABSL_FLAG(int64_t, prefill_chunk, 0,
           "Feed the prompt in pieces of this many tokens (0: one piece)");
 ABSL_FLAG(bool, pin_decisions, true,

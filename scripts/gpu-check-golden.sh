@@ -3,7 +3,7 @@
 # CUDA model check of both tiny checkpoints (layer by layer, decode path, batching, pages), then
 # `ferry check-golden` on both with --device cuda in both precisions (also with 7-token prefill
 # chunks) and --device cpu for comparison, the model checks and MLA cases again with
-# FERRY_PDL=0 and with FERRY_MLA_TC_SMALL=1 (the small MLA form), and `ferry generate --device
+# FERRY_PDL=0 and with --mla-tc-small (the small MLA form), and `ferry generate --device
 # cuda`. The bf16 check-golden runs pin the indexer and routing decisions to the float32 run's
 # and count; each also reports its unpinned run (bench/results/h200-check-golden-cuda.md says
 # why).
@@ -64,11 +64,11 @@ run kernel-check-mla-nopdl.txt "kernel check seed 2 mla_decode FERRY_PDL=0" \
   env FERRY_PDL=0 ferry-kernel-check --seed 2 --filter mla_decode
 # The mma.sync MLA kernel's small form (the one a 99 KiB device such as the GB10 runs), forced on
 # this GPU: every MLA case, and both tiny checkpoints' model checks.
-run kernel-check-mla-small.txt "kernel check seed 3 mla_decode FERRY_MLA_TC_SMALL=1" \
-  env FERRY_MLA_TC_SMALL=1 ferry-kernel-check --seed 3 --filter mla_decode
+run kernel-check-mla-small.txt "kernel check seed 3 mla_decode --mla-tc-small" \
+  ferry-kernel-check --seed 3 --filter mla_decode --mla-tc-small
 for m in glm-dsa-tiny glm5next-tiny; do
-  run "model-check-$m-mla-small.txt" "cuda model check $m FERRY_MLA_TC_SMALL=1" \
-    env FERRY_MLA_TC_SMALL=1 ferry-cuda-model-check --model "tests/data/$m"
+  run "model-check-$m-mla-small.txt" "cuda model check $m --mla-tc-small" \
+    ferry-cuda-model-check --model "tests/data/$m" --mla-tc-small
 done
 run generate-cuda-bf16.txt "generate glm-dsa-tiny cuda bf16" \
   ferry generate --device cuda --model tests/data/glm-dsa-tiny --prompt-ids 5,6,7,8 --max-tokens 8

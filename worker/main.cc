@@ -43,6 +43,9 @@ ABSL_FLAG(double, memory_gib, 0,
           "Memory this rank may use for weights and caches, GiB (0: the host's available memory over --world)");
 ABSL_FLAG(std::string, device, "cpu", "Where this rank's model runs: cpu, or cuda (its GPU; one rank only for now)");
 ABSL_FLAG(std::string, precision, "bf16", "--device cuda: bf16 (serving) or f32 (float32 activations)");
+ABSL_FLAG(bool, fp8_experts, true,
+          "--device cuda, bf16: keep experts a checkpoint stores in block-scaled FP8 in FP8 (W8A8); false upcasts "
+          "them to bf16");
 ABSL_FLAG(double, step_timeout, 60,
           "Seconds a step's data-plane transfers (the tensor-parallel reductions, the owner exchange, carries) may "
           "wait for a peer; past it the step is aborted and the worker exits 1 naming the step and the peer (seconds)");
@@ -190,9 +193,11 @@ int main(int argc, char** argv) {
       FERRY_LOG(ERROR) << "rank " << rank << ": --precision " << precision << ": use bf16 or f32";
       return 2;
     }
+    model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32
+                                                         : model::cuda::Precision::kBf16);
+    opts.fp8_experts = absl::GetFlag(FLAGS_fp8_experts);
     model = model::cuda::LoadCausalLMCuda(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache,
-                                          precision == "f32" ? model::cuda::Precision::kF32
-                                                             : model::cuda::Precision::kBf16);
+                                          opts);
 #else
     model = absl::UnimplementedError("this ferry-worker was built without CUDA (no nvcc at build time)");
 #endif

@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/options.h"
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -247,12 +248,9 @@ absl::Status Launch(const uint16_t* qi, const float* w, int64_t rows, const Page
   if (key_blocks > 0x7fffffff) {
     return absl::InvalidArgumentError(absl::StrCat("IndexerScores: score_stride ", score_stride, " too large"));
   }
-  // The TMA form where a 64-key tile always lies in one page and the arena maps (FERRY_INDEXER_TMA=0
-  // in the environment keeps the cp.async form, for comparisons; read once).
-  static const bool tma_wanted = [] {
-    const char* v = std::getenv("FERRY_INDEXER_TMA");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
+  // The TMA form where a 64-key tile always lies in one page and the arena maps
+  // (KernelOptions::indexer_tma false keeps the cp.async form, for comparisons).
+  const bool tma_wanted = GetKernelOptions().indexer_tma;
   CUtensorMap map{};
   const int64_t page_rows = int64_t{1} << keys.page_shift;
   const bool tma = tma_wanted && page_rows % kTileKeys == 0 &&

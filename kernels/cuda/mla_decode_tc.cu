@@ -42,6 +42,7 @@
 #include "kernels/cuda/mla_decode_tc.h"
 #include "kernels/cuda/mla_merge.cuh"
 #include "kernels/cuda/mla_decode_tc_smem.cuh"
+#include "kernels/cuda/options.h"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -470,16 +471,9 @@ bool Available(int device) {
 
 int HeadTile(int64_t heads) { return heads <= 32 ? 32 : 64; }
 
-// FERRY_MLA_TC_SMALL=1 in the environment (read once): the small form for every head count
-// wherever it can run, and no wgmma form (to check and time it on a device that has the
-// shared memory for the others).
-bool ForceSmall() {
-  static const bool force = [] {
-    const char* v = std::getenv("FERRY_MLA_TC_SMALL");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return force;
-}
+// KernelOptions::mla_tc_small: the small form for every head count wherever it can run, and no
+// wgmma form (to check and time it on a device that has the shared memory for the others).
+bool ForceSmall() { return GetKernelOptions().mla_tc_small; }
 
 // The form for (heads, W) on `device`, worked out once: 32 or 64 (the head tile of the standard
 // form: HeadTile(heads)), 0 for the small form (32-head tiles, for devices without the shared

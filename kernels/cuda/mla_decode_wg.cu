@@ -35,6 +35,7 @@
 #include "kernels/cuda/mla_merge.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/options.h"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -249,7 +250,7 @@ bool AvailableW(int device) {
 
 bool MlaWgAvailable(int64_t width) {
 #if defined(FERRY_CUDA_SM90A)
-  if (const char* env = std::getenv("FERRY_MLA_WGMMA"); env != nullptr && env[0] == '0') return false;
+  if (!GetKernelOptions().mla_wgmma) return false;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     cudaGetLastError();

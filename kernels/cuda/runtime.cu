@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/options.h"
 #include "kernels/cuda/pdl.cuh"
 
 namespace ferry::kernels::cuda {
@@ -19,6 +20,13 @@ bool PdlEnabled() {
   }();
   return enabled;
 }
+
+namespace {
+KernelOptions g_options;
+}  // namespace
+
+void SetKernelOptions(const KernelOptions& options) { g_options = options; }
+const KernelOptions& GetKernelOptions() { return g_options; }
 
 int DeviceCount() {
   int n = 0;

@@ -25,6 +25,16 @@ enum class Precision { kBf16, kF32 };
 inline int64_t ElemBytes(Precision p) { return p == Precision::kF32 ? 4 : 2; }
 const char* PrecisionName(Precision p);  // "bf16", "f32"
 
+// What a CUDA model is loaded as. Converts from a Precision (the rest at their defaults).
+struct CudaLoadOptions {
+  CudaLoadOptions(Precision p = Precision::kBf16) : precision(p) {}  // NOLINT: implicit on purpose
+  Precision precision;
+  // In bf16 on a device with the FP8 kernels (sm_90), routed and shared experts a checkpoint
+  // stores in block-scaled FP8 stay FP8 and run as W8A8 (half their memory; the releases'
+  // numerics). false upcasts them to bf16 like every other weight (the CPU reference's numerics).
+  bool fp8_experts = true;
+};
+
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -19,13 +19,6 @@ namespace cu = ferry::kernels::cuda;
 
 namespace {
 
-// FERRY_FP8_EXPERTS=0: FP8 experts are upcast to bf16 on load (the CPU reference's numerics)
-// instead of kept in FP8.
-bool Fp8ExpertsWanted() {
-  const char* v = std::getenv("FERRY_FP8_EXPERTS");
-  return v == nullptr || std::strcmp(v, "0") != 0;
-}
-
 // Matrix `name` [out, in] of `w` into *dst when the checkpoint stores it in FP8 with 128 x 128
 // scale blocks (*kept = true); otherwise *kept = false and nothing is loaded. `staging` is a
 // reusable device buffer for the row-major bytes before packing.
@@ -190,8 +183,9 @@ absl::Status MoeFp8Experts(const CudaFfn& f, const ModelConfig& c, const uint16_
 
 }  // namespace
 
-absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
-                                    int64_t* bytes) {
+absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer,
+                                    const CudaLoadOptions& opts, int64_t* bytes) {
+  const Precision p = opts.precision;
   CudaFfn f;
   const int64_t D = c.hidden_size;
   f.dense = c.mlp_types[static_cast<size_t>(layer)] == MlpType::kDense;
@@ -208,7 +202,7 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   f.experts.resize(static_cast<size_t>(E));
   // FP8 experts stay FP8 when GroupedLinearW8A8 can run them (widths: in % 16, out % 8).
   const int64_t MI = c.moe_intermediate_size;
-  const bool try_fp8 = p == Precision::kBf16 && Fp8ExpertsWanted() && cu::GroupedLinearFp8Available() &&
+  const bool try_fp8 = p == Precision::kBf16 && opts.fp8_experts && cu::GroupedLinearFp8Available() &&
                        D % 16 == 0 && MI % 16 == 0;
   DeviceBuffer staging;
   for (int64_t e = 0; e < E; ++e) {

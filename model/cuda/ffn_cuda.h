@@ -43,8 +43,9 @@ struct CudaFfn {
   CudaMlp shared;
   kernels::cpu::RoutingParams routing;
   // Every routed expert (and the shared expert, one expert wide) in FP8 (CudaMlp::fp8): the
-  // checkpoint stores them so, the precision is bf16, the device runs GroupedLinearW8A8 and
-  // FERRY_FP8_EXPERTS is not "0" (which upcasts them to bf16 instead, as the CPU reference does).
+  // checkpoint stores them so, the precision is bf16, the device runs GroupedLinearW8A8 and the
+  // load options ask for it (CudaLoadOptions::fp8_experts; else they are upcast to bf16, as the
+  // CPU reference does).
   bool fp8_experts = false;
   // bf16 experts only: device arrays of n_experts + 1 pointers, expert e's gate_up / down matrix at [e]
   // and the shared expert's at [n_experts] when it is one expert wide (else null): the tables
@@ -60,7 +61,8 @@ struct CudaFfn {
 // Loads layer `layer`'s FFN under `w` ("...mlp.") in precision p (one expert at a time: the
 // float32 copies of all experts never coexist); adds the device bytes to *bytes. FP8 experts stay
 // FP8 as CudaFfn::fp8_experts says; INVALID_ARGUMENT when only some of a layer's experts are FP8.
-absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer, Precision p,
+absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer,
+                                    const CudaLoadOptions& opts,
                                     int64_t* bytes);
 
 // A step's FFN scratch for R rows (the widest of the dense MLP, the routed experts' R * top_k

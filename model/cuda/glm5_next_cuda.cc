@@ -19,7 +19,8 @@ namespace ferry::model::cuda {
 namespace cu = ferry::kernels::cuda;
 
 absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoint& ck, const ModelConfig& c,
-                                                                 const CacheOptions& cache, Precision precision) {
+                                                                 const CacheOptions& cache, const CudaLoadOptions& opts) {
+  const Precision precision = opts.precision;
   if (!c.index_kpool_always_select_tail) {
     return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": text_config.index_kpool_always_select_tail "
                                                  "is false; only the always-selected tail is implemented"));
@@ -29,7 +30,7 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
                                                  "streams; got rope ", c.qk_rope_head_dim, ", hc_mult ", c.hc_mult));
   }
   std::unique_ptr<Glm5NextCuda> m(new Glm5NextCuda(c, precision));
-  const int64_t D = c.hidden_size, S = c.hc_mult, Di = c.index_head_dim;
+  const int64_t D = c.hidden_size, S = c.hc_mult;
   m->layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     Layer& Ly = m->layers_[static_cast<size_t>(l)];
@@ -123,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
         FERRY_RETURN_IF_ERROR(up32(&Ly.ape, x.ape));
       }
     }
-    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, precision, &bytes));
+    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, opts, &bytes));
   }
   m->set_weight_bytes(bytes);
   return m;

@@ -37,8 +37,7 @@ namespace ferry::model::cuda {
 class Glm5NextCuda final : public CausalLM {
  public:
   static absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
-                                                            const CacheOptions& cache,
-                                                            Precision precision = Precision::kBf16);
+                                                            const CacheOptions& cache, const CudaLoadOptions& opts = {});
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
   void set_decision_log(DecisionLog* log) { decisions_ = log; }

@@ -23,7 +23,8 @@ Weight Rows(const Weight& w, int64_t begin, int64_t end) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpoint& ck, const ModelConfig& c,
-                                                                   const CacheOptions& cache, Precision precision) {
+                                                                   const CacheOptions& cache, const CudaLoadOptions& opts) {
+  const Precision precision = opts.precision;
   std::unique_ptr<GlmMoeDsaCuda> m(new GlmMoeDsaCuda(c, precision));
   const int64_t D = c.hidden_size, L = c.kv_lora_rank, P = c.qk_rope_head_dim;
   if (P > c.index_head_dim || P % 2 != 0) {
@@ -90,7 +91,7 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
       FERRY_RETURN_IF_ERROR(up(&Ly.k_norm_b, x.k_norm_b));
       FERRY_RETURN_IF_ERROR(up(&Ly.weights_proj, x.weights_proj));
     }
-    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, precision, &bytes));
+    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, opts, &bytes));
   }
   m->set_weight_bytes(bytes);
   return m;

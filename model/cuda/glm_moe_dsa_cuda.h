@@ -41,8 +41,7 @@ class GlmMoeDsaCuda final : public CausalLM {
  public:
   // Uploads the whole checkpoint (one rank) to the current device.
   static absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
-                                                             const CacheOptions& cache,
-                                                             Precision precision = Precision::kBf16);
+                                                             const CacheOptions& cache, const CudaLoadOptions& opts = {});
   Precision precision() const { return precision_; }
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.

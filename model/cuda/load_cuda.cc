@@ -12,7 +12,8 @@
 namespace ferry::model::cuda {
 
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp,
-                                                           const CacheOptions& cache, Precision precision) {
+                                                           const CacheOptions& cache, const CudaLoadOptions& opts) {
+  const Precision precision = opts.precision;
   if (tp.world > 1) {
     return absl::UnimplementedError(absl::StrCat("the CUDA backend runs one rank on one GPU; asked for rank ", tp.rank,
                                                  " of ", tp.world, " (tensor parallelism is CPU-only for now)"));
@@ -27,11 +28,11 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
     case Family::kGlmMoeDsa: {
-      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, precision));
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, opts));
       break;
     }
     case Family::kGlm5Next: {
-      FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, precision));
+      FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, opts));
       break;
     }
   }

@@ -12,16 +12,17 @@
 
 namespace ferry::model::cuda {
 
-// Opens the checkpoint at `dir` and uploads it to the current CUDA device in `precision` (bf16
-// weights and activations to serve; float32 to verify against the goldens, device_buffer.h).
-// FP8 block-scaled weights are upcast on load. The returned model's Forward() runs on that
+// Opens the checkpoint at `dir` and uploads it to the current CUDA device in opts.precision
+// (bf16 weights and activations to serve; float32 to verify against the goldens,
+// device_buffer.h). FP8 block-scaled weights are upcast on load, the experts kept in FP8 where
+// opts.fp8_experts allows (CudaLoadOptions). The returned model's Forward() runs on that
 // device and its cache pages live there (device_pages.h).
 // Errors: FAILED_PRECONDITION without a CUDA device; UNIMPLEMENTED for tp.world > 1 (one GPU
 // only for now) and for a family without a CUDA forward yet; the checkpoint's and the device
 // allocator's errors as they come.
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp = {},
                                                            const CacheOptions& cache = {},
-                                                           Precision precision = Precision::kBf16);
+                                                           const CudaLoadOptions& opts = {});
 
 // Attaches `log` (null: detaches) to a model LoadCausalLMCuda returned: its Forward() then
 // reports every indexer top-k and MoE routing decision to the log, which records, compares or

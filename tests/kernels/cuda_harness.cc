@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kernels/cuda/options.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   unsigned seed = std::random_device{}();
   std::string filter;
   bool bench_mla = false, bench_mla_load = false, bench_mla_tile = false, bench_indexer = false, bench_gemv = false;
+  ferry::kernels::cuda::KernelOptions options;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = static_cast<unsigned>(std::stoul(argv[++i]));
     else if (std::strcmp(argv[i], "--filter") == 0 && i + 1 < argc) filter = argv[++i];
@@ -84,13 +86,18 @@ int main(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--bench-mla-tile") == 0) bench_mla_tile = true;
     else if (std::strcmp(argv[i], "--bench-indexer") == 0) bench_indexer = true;
     else if (std::strcmp(argv[i], "--bench-gemv") == 0) bench_gemv = true;
+    else if (std::strcmp(argv[i], "--mla-tc-small") == 0) options.mla_tc_small = true;
+    else if (std::strcmp(argv[i], "--no-mla-wgmma") == 0) options.mla_wgmma = false;
+    else if (std::strcmp(argv[i], "--no-indexer-tma") == 0) options.indexer_tma = false;
     else {
       fprintf(stderr,
               "usage: ferry-kernel-check [--seed N] [--filter SUBSTRING] | --bench-mla | --bench-mla-load | "
-              "--bench-mla-tile | --bench-indexer | --bench-gemv\n");
+              "--bench-mla-tile | --bench-indexer | --bench-gemv\n"
+              "  forms (kernels/cuda/options.h): [--mla-tc-small] [--no-mla-wgmma] [--no-indexer-tma]\n");
       return 2;
     }
   }
+  ferry::kernels::cuda::SetKernelOptions(options);
   const auto cases = ferry::harness::AllCases();
   // A failed host check ends the run before any line the ctest pass pattern matches (it would
   // otherwise pass on "no CUDA device: skipped", whatever the exit status).

@@ -30,7 +30,7 @@ namespace cpu = kernels::cpu;
 // Whether the current device can run MlaDecodeAttention's tensor-core path in its standard form:
 // compute capability >= 9.0 with kMlaTcSmemBytes of opt-in shared memory a block
 // (mla_decode_tc.h; an sm_120/121 part has 99 KiB and runs the small form, which these cases
-// check on an H200 with FERRY_MLA_TC_SMALL=1, scripts/gpu-check-golden.sh).
+// check on an H200 with --mla-tc-small, scripts/gpu-check-golden.sh).
 bool TcDevice() {
   int device = 0, major = 0, optin = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||

@@ -16,7 +16,8 @@
 // check-golden's pinned bf16 tolerance (3) or 0.1 logits (4, 5).
 // Without a CUDA device it says so and exits 0 (what CI sees).
 //
-//   ferry-cuda-model-check [--model DIR]   (default: tests/data/glm-dsa-tiny under the source dir)
+//   ferry-cuda-model-check [--model DIR] [--mla-tc-small]   (default model: tests/data/glm-dsa-tiny under the
+//   source dir; --mla-tc-small: the small MLA form, kernels/cuda/options.h)
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +29,7 @@
 #include "common/status.h"
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/options.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/cuda/glm5_next_cuda.h"
@@ -392,20 +394,16 @@ absl::StatusOr<Checkpoint> Fp8ExpertsCheckpoint(const Checkpoint& ck, std::vecto
 
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCuda(const Checkpoint& ck, const ModelConfig& c, cuda::Precision p,
                                                    bool fp8_experts) {
-  if (fp8_experts) {
-    unsetenv("FERRY_FP8_EXPERTS");
-  } else {
-    setenv("FERRY_FP8_EXPERTS", "0", 1);
-  }
+  cuda::CudaLoadOptions opts(p);
+  opts.fp8_experts = fp8_experts;
   absl::StatusOr<std::unique_ptr<CausalLM>> m;
   if (c.family == Family::kGlmMoeDsa) {
-    auto g = cuda::GlmMoeDsaCuda::Load(ck, c, CacheOptions{16, -1}, p);
+    auto g = cuda::GlmMoeDsaCuda::Load(ck, c, CacheOptions{16, -1}, opts);
     m = g.ok() ? absl::StatusOr<std::unique_ptr<CausalLM>>(std::move(*g)) : g.status();
   } else {
-    auto g = cuda::Glm5NextCuda::Load(ck, c, CacheOptions{16, -1}, p);
+    auto g = cuda::Glm5NextCuda::Load(ck, c, CacheOptions{16, -1}, opts);
     m = g.ok() ? absl::StatusOr<std::unique_ptr<CausalLM>>(std::move(*g)) : g.status();
   }
-  unsetenv("FERRY_FP8_EXPERTS");
   return m;
 }
 
@@ -493,14 +491,18 @@ int Fp8Main(const std::string& dir) {
 
 int main(int argc, char** argv) {
   std::string dir = FERRY_TEST_DATA_DIR "/glm-dsa-tiny";
+  ferry::kernels::cuda::KernelOptions options;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--model") == 0 && i + 1 < argc) {
       dir = argv[++i];
+    } else if (std::strcmp(argv[i], "--mla-tc-small") == 0) {
+      options.mla_tc_small = true;
     } else {
-      fprintf(stderr, "usage: ferry-cuda-model-check [--model DIR]\n");
+      fprintf(stderr, "usage: ferry-cuda-model-check [--model DIR] [--mla-tc-small]\n");
       return 2;
     }
   }
+  ferry::kernels::cuda::SetKernelOptions(options);
   if (ferry::kernels::cuda::DeviceCount() == 0) {
     printf("ferry-cuda-model-check: no CUDA device: skipped\n");
     return 0;
