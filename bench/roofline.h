@@ -32,6 +32,9 @@ struct Options {
   bool attention_only = false;  // of the components, the attention side (2a, 2b) alone
   bool models = true;
   uint64_t seed = 1;
+  // Tokens a KV page of the whole-model sections (serving's default is 512; 64 keeps forks of short
+  // contexts sharing pages).
+  int64_t page_size = 64;
 };
 
 // A model config by name for the tables ("glm-5.2") and its parsed form.

@@ -44,6 +44,7 @@ ABSL_FLAG(std::string, sections, "components,models",
           "decode, indexer and the two together (2a, 2b, 2e) alone; models: whole prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token");
+ABSL_FLAG(int64_t, page_size, 64, "Tokens a KV page in the whole-model sections (serving's default: 512)");
 ABSL_FLAG(bool, mla_wgmma, true, "MLA decode: the sm_90a wgmma form where it runs (false: the mma.sync kernel)");
 ABSL_FLAG(bool, mla_tc_small, false, "MLA decode: the mma.sync kernel's small form (a GB10's), no wgmma form");
 ABSL_FLAG(bool, indexer_tma, true, "IndexerScores: TMA tiles where pages hold a multiple of 64 rows");
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
   o.warmup = absl::GetFlag(FLAGS_warmup);
   o.reps = absl::GetFlag(FLAGS_reps);
   o.seed = absl::GetFlag(FLAGS_seed);
+  o.page_size = absl::GetFlag(FLAGS_page_size);
   o.dsa_config = absl::GetFlag(FLAGS_dsa_config);
   o.next_config = absl::GetFlag(FLAGS_next_config);
   bool ok = ParseList(absl::GetFlag(FLAGS_batches), &o.batches) &&

@@ -122,9 +122,9 @@ RowCost AttentionRow(const ModelConfig& c, const Counts& n, int64_t pos) {
 
 std::string Ctx(int64_t v) { return v % 1024 == 0 ? absl::StrCat(v / 1024, "k") : absl::StrCat(v); }
 
-absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModel(const RandomCheckpoint& rc) {
+absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModel(const RandomCheckpoint& rc, int64_t page_size) {
   model::CacheOptions cache;
-  cache.page_size = 64;
+  cache.page_size = page_size;
   const ModelConfig& c = rc.config();
   if (c.family == model::Family::kGlmMoeDsa) {
     FERRY_ASSIGN_OR_RETURN(auto m, model::cuda::GlmMoeDsaCuda::Load(rc.checkpoint(), c, cache));
@@ -370,7 +370,7 @@ void ModelSections(const std::string& name, const std::string& config_path, cons
   if (!o.models) return;
 
   const auto t1 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<model::CausalLM>> m = LoadModel(**rc);
+  absl::StatusOr<std::unique_ptr<model::CausalLM>> m = LoadModel(**rc, o.page_size);
   if (!m.ok()) return fail_all(m.status());
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
   const Counts n = Count((*m)->config());
