@@ -132,4 +132,10 @@ class DecisionLog {
 void PinnedRouteWeights(const float* logits, std::span<const int32_t> experts, const kernels::cpu::RoutingParams& p,
                         float* weights);
 
+// Which log and which layer a decision site reports to; log == nullptr: off (every serving path).
+struct DecisionTap {
+  DecisionLog* log = nullptr;
+  int64_t layer = -1;
+};
+
 }  // namespace ferry::model

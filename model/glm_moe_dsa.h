@@ -1,6 +1,9 @@
-// GLM-5 / 5.1 / 5.2 / 5.3 (`glm_moe_dsa`, GlmMoeDsaForCausalLM): MLA with interleaved RoPE, the
-// lightning indexer (full and shared layers), dense first layers, sigmoid-routed MoE with a
-// shared expert. The math, op by op, is in ../shared/MODELS.md; tensors are the Hub's names.
+// GLM-5 / 5.1 / 5.2 / 5.3 (`glm_moe_dsa`, GlmMoeDsaForCausalLM) on the CPU backend: MLA with
+// interleaved RoPE, the lightning indexer (full and shared layers), dense first layers,
+// sigmoid-routed MoE with a shared expert. The layer sequence is model/dsa_step.h's, run over
+// model/cpu_ops.h (float32, the reference); the CUDA model runs the same sequence
+// (model/cuda/glm_moe_dsa_cuda.h). The math, op by op, is in ../shared/MODELS.md; tensors are the
+// Hub's names.
 #pragma once
 
 #include <memory>
@@ -10,12 +13,10 @@
 #include "model/causal_lm.h"
 #include "model/checkpoint.h"
 #include "model/conversation.h"
-#include "model/dsa_indexer.h"
-#include "model/ffn.h"
-#include "model/mla.h"
+#include "model/cpu_ops.h"
+#include "model/dsa_step.h"
 #include "model/paged_cache.h"
 #include "model/split_rows.h"
-#include "model/step_rows.h"
 
 namespace ferry::model {
 
@@ -24,7 +25,7 @@ namespace ferry::model {
 // indexer layers the indexer key [Di]. The replicated layout (owner -1) fills both on every rank
 // with the same page ids; under the latent split (SetLatentOwner) the key table stays on every
 // rank and the latent table only on the ranks that hold the rows (the owner; every rank while
-// borrowed). Region l of each arena is layer l's (0 wide where the layer caches nothing there).
+// borrowed). Region l of each arena is layer l's (DsaLatentRegions, DsaKeyRegions).
 class GlmMoeDsa final : public CausalLM {
  public:
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
@@ -54,25 +55,14 @@ class GlmMoeDsa final : public CausalLM {
                                                   std::vector<std::vector<float>>* hidden);
 
  private:
-  struct Layer {
-    Weight input_norm, post_norm;
-    MlaWeights attn;
-    bool has_indexer = false;
-    DsaIndexerWeights indexer;
-    FfnWeights ffn;
-  };
-
   GlmMoeDsa(ModelConfig c, const TensorParallel& tp) : config_(std::move(c)), tp_(tp) {}
 
   ModelConfig config_;
   TensorParallel tp_;
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   OwnerSplitStats split_stats_;
-  Weight embed_;    // [vocab, hidden]
-  Weight norm_;     // [hidden]
-  Weight lm_head_;  // [vocab, hidden]
-  std::vector<Layer> layers_;
-  std::vector<float> inv_freq_;  // [P / 2]
+  DsaWeights<CpuOps> weights_;
+  CpuOps ops_;
 };
 
 }  // namespace ferry::model

@@ -18,6 +18,13 @@ struct Weight {
   int64_t cols = 0;
 
   const float* ptr() const { return data.data(); }
+  // The data as T (float: the CPU backend's activation type; the same accessor as the device's
+  // weights, so a forward written over a backend reads both alike).
+  template <typename T>
+  const T* as() const {
+    static_assert(sizeof(T) == sizeof(float), "host weights are float32");
+    return data.data();
+  }
   bool empty() const { return data.empty(); }
 };
 

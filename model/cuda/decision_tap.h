@@ -14,11 +14,7 @@
 
 namespace ferry::model::cuda {
 
-// Which log and which layer a site reports to; log == nullptr: off.
-struct DecisionTap {
-  DecisionLog* log = nullptr;
-  int64_t layer = -1;
-};
+using model::DecisionTap;
 
 // After cu::MoeRoute: logits [rows, n_experts] float32, experts [rows, top_k] int32 and weights
 // [rows, top_k] float32, all on the device (ffn_cuda.h's FfnScratch). When the log pins, experts

@@ -1,20 +1,22 @@
-// glm_moe_dsa on one CUDA device: the same math as model/glm_moe_dsa.h (../shared/MODELS.md),
-// bf16 weights and activations with float32 accumulation, float32 where MODELS.md asks for it
-// (router logits and routing, indexer head weights and scores, softmax, the lm_head logits) and
-// a float32 residual stream. Precision::kF32 runs the same forward with float32 activations and
-// weights (verification against the float32 goldens; see device_buffer.h). Conversations are
-// model::Conversation over two device arenas (device_pages.h), as on the CPU backend: the latent
-// arena's region l holds layer l's rows [c | k_pe] (kv_lora + rope wide), the key arena's region
-// l the indexer keys of a full indexer layer (index_head_dim wide; 0 on shared layers).
+// glm_moe_dsa on one CUDA device: model/dsa_step.h's layer sequence (the CPU model's, op by op)
+// over model/cuda/cuda_ops.h: bf16 weights and activations with float32 accumulation, float32
+// where MODELS.md asks for it (router logits and routing, indexer head weights and scores,
+// softmax, the lm_head logits) and a float32 residual stream. Precision::kF32 runs the same
+// sequence with float32 activations and weights (verification against the float32 goldens; see
+// device_buffer.h). Conversations are model::Conversation over two device arenas
+// (device_pages.h), as on the CPU backend: the latent arena's region l holds layer l's rows
+// [c | k_pe] (kv_lora + rope wide), the key arena's region l the indexer keys of a full indexer
+// layer (index_head_dim wide; 0 on shared layers).
 //
-// What is naive (correctness first; see Forward()):
+// What is naive (correctness first):
 //   - prefill runs MlaDecodeAttention with one query row per token (no prefill attention
 //     kernel): each token re-reads its selected rows;
 //   - the indexer scores every visible key of every row, also below index_topk visible tokens,
 //     where TopK then keeps them all (the dense causal case);
-//   - MoE dispatch syncs with the host once per MoE layer (expert ids to the host, grouping
-//     there, one cuBLAS call per expert with rows, the experts side by side on side streams);
-//   - everything else runs on the default stream with synchronous copies; no CUDA graphs.
+//   - MoE dispatch above decode sizes syncs with the host once per MoE layer (expert ids to the
+//     host, grouping there, one cuBLAS call per expert with rows, the experts side by side on side
+//     streams);
+//   - everything else runs on the default stream; no CUDA graphs.
 // Tensor parallelism: one rank only (the loader refuses world > 1).
 // Batch invariance (CausalLM::Forward's "a row's logits do not depend on the other segments"):
 // every op but the cuBLAS GEMMs computes a row alone in a fixed order; cuBLAS picks its kernel by
@@ -26,14 +28,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/ops.h"
 #include "model/causal_lm.h"
 #include "model/checkpoint.h"
-#include "model/cuda/device_buffer.h"
-#include "model/cuda/device_pages.h"
 #include "model/conversation.h"
-#include "model/cuda/ffn_cuda.h"
+#include "model/cuda/cuda_ops.h"
+#include "model/cuda/device_buffer.h"
 #include "model/decision_log.h"
+#include "model/dsa_step.h"
 
 namespace ferry::model::cuda {
 
@@ -41,7 +42,8 @@ class GlmMoeDsaCuda final : public CausalLM {
  public:
   // Uploads the whole checkpoint (one rank) to the current device.
   static absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
-                                                             const CacheOptions& cache, const CudaLoadOptions& opts = {});
+                                                             const CacheOptions& cache,
+                                                             const CudaLoadOptions& opts = {});
   Precision precision() const { return precision_; }
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
@@ -70,38 +72,24 @@ class GlmMoeDsaCuda final : public CausalLM {
                                                   const std::vector<std::vector<float>>* layer_inputs = nullptr);
 
  private:
-  struct Layer {
-    DeviceWeight input_norm, post_norm;
-    // MLA (model/mla.h names): kv_a split into its c rows and its k_pe rows.
-    DeviceWeight q_a, q_a_norm, q_b, kv_a_c, kv_a_pe, kv_a_norm, w_uk_t, w_uv, o_proj;
-    int64_t latent_region = -1;  // of the latent arena
-    // Lightning indexer (full layers).
-    bool has_indexer = false;
-    int64_t key_region = -1;  // of the key arena
-    DeviceWeight wq_b, wk, k_norm_w, k_norm_b, weights_proj;
-    CudaFfn ffn;
-  };
-  // One step's device buffers, T the activation type (uint16_t bf16 bits or float).
+  // The backend and the weights of one activation type (only the loaded precision's exists).
   template <typename T>
-  struct Step;
+  struct Impl {
+    CudaOps<T> ops;
+    DsaWeights<CudaOps<T>> weights;
+  };
+  template <typename T>
+  static absl::Status LoadImpl(const Checkpoint& ck, const ModelConfig& c, const CudaLoadOptions& opts, Impl<T>* impl,
+                               int64_t* bytes);
 
   GlmMoeDsaCuda(ModelConfig c, Precision p) : config_(std::move(c)), precision_(p) {}
-  template <typename T>
-  absl::StatusOr<ForwardOutput> ForwardT(std::span<const ForwardSegment> segments,
-                                         std::vector<std::vector<float>>* hidden,
-                                         const std::vector<std::vector<float>>* layer_inputs);
-  template <typename T>
-  absl::Status Attention(const Layer& L, Step<T>& b);
+  DsaStepContext Context() { return {&config_, keys_arena_.get(), latent_arena_.get(), {}, nullptr, decisions_}; }
 
   ModelConfig config_;
   Precision precision_;
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
-  DeviceWeight embed_, norm_, lm_head_;
-  DeviceBuffer inv_freq_;  // float32 [rope / 2]
-  std::vector<Layer> layers_;
-  Workspace ws_;
-  StepUpload upload_;      // the step's host inputs, one copy
-  StepDownload download_;  // the step's logits and MoE error word, one wait
+  std::unique_ptr<Impl<uint16_t>> bf16_;
+  std::unique_ptr<Impl<float>> f32_;
   DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 
