@@ -146,6 +146,11 @@ int RunServe() {
     fprintf(stderr, "ferry serve: --model DIR and --ranks >= 1 are required\n");
     return 2;
   }
+  if (!(absl::GetFlag(FLAGS_step_timeout) > 0)) {
+    fprintf(stderr, "ferry serve: --step-timeout %g: need a positive number of seconds\n",
+            absl::GetFlag(FLAGS_step_timeout));
+    return 2;
+  }
   const int64_t parallel = absl::GetFlag(FLAGS_parallel) > 0 ? absl::GetFlag(FLAGS_parallel) : 16;
   const std::string host = absl::GetFlag(FLAGS_host);
   const std::string address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));

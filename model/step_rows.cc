@@ -18,13 +18,6 @@ StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const 
   return rows;
 }
 
-absl::Status ReserveStep(std::span<const ForwardSegment> segments, std::span<PagedRows* const> tables,
-                         std::span<const int64_t> lengths) {
-  std::vector<int64_t> adds;
-  for (const ForwardSegment& seg : segments) adds.push_back(static_cast<int64_t>(seg.tokens.size()));
-  return ReserveRows(tables, lengths, adds);
-}
-
 absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int64_t> lengths,
                          std::span<const int64_t> adds) {
   for (size_t s = 0; s < tables.size(); ++s) {

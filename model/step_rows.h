@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/str_cat.h"
 #include "model/causal_lm.h"
 #include "model/paged_cache.h"
 #include "model/weights.h"
@@ -26,12 +25,9 @@ struct StepRows {
 // lengths[s]: segment s's conversation length before the step.
 StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const int64_t> lengths);
 
-// Grows every segment's page table to hold its new tokens (lengths[s] + its tokens). When the
-// arena runs out, the tables grown so far give their new pages back, so a refused step leaves
-// every conversation and the arena as they were; the arena's error is returned.
-absl::Status ReserveStep(std::span<const ForwardSegment> segments, std::span<PagedRows* const> tables,
-                         std::span<const int64_t> lengths);
-// The same for tables that need not be one a segment: table i grows to lengths[i] + adds[i].
+// Grows every table to hold new tokens (table i: lengths[i] + adds[i]). When the arena runs out,
+// the tables grown so far give their new pages back, so a refused step leaves every conversation
+// and the arena as they were; the arena's error is returned.
 absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int64_t> lengths,
                          std::span<const int64_t> adds);
 
@@ -50,20 +46,5 @@ LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows
 // rows with all_logits); normed [R, hidden] is the final-normed hidden state of every row.
 ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const StepRows& rows, const float* normed,
                             const Weight& lm_head);
-
-// Each segment's state as the family's own type T. INVALID_ARGUMENT naming the segment when a
-// state belongs to another family.
-template <typename T>
-absl::StatusOr<std::vector<T*>> CastStates(std::span<const ForwardSegment> segments, const char* family) {
-  std::vector<T*> out;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    T* state = dynamic_cast<T*>(segments[s].state);
-    if (state == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("segment ", s, ": state is not a ", family, " sequence"));
-    }
-    out.push_back(state);
-  }
-  return out;
-}
 
 }  // namespace ferry::model

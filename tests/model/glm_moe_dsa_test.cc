@@ -173,6 +173,12 @@ TEST_CASE("glm_moe_dsa: bad steps are refused and change no state", "[glm_moe_ds
           "segment 1: its state is already in this step");
   refused({ForwardSegment{seq.get(), ok, false}, ForwardSegment{&foreign, ok, false}},
           "segment 1: state is not a glm_moe_dsa sequence");
+  // A conversation of another instance of the same model: its pages are in that model's arenas.
+  auto other = LoadTiny();
+  auto elsewhere = other->NewSequence();
+  refused({ForwardSegment{seq.get(), ok, false}, ForwardSegment{elsewhere.get(), ok, false}},
+          "segment 1: state is not a glm_moe_dsa sequence of this model");
+  CHECK(elsewhere->length() == 0);
 }
 
 TEST_CASE("glm_moe_dsa: a checkpoint that disagrees with its config is refused by name", "[glm_moe_dsa]") {
