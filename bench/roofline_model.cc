@@ -170,7 +170,7 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
   int64_t bytes = 0;
   absl::StatusOr<model::cuda::CudaFfn> f =
       model::cuda::LoadFfnCuda(model::WeightLoader(rc.checkpoint(), c.LayerPrefix(layer)).Sub("mlp."), c, layer,
-                               model::cuda::Precision::kBf16, &bytes);
+                               model::cuda::Precision::kBf16, model::TensorParallel{}, &bytes);
   if (!f.ok()) return fail("load", f.status());
   const bool fp8 = rc.fp8_experts();
   if (fp8 && !f->fp8_experts) {

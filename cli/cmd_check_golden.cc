@@ -1,4 +1,7 @@
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -7,11 +10,13 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/load_model.h"
+#include "cli/ranks.h"
 #include "model/causal_lm.h"
 #include "model/decision_log.h"
 #include "model/golden.h"
 
 #ifdef FERRY_WITH_CUDA
+#include "kernels/cuda/ops.h"
 #include "model/cuda/load_cuda.h"
 #endif
 
@@ -40,6 +45,42 @@ void PrintResult(const GoldenPrompt& g, const GoldenResult& r, bool forced) {
     for (int32_t t : r.generated) printf(" %d", t);
     printf("\n");
   }
+}
+
+// --logits-out: every prompt's logits, float32, one after another.
+bool WriteLogits(const std::string& path, const std::vector<float>& logits) {
+  FILE* f = fopen(path.c_str(), "wb");
+  const bool ok = f != nullptr && fwrite(logits.data(), sizeof(float), logits.size(), f) == logits.size();
+  if (f != nullptr && fclose(f) != 0) return false;
+  if (!ok) fprintf(stderr, "ferry check-golden: cannot write %s\n", path.c_str());
+  return ok;
+}
+
+// --logits-against: this run's logits against another run's file; within 0 asks for the same bits.
+bool CompareLogits(const std::string& path, const std::vector<float>& logits, double within) {
+  std::vector<float> other;
+  if (FILE* f = fopen(path.c_str(), "rb")) {
+    float v;
+    while (fread(&v, sizeof(float), 1, f) == 1) other.push_back(v);
+    fclose(f);
+  } else {
+    printf("logits against %s: cannot read it: FAIL\n", path.c_str());
+    return false;
+  }
+  if (other.size() != logits.size()) {
+    printf("logits against %s: it holds %zu values, this run %zu: FAIL\n", path.c_str(), other.size(), logits.size());
+    return false;
+  }
+  const bool same_bits = std::memcmp(other.data(), logits.data(), logits.size() * sizeof(float)) == 0;
+  double worst = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double d = std::fabs(static_cast<double>(logits[i]) - other[i]);
+    worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+  }
+  const bool ok = within > 0 ? worst <= within : same_bits;
+  printf("logits against %s: %zu values, max |difference| %.3g, %s: %s\n", path.c_str(), logits.size(), worst,
+         same_bits ? "bit-identical" : "not bit-identical", ok ? "pass" : "FAIL");
+  return ok;
 }
 
 #ifdef FERRY_WITH_CUDA
@@ -186,33 +227,84 @@ int RunCheckGolden() {
     fprintf(stderr, "ferry check-golden: %s\n", std::string(prompts.status().message()).c_str());
     return 2;
   }
-#ifdef FERRY_WITH_CUDA
-  const bool pinned = device == "cuda" && precision == "bf16" && absl::GetFlag(FLAGS_pin_decisions);
-  if (pinned) return RunPinnedBf16(dir, *prompts, absl::GetFlag(FLAGS_tolerance), chunk);
-#endif
-  auto model = LoadModelOn(device, dir, precision);
-  if (!model.ok()) {
-    fprintf(stderr, "ferry check-golden: %s\n", std::string(model.status().message()).c_str());
+  const int64_t world = absl::GetFlag(FLAGS_ranks);
+  const std::string split = absl::GetFlag(FLAGS_owner_split);
+  if (world < 1 || world > 64) {
+    fprintf(stderr, "ferry check-golden: --ranks %lld: need 1 to 64\n", static_cast<long long>(world));
     return 2;
   }
-  const float tol =
-      static_cast<float>(GoldenTolerance(device, precision, (*model)->config().family, absl::GetFlag(FLAGS_tolerance)));
-  printf("device %s, precision %s, tolerance %.3g logits%s\n", device.c_str(), precision.c_str(), tol,
-         forced ? " (teacher-forced continuation; tokens may differ only at golden margins <= tolerance)" : "");
-  int passed = 0, failed = 0;
-  for (const GoldenPrompt& g : *prompts) {
-    auto r = forced ? model::CheckGoldenPromptForced(**model, g, tol, chunk)
-                    : model::CheckGoldenPrompt(**model, g, tol, chunk);
-    if (!r.ok()) {
-      printf("%s: error: %s\n", g.name.c_str(), std::string(r.status().message()).c_str());
-      ++failed;
-      continue;
-    }
-    PrintResult(g, *r, forced);
-    (r->passed ? passed : failed)++;
+  if (split != "auto" && split != "on" && split != "off") {
+    fprintf(stderr, "ferry check-golden: --owner-split %s: use auto, on or off\n", split.c_str());
+    return 2;
   }
-  printf("golden: %d passed, %d failed\n", passed, failed);
-  return failed == 0 ? 0 : 1;
+  const bool owner_split = split == "on" && world > 1;
+#ifdef FERRY_WITH_CUDA
+  const bool pinned = device == "cuda" && precision == "bf16" && absl::GetFlag(FLAGS_pin_decisions);
+  if (pinned && world > 1) {
+    fprintf(stderr, "ferry check-golden: the pinned bf16 check runs one rank; with --ranks %lld pass "
+                    "--pin-decisions=false (and compare the ranks' logits with --logits-against)\n",
+            static_cast<long long>(world));
+    return 2;
+  }
+  if (pinned) return RunPinnedBf16(dir, *prompts, absl::GetFlag(FLAGS_tolerance), chunk);
+#endif
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_step_timeout) * 1000));
+  return RunRanks(static_cast<int>(world), timeout, [&](int rank, model::Collective* comm) {
+    // Every rank runs the same prompts in lockstep; rank 0 reports.
+    FILE* report = rank == 0 ? stdout : fopen("/dev/null", "w");
+#ifdef FERRY_WITH_CUDA
+    if (device == "cuda" && world > 1) {
+      const int gpus = kernels::cuda::DeviceCount();
+      if (absl::Status st = kernels::cuda::UseDevice(gpus > 0 ? rank % gpus : 0); !st.ok()) {
+        fprintf(stderr, "ferry check-golden: rank %d: %s\n", rank, std::string(st.message()).c_str());
+        return 2;
+      }
+    }
+#endif
+    auto model = LoadModelOn(device, dir, precision, /*fp8_experts=*/true,
+                             model::TensorParallel{rank, static_cast<int>(world), comm});
+    if (!model.ok()) {
+      fprintf(stderr, "ferry check-golden: rank %d: %s\n", rank, std::string(model.status().message()).c_str());
+      return 2;
+    }
+    const float tol = static_cast<float>(
+        GoldenTolerance(device, precision, (*model)->config().family, absl::GetFlag(FLAGS_tolerance)));
+    fprintf(report, "device %s, precision %s, tolerance %.3g logits%s", device.c_str(), precision.c_str(), tol,
+            forced ? " (teacher-forced continuation; tokens may differ only at golden margins <= tolerance)" : "");
+    if (world > 1) {
+      fprintf(report, ", %lld ranks, owner split %s", static_cast<long long>(world), owner_split ? "on" : "off");
+    }
+    fprintf(report, "\n");
+    int passed = 0, failed = 0;
+    std::vector<float> logits;
+    for (size_t i = 0; i < prompts->size(); ++i) {
+      const GoldenPrompt& g = (*prompts)[i];
+      const int owner = owner_split ? static_cast<int>(i % static_cast<size_t>(world)) : -1;
+      auto r = forced ? model::CheckGoldenPromptForced(**model, g, tol, chunk, owner)
+                      : model::CheckGoldenPrompt(**model, g, tol, chunk, owner);
+      if (!r.ok()) {
+        fprintf(report, "%s: error: %s\n", g.name.c_str(), std::string(r.status().message()).c_str());
+        if (rank != 0) fprintf(stderr, "rank %d: %s: %s\n", rank, g.name.c_str(), std::string(r.status().message()).c_str());
+        ++failed;
+        continue;
+      }
+      if (rank == 0) PrintResult(g, *r, forced);
+      logits.insert(logits.end(), r->logits.begin(), r->logits.end());
+      (r->passed ? passed : failed)++;
+    }
+    fprintf(report, "golden: %d passed, %d failed\n", passed, failed);
+    if (rank != 0) {
+      fclose(report);
+      return 0;  // rank 0 judges the run (a rank's own error fails it above, in the collectives)
+    }
+    int rc = failed == 0 ? 0 : 1;
+    if (!absl::GetFlag(FLAGS_logits_out).empty() && !WriteLogits(absl::GetFlag(FLAGS_logits_out), logits)) rc = 1;
+    if (!absl::GetFlag(FLAGS_logits_against).empty() &&
+        !CompareLogits(absl::GetFlag(FLAGS_logits_against), logits, absl::GetFlag(FLAGS_logits_within))) {
+      rc = 1;
+    }
+    return rc;
+  });
 }
 
 }  // namespace ferry::cli

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <cmath>
@@ -16,7 +17,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -151,6 +154,24 @@ int RunServe() {
             absl::GetFlag(FLAGS_step_timeout));
     return 2;
   }
+  // --gpus: rank r's GPU and how many ranks share it (their free memory is split among them).
+  std::vector<int> gpu_of(static_cast<size_t>(ranks), -1), share_of(static_cast<size_t>(ranks), 0);
+  if (const std::string gpus = absl::GetFlag(FLAGS_gpus); !gpus.empty()) {
+    std::vector<int> list;
+    for (absl::string_view part : absl::StrSplit(gpus, ',')) {
+      int g = -1;
+      if (!absl::SimpleAtoi(part, &g) || g < 0) {
+        fprintf(stderr, "ferry serve: --gpus %s: need GPU indices >= 0, comma-separated\n", gpus.c_str());
+        return 2;
+      }
+      list.push_back(g);
+    }
+    for (int64_t r = 0; r < ranks; ++r) gpu_of[static_cast<size_t>(r)] = list[static_cast<size_t>(r) % list.size()];
+    for (int64_t r = 0; r < ranks; ++r) {
+      share_of[static_cast<size_t>(r)] =
+          static_cast<int>(std::count(gpu_of.begin(), gpu_of.end(), gpu_of[static_cast<size_t>(r)]));
+    }
+  }
   const int64_t parallel = absl::GetFlag(FLAGS_parallel) > 0 ? absl::GetFlag(FLAGS_parallel) : 16;
   const std::string host = absl::GetFlag(FLAGS_host);
   const std::string address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
@@ -191,6 +212,8 @@ int RunServe() {
                                     "--device=" + absl::GetFlag(FLAGS_device), "--precision=" + absl::GetFlag(FLAGS_precision),
                                     absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
                                     absl::StrCat("--fp8_experts=", absl::GetFlag(FLAGS_fp8_experts) ? "true" : "false"),
+                                    absl::StrCat("--gpu=", gpu_of[static_cast<size_t>(r)]),
+                                    absl::StrCat("--gpu_share=", share_of[static_cast<size_t>(r)]),
                                     // Rank r's own /metrics on the port after the coordinator's (+1 + r).
                                     absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
                                                                         ? absl::GetFlag(FLAGS_metrics_port) + 1 + r

@@ -21,6 +21,12 @@ ABSL_FLAG(bool, pin_decisions, true,
           "check-golden --device cuda --precision bf16: replay the float32 CUDA run's indexer top-k and MoE "
           "routing decisions into the bf16 run that is checked (the unpinned run is reported too); false: check "
           "the unpinned bf16 run");
+ABSL_FLAG(std::string, logits_out, "",
+          "check-golden: write every prompt's logits there (float32, prompt by prompt, [positions, vocab] each)");
+ABSL_FLAG(std::string, logits_against, "",
+          "check-golden: compare the logits with a --logits-out file of another run (e.g. another width)");
+ABSL_FLAG(double, logits_within, 0,
+          "check-golden --logits-against: the largest |difference| allowed (0: bit-identical)");
 ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma-separated");
 ABSL_FLAG(int64_t, max_tokens, 16, "generate: most tokens to generate");
 ABSL_FLAG(double, temperature, 0.0, "generate: sampling temperature (0: greedy)");
@@ -30,7 +36,12 @@ ABSL_FLAG(uint64_t, seed, 0, "generate: random seed for sampling");
 ABSL_FLAG(std::string, stop_token_ids, "", "generate: extra stop token ids, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "generate: do not stop at the model's end-of-sequence tokens");
 ABSL_FLAG(std::string, config, "", "plan: a config.json to read instead of --model DIR's");
-ABSL_FLAG(int64_t, ranks, 1, "plan, serve: tensor-parallel width W (ranks, one GPU each)");
+ABSL_FLAG(std::string, gpus, "",
+          "serve --device cuda: the GPUs of the ranks, comma-separated (rank r on the (r mod n)-th; several ranks may "
+          "share one); empty: rank modulo the visible GPUs");
+ABSL_FLAG(int64_t, ranks, 1,
+          "plan, serve, check-golden: tensor-parallel width W (ranks, one GPU each; check-golden runs them as "
+          "processes on this machine, rank r on GPU r modulo the visible ones)");
 ABSL_FLAG(int64_t, context, 0, "plan, serve: window, tokens a stream (0: the model's max_position_embeddings)");
 ABSL_FLAG(int64_t, parallel, 0,
           "plan: lanes, streams served at once (the engine's own included; 0: 1); serve: requests at once (0: 16)");
@@ -56,15 +67,16 @@ ABSL_FLAG(int64_t, kv_pool_pages, 0,
 ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
           "serve: the prompt cache's budget in token rows (-1: the plan's share of --cache-gib; 0: none)");
 ABSL_FLAG(std::string, owner_split, "auto",
-          "plan, serve: each conversation's latent rows on one owner rank, queries shipped to it: auto (on from "
-          "two ranks with KV pages), on, off");
+          "plan, serve, check-golden: each conversation's latent rows on one owner rank, queries shipped to it: auto "
+          "(on from two ranks with KV pages; off for check-golden), on (check-golden: prompt k's rows on rank k "
+          "modulo W), off");
 ABSL_FLAG(int64_t, carry_min_tokens, 2048,
           "serve: with the latent split, a resume whose owner lacks room carries its kept rows to a new owner from "
           "this many tokens (shorter ones are recomputed)");
 ABSL_FLAG(double, memory_gib, 0,
           "serve: memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)");
 ABSL_FLAG(double, step_timeout, 60,
-          "serve: seconds a step's data-plane transfers may wait for a peer before the step is aborted and the "
+          "serve, check-golden: seconds a step's data-plane transfers may wait for a peer before the step is aborted and the "
           "worker exits, naming the peer (seconds)");
 ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");

@@ -25,6 +25,10 @@ ABSL_DECLARE_FLAG(bool, ignore_eos);
 // plan
 ABSL_DECLARE_FLAG(std::string, config);
 ABSL_DECLARE_FLAG(int64_t, ranks);
+ABSL_DECLARE_FLAG(std::string, gpus);
+ABSL_DECLARE_FLAG(std::string, logits_out);
+ABSL_DECLARE_FLAG(std::string, logits_against);
+ABSL_DECLARE_FLAG(double, logits_within);
 ABSL_DECLARE_FLAG(int64_t, context);
 ABSL_DECLARE_FLAG(int64_t, parallel);
 ABSL_DECLARE_FLAG(double, room_gib);

@@ -10,16 +10,17 @@
 namespace ferry::cli {
 
 absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& device, const std::string& dir,
-                                                             const std::string& precision, bool fp8_experts) {
+                                                             const std::string& precision, bool fp8_experts,
+                                                             const model::TensorParallel& tp) {
   if (precision != "bf16" && precision != "f32") {
     return absl::InvalidArgumentError(absl::StrCat("--precision ", precision, ": expected bf16 or f32"));
   }
-  if (device == "cpu") return model::LoadCausalLM(dir);
+  if (device == "cpu") return model::LoadCausalLM(dir, tp);
   if (device == "cuda") {
 #ifdef FERRY_WITH_CUDA
     model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
     opts.fp8_experts = fp8_experts;
-    return model::cuda::LoadCausalLMCuda(dir, {}, {}, opts);
+    return model::cuda::LoadCausalLMCuda(dir, tp, {}, opts);
 #else
     return absl::UnimplementedError("--device cuda: this ferry was built without CUDA (nvcc was not found when "
                                     "CMake configured it)");

@@ -19,6 +19,7 @@ absl::StatusOr<GenerateResult> Generate(CausalLM& model, const std::vector<int32
     stops.insert(stops.end(), model.config().eos_token_ids.begin(), model.config().eos_token_ids.end());
   }
   std::unique_ptr<SequenceState> seq = model.NewSequence();
+  if (opt.latent_owner >= 0) FERRY_RETURN_IF_ERROR(seq->SetLatentOwner(opt.latent_owner, /*borrowed=*/false));
   std::mt19937_64 rng(opt.seed);
   GenerateResult res;
   res.finish_reason = "length";

@@ -20,6 +20,8 @@ struct GenerateOptions {
   std::vector<int32_t> stop_token_ids;  // in addition to the config's eos ids
   bool ignore_eos = false;              // when set, only max_tokens ends the stream
   int64_t prefill_chunk = 0;            // > 0: feed the prompt in pieces of this many tokens
+  // The latent split: the rank that alone holds the conversation's latent rows (-1: every rank).
+  int latent_owner = -1;
 };
 
 struct GenerateResult {

@@ -53,7 +53,7 @@ absl::StatusOr<std::vector<GoldenPrompt>> ReadGolden(const std::string& path) {
 }
 
 absl::StatusOr<GoldenResult> CheckGoldenPrompt(CausalLM& model, const GoldenPrompt& golden,
-                                               float tolerance, int64_t prefill_chunk) {
+                                               float tolerance, int64_t prefill_chunk, int latent_owner) {
   const int64_t vocab = model.config().vocab_size;
   if (golden.vocab != vocab) {
     return absl::InvalidArgumentError(absl::StrCat(golden.name, ": golden vocab ", golden.vocab,
@@ -63,6 +63,7 @@ absl::StatusOr<GoldenResult> CheckGoldenPrompt(CausalLM& model, const GoldenProm
   opt.max_tokens = static_cast<int64_t>(golden.greedy.size());
   opt.ignore_eos = true;
   opt.prefill_chunk = prefill_chunk;
+  opt.latent_owner = latent_owner;
   FERRY_ASSIGN_OR_RETURN(GenerateResult gen, Generate(model, golden.ids, opt, /*keep_logits=*/true));
 
   GoldenResult r;
@@ -89,11 +90,12 @@ absl::StatusOr<GoldenResult> CheckGoldenPrompt(CausalLM& model, const GoldenProm
     r.position_errors.push_back(err);
   }
   r.passed = r.tokens_equal && r.max_prefill_error <= tolerance && r.max_decode_error <= tolerance;
+  r.logits = std::move(gen.logits);
   return r;
 }
 
 absl::StatusOr<GoldenResult> CheckGoldenPromptForced(CausalLM& model, const GoldenPrompt& golden, float tolerance,
-                                                     int64_t prefill_chunk) {
+                                                     int64_t prefill_chunk, int latent_owner) {
   const int64_t vocab = model.config().vocab_size;
   if (golden.vocab != vocab) {
     return absl::InvalidArgumentError(absl::StrCat(golden.name, ": golden vocab ", golden.vocab,
@@ -101,6 +103,7 @@ absl::StatusOr<GoldenResult> CheckGoldenPromptForced(CausalLM& model, const Gold
   }
   if (golden.ids.empty()) return absl::InvalidArgumentError(absl::StrCat(golden.name, ": the prompt is empty"));
   std::unique_ptr<SequenceState> seq = model.NewSequence();
+  if (latent_owner >= 0) FERRY_RETURN_IF_ERROR(seq->SetLatentOwner(latent_owner, /*borrowed=*/false));
   std::vector<float> logits;
   const int64_t n = static_cast<int64_t>(golden.ids.size());
   const int64_t chunk = prefill_chunk > 0 ? prefill_chunk : n;
@@ -154,6 +157,7 @@ absl::StatusOr<GoldenResult> CheckGoldenPromptForced(CausalLM& model, const Gold
   }
   r.tokens_equal = r.generated == golden.greedy;
   r.passed = picks_ok && r.max_prefill_error <= tolerance && r.max_decode_error <= tolerance;
+  r.logits = std::move(logits);
   return r;
 }
 

@@ -49,13 +49,16 @@ struct GoldenResult {
   int64_t near_tie_flips = 0;
   // max |logit - golden| of each compared position, in order (prompt, then generated).
   std::vector<float> position_errors;
+  // The logits the model gave, [positions, vocab] (prompt, then generated).
+  std::vector<float> logits;
 };
 
 // Prefills the prompt (in pieces of `prefill_chunk` tokens when > 0), greedy-decodes
 // greedy.size() tokens through the decode path, and compares tokens exactly and logits at
-// every position within `tolerance`.
+// every position within `tolerance`. latent_owner >= 0: the conversation's latent rows live on
+// that rank alone (the latent split; every rank of the group runs the same check in lockstep).
 absl::StatusOr<GoldenResult> CheckGoldenPrompt(CausalLM& model, const GoldenPrompt& golden,
-                                               float tolerance, int64_t prefill_chunk = 0);
+                                               float tolerance, int64_t prefill_chunk = 0, int latent_owner = -1);
 
 // The check for a backend that rounds differently from the reference (the bf16 CUDA backend),
 // where an exact greedy match cannot be asked for: the golden continuation is fed back one
@@ -66,6 +69,6 @@ absl::StatusOr<GoldenResult> CheckGoldenPrompt(CausalLM& model, const GoldenProm
 // `tolerance`; `near_ties` counts the positions where it need not. When every pick matches,
 // this is the same run as CheckGoldenPrompt's.
 absl::StatusOr<GoldenResult> CheckGoldenPromptForced(CausalLM& model, const GoldenPrompt& golden, float tolerance,
-                                                     int64_t prefill_chunk = 0);
+                                                     int64_t prefill_chunk = 0, int latent_owner = -1);
 
 }  // namespace ferry::model

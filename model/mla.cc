@@ -134,6 +134,49 @@ std::atomic<int64_t> g_fetch_piece_floats{kFetchPieceFloats};
 void SetFetchPieceFloats(int64_t floats) { g_fetch_piece_floats = std::max<int64_t>(floats, 1); }
 int64_t FetchPieceFloats() { return g_fetch_piece_floats.load(); }
 
+SplitPlan PlanSplit(std::span<const int> row_owner, std::span<const uint8_t> row_held,
+                    std::span<const uint8_t> row_fetch, std::span<const int64_t> row_group,
+                    const std::vector<std::vector<int32_t>>& sel, int world, int me) {
+  const int64_t R = static_cast<int64_t>(row_owner.size());
+  SplitPlan p;
+  p.ask.resize(static_cast<size_t>(world));
+  p.owner_rows.assign(static_cast<size_t>(world), 0);
+  for (int64_t r = 0; r < R; ++r) {
+    if (row_held[r]) {
+      p.mine.push_back(r);
+    } else if (row_fetch[r]) {
+      p.fetched.push_back(r);
+    }
+    if (row_owner[r] >= 0 && !row_fetch[r]) {
+      if (row_owner[r] == me) {
+        p.serve.push_back(r);
+      } else {
+        p.ask[static_cast<size_t>(row_owner[r])].push_back(r);
+      }
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    if (!row_fetch[r]) continue;
+    std::vector<int32_t>& u = p.unions[row_group[r]];
+    u.insert(u.end(), sel[r].begin(), sel[r].end());
+    p.group_owner[row_group[r]] = row_owner[r];
+    p.group_row.emplace(row_group[r], static_cast<int>(r));
+  }
+  for (auto& [g, u] : p.unions) {
+    std::sort(u.begin(), u.end());
+    u.erase(std::unique(u.begin(), u.end()), u.end());
+    const int o = p.group_owner.at(g);
+    p.offset[g] = p.owner_rows[static_cast<size_t>(o)];
+    p.owner_rows[static_cast<size_t>(o)] += static_cast<int64_t>(u.size());
+  }
+  return p;
+}
+
+int64_t SplitPlan::FetchedIndex(int64_t group, int32_t token) const {
+  const std::vector<int32_t>& u = unions.at(group);
+  return offset.at(group) + (std::lower_bound(u.begin(), u.end(), token) - u.begin());
+}
+
 absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjections& proj,
                             std::span<const int> row_owner, std::span<const uint8_t> row_held,
                             std::span<const uint8_t> row_fetch, std::span<const int64_t> row_group,
@@ -142,50 +185,13 @@ absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjec
   const int64_t R = static_cast<int64_t>(row_owner.size()), H = heads, Lr = c.kv_lora_rank, P = c.qk_rope_head_dim;
   const int64_t W = Lr + P;
   const int world = tp.world, me = tp.rank;
-  // Every rank derives the same plan from the step: row r is attended by the ranks holding its
-  // conversation's rows, and by every rank when its chunk's history is fetched. A rank that
-  // neither holds nor fetches ships its heads' queries to the owner.
-  // mine: rows this rank attends with its own rows; fetched: rows it attends with fetched ones;
-  // ask[q]: rows whose owner q attends for this rank; serve: rows this rank owns that every other
-  // rank asks for (the same rows for every peer).
-  std::vector<int64_t> mine, fetched, serve;
-  std::vector<std::vector<int64_t>> ask(static_cast<size_t>(world));
-  for (int64_t r = 0; r < R; ++r) {
-    if (row_held[r]) {
-      mine.push_back(r);
-    } else if (row_fetch[r]) {
-      fetched.push_back(r);
-    }
-    if (row_owner[r] >= 0 && !row_fetch[r]) {
-      if (row_owner[r] == me) {
-        serve.push_back(r);
-      } else {
-        ask[static_cast<size_t>(row_owner[r])].push_back(r);
-      }
-    }
-  }
-
-  // History fetch. unions[g]: the ascending union of the selections of conversation g's fetch
-  // rows; each owner's buffer is its conversations' unions in step order, offset[g] rows in.
-  std::map<int64_t, std::vector<int32_t>> unions;
-  std::map<int64_t, int64_t> offset;
-  std::vector<int64_t> owner_rows(static_cast<size_t>(world), 0);
-  for (int64_t r = 0; r < R; ++r) {
-    if (row_fetch[r]) unions[row_group[r]].insert(unions[row_group[r]].end(), sel[r].begin(), sel[r].end());
-  }
-  std::map<int64_t, int> group_owner, group_row;
-  for (int64_t r = 0; r < R; ++r) {
-    if (!row_fetch[r]) continue;
-    group_owner[row_group[r]] = row_owner[r];
-    group_row.emplace(row_group[r], static_cast<int>(r));
-  }
-  for (auto& [g, u] : unions) {
-    std::sort(u.begin(), u.end());
-    u.erase(std::unique(u.begin(), u.end()), u.end());
-    const int o = group_owner.at(g);
-    offset[g] = owner_rows[static_cast<size_t>(o)];
-    owner_rows[static_cast<size_t>(o)] += static_cast<int64_t>(u.size());
-  }
+  SplitPlan plan = PlanSplit(row_owner, row_held, row_fetch, row_group, sel, world, me);
+  const std::vector<int64_t>&mine = plan.mine, &fetched = plan.fetched, &serve = plan.serve;
+  const std::vector<std::vector<int64_t>>& ask = plan.ask;
+  const std::map<int64_t, std::vector<int32_t>>& unions = plan.unions;
+  const std::map<int64_t, int64_t>& offset = plan.offset;
+  const std::map<int64_t, int>&group_owner = plan.group_owner, &group_row = plan.group_row;
+  const std::vector<int64_t>& owner_rows = plan.owner_rows;
   std::vector<std::vector<float>> history(static_cast<size_t>(world));
   if (!unions.empty()) {
     std::vector<float>& out = history[static_cast<size_t>(me)];
@@ -212,9 +218,8 @@ absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjec
   if (!fetched.empty()) {
     // Renumbered: token t of conversation g is row offset[g] + (its index in unions[g]).
     const RowOf fetched_of = [&](int64_t r, int64_t t) -> const float* {
-      const std::vector<int32_t>& u = unions.at(row_group[r]);
-      const int64_t i = std::lower_bound(u.begin(), u.end(), static_cast<int32_t>(t)) - u.begin();
-      return history[static_cast<size_t>(row_owner[r])].data() + (offset.at(row_group[r]) + i) * W;
+      return history[static_cast<size_t>(row_owner[r])].data() +
+             plan.FetchedIndex(row_group[r], static_cast<int32_t>(t)) * W;
     };
     const int64_t orow = H * Lr;
     std::vector<float> qa(fetched.size() * static_cast<size_t>(H * Lr)), qp(fetched.size() * static_cast<size_t>(H * P));

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -81,6 +82,26 @@ void MlaAttendLatent(const ModelConfig& c, int64_t heads, const float* q_abs, co
 // send the latents back in a second. Attention always runs MlaAttendLatent over the same values
 // in the same order. Every rank calls it with the same arguments but `proj`'s queries.
 // Errors: the collective's.
+// Who attends which row of a step under the latent split, derived alike on every rank from the
+// step (MlaAttendSplit's arguments): mine, the rows this rank attends with its own latent rows;
+// fetched, those it attends with rows fetched from their owner; serve, the rows it owns that
+// every other rank asks for; ask[q], the rows whose owner q attends for this rank. unions[g]: the
+// ascending union of the selections of conversation g's fetch rows, which its owner
+// (group_owner[g]; group_row[g] one of its rows) sends every other rank in its history buffer,
+// offset[g] rows in; owner_rows[q]: the rows of rank q's history buffer.
+struct SplitPlan {
+  std::vector<int64_t> mine, fetched, serve;
+  std::vector<std::vector<int64_t>> ask;
+  std::map<int64_t, std::vector<int32_t>> unions;
+  std::map<int64_t, int64_t> offset;
+  std::map<int64_t, int> group_owner, group_row;
+  std::vector<int64_t> owner_rows;
+  // The row of token `token` (in unions[group]) in its owner's history buffer.
+  int64_t FetchedIndex(int64_t group, int32_t token) const;
+};
+SplitPlan PlanSplit(std::span<const int> row_owner, std::span<const uint8_t> row_held,
+                    std::span<const uint8_t> row_fetch, std::span<const int64_t> row_group,
+                    const std::vector<std::vector<int32_t>>& sel, int world, int me);
 inline constexpr int64_t kFetchPieceFloats = int64_t{1} << 20;
 // The piece size the history fetch uses, process-wide (default kFetchPieceFloats; tests lower it
 // to force many pieces). Every rank of a group must use the same. REQUIRES: floats >= 1.

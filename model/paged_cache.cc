@@ -42,6 +42,14 @@ class HostMemory final : public PageMemory {
     std::memcpy(Page(dst), Page(src), static_cast<size_t>(page_bytes));
     return absl::OkStatus();
   }
+  absl::Status Read(int32_t p, int64_t offset, void* dst, int64_t bytes) const override {
+    std::memcpy(dst, Page(p) + offset, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status Write(int32_t p, int64_t offset, const void* src, int64_t bytes) override {
+    std::memcpy(Page(p) + offset, src, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
 
  private:
   absl::Status AddBlock(int64_t pages, int64_t page_bytes) {

@@ -56,6 +56,10 @@ class PageMemory {
   virtual char* Page(int32_t p) const = 0;
   // Copies page src's bytes into page dst.
   virtual absl::Status CopyPage(int32_t dst, int32_t src, int64_t page_bytes) = 0;
+  // Copies `bytes` bytes at byte `offset` of page p into host memory `dst` (Read), or host
+  // memory `src` into them (Write): how what is not host memory is reached from the host.
+  virtual absl::Status Read(int32_t p, int64_t offset, void* dst, int64_t bytes) const = 0;
+  virtual absl::Status Write(int32_t p, int64_t offset, const void* src, int64_t bytes) = 0;
 };
 
 // Float32 pages in host memory, one block a growth (earlier pages never move).

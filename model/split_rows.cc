@@ -1,5 +1,8 @@
 #include "model/split_rows.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "model/mla.h"
@@ -120,30 +123,32 @@ namespace {
 
 // Where a walk over a stream of carried rows stands: the carries of one (from, to) pair in
 // order, each carry's first `tokens` rows of every cached layer, layer by layer in token order.
+// The stream is in 4-byte words: a row of layer l is words[l] of them (its values as the arena
+// stores them: float32 on the host, bf16 or float32 on a device).
 struct StreamCursor {
   size_t carry = 0;
   int64_t layer = 0, token = 0, offset = 0;
 };
 
-// Visits the next n floats of the stream (fewer at its end) as runs within one row:
+// Visits the next n words of the stream (fewer at its end) as runs within one row:
 // visit(carry, layer, token, offset in the row, count).
 template <typename Visit>
-void WalkStream(const std::vector<const LatentCarry*>& list, const PageArena& arena, int64_t n, StreamCursor* at,
-                Visit visit) {
+absl::Status WalkStream(const std::vector<const LatentCarry*>& list, const std::vector<int64_t>& words, int64_t n,
+                        StreamCursor* at, Visit visit) {
   while (n > 0 && at->carry < list.size()) {
     const LatentCarry& c = *list[at->carry];
-    if (at->layer >= arena.num_regions()) {
+    if (at->layer >= static_cast<int64_t>(words.size())) {
       *at = StreamCursor{at->carry + 1};
       continue;
     }
-    const int64_t w = arena.width(at->layer);
+    const int64_t w = words[static_cast<size_t>(at->layer)];
     if (w == 0 || at->token >= c.tokens) {
       ++at->layer;
       at->token = at->offset = 0;
       continue;
     }
     const int64_t k = std::min(n, w - at->offset);
-    visit(c, at->layer, at->token, at->offset, k);
+    FERRY_RETURN_IF_ERROR(visit(c, at->layer, at->token, at->offset, k));
     n -= k;
     at->offset += k;
     if (at->offset == w) {
@@ -151,7 +156,46 @@ void WalkStream(const std::vector<const LatentCarry*>& list, const PageArena& ar
       ++at->token;
     }
   }
+  return absl::OkStatus();
 }
+
+// Rows of a conversation's latent table as the host reaches them: a pointer into host pages, or
+// for device pages one (page, region) block staged in host memory, loaded when first touched and
+// written back (when written) before another block is touched and at Flush().
+class RowStage {
+ public:
+  absl::StatusOr<char*> Row(const PagedRows& rows, int64_t region, int64_t t, bool write) {
+    PageArena& a = rows.arena();
+    const int64_t elem = a.memory().elem_bytes(), width = a.width(region), divisor = a.divisor(region);
+    const int32_t page = rows.pages()[static_cast<size_t>(t / a.page_size())];
+    const int64_t slot = (t % a.page_size()) / divisor;
+    const int64_t begin = a.region_offset(region) * elem, row_bytes = width * elem;
+    if (a.memory().host()) return a.memory().Page(page) + begin + slot * row_bytes;
+    if (&a != arena_ || page != page_ || region != region_) {
+      FERRY_RETURN_IF_ERROR(Flush());
+      block_.resize(static_cast<size_t>(a.rows(region) * row_bytes));
+      FERRY_RETURN_IF_ERROR(a.memory().Read(page, begin, block_.data(), static_cast<int64_t>(block_.size())));
+      arena_ = &a;
+      page_ = page;
+      region_ = region;
+      begin_ = begin;
+    }
+    dirty_ |= write;
+    return block_.data() + slot * row_bytes;
+  }
+  absl::Status Flush() {
+    if (dirty_) FERRY_RETURN_IF_ERROR(arena_->memory().Write(page_, begin_, block_.data(), static_cast<int64_t>(block_.size())));
+    dirty_ = false;
+    return absl::OkStatus();
+  }
+
+ private:
+  PageArena* arena_ = nullptr;
+  int32_t page_ = -1;
+  int64_t region_ = -1, begin_ = 0;
+  bool dirty_ = false;
+  std::vector<char> block_;
+};
 
 }  // namespace
 
@@ -159,16 +203,16 @@ absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorP
   if (carries.empty()) return absl::OkStatus();
   const int world = tp.world, me = tp.rank;
   const size_t Wn = static_cast<size_t>(world);
-  std::vector<std::vector<int64_t>> pair_floats(Wn, std::vector<int64_t>(Wn, 0));
+  std::vector<std::vector<int64_t>> pair_words(Wn, std::vector<int64_t>(Wn, 0));
   for (const LatentCarry& c : carries) {
     if (c.from < 0 || c.from >= world || c.to < 0 || c.to >= world || c.from == c.to || c.tokens < 0) {
       return absl::InvalidArgumentError(absl::StrCat("a carry of ", c.tokens, " tokens from rank ", c.from, " to rank ",
                                                      c.to, " in a group of ", world));
     }
   }
-  // Floats a carry moves: its tokens' rows at every layer the latent arena caches. The arena's
-  // widths are the same on every rank (the same model), so every rank computes every size;
-  // take them from any carry's table this rank has.
+  // Words a carry moves: its tokens' rows at every layer the latent arena caches. The arena's
+  // widths and value size are the same on every rank (the same model and backend), so every
+  // rank computes every size; take them from any carry's table this rank has.
   const PageArena* arena = nullptr;
   auto rows_of = [](const SequenceState* s) { return s ? s->split_rows() : nullptr; };
   for (const LatentCarry& c : carries) {
@@ -177,15 +221,19 @@ absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorP
     if (arena) break;
   }
   if (arena == nullptr) return absl::InvalidArgumentError("carries without any conversation's tables on this rank");
-  if (!arena->memory().host()) {
-    return absl::UnimplementedError(absl::StrCat(carries.size(), " carries refused: this rank's latent rows are not "
-                                                 "in host memory (carries of device pages are not built yet)"));
-  }
-  const int64_t layers = arena->num_regions();
+  const int64_t layers = arena->num_regions(), elem = arena->memory().elem_bytes();
+  std::vector<int64_t> words(static_cast<size_t>(layers));
   int64_t per_token = 0;
-  for (int64_t l = 0; l < layers; ++l) per_token += arena->width(l);
+  for (int64_t l = 0; l < layers; ++l) {
+    if (arena->width(l) * elem % 4 != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot carry latent rows of ", arena->width(l), " values of ",
+                                                     elem, " bytes (not whole 4-byte words)"));
+    }
+    words[static_cast<size_t>(l)] = arena->width(l) * elem / 4;
+    per_token += words[static_cast<size_t>(l)];
+  }
   for (const LatentCarry& c : carries) {
-    pair_floats[static_cast<size_t>(c.from)][static_cast<size_t>(c.to)] += c.tokens * per_token;
+    pair_words[static_cast<size_t>(c.from)][static_cast<size_t>(c.to)] += c.tokens * per_token;
     const SplitRows* src = rows_of(c.src);
     const SplitRows* dst = rows_of(c.dst);
     if (c.from == me && (src == nullptr || src->latent().reserved_tokens() < c.tokens)) {
@@ -200,7 +248,7 @@ absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorP
   }
   int64_t most = 0;
   for (size_t a = 0; a < Wn; ++a) {
-    for (size_t b = 0; b < Wn; ++b) most = std::max(most, pair_floats[a][b]);
+    for (size_t b = 0; b < Wn; ++b) most = std::max(most, pair_words[a][b]);
   }
   // Each (from, to) stream is packed and unpacked one piece at a time (a carry of a long
   // conversation is gigabytes at the real widths): a cursor per peer walks its carries.
@@ -211,18 +259,24 @@ absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorP
   }
   std::vector<StreamCursor> out_at(Wn), in_at(Wn);
   std::vector<std::vector<float>> out(Wn), in(Wn);
+  RowStage stage;
   const int64_t piece = FetchPieceFloats();
   for (int64_t at = 0; at < most; at += piece) {
     for (size_t q = 0; q < Wn; ++q) {
       if (static_cast<int>(q) == me) continue;
-      const int64_t n_out = std::clamp<int64_t>(pair_floats[static_cast<size_t>(me)][q] - at, 0, piece);
-      out[q].clear();
-      WalkStream(to_peer[q], *arena, n_out, &out_at[q],
-                 [&](const LatentCarry& c, int64_t l, int64_t t, int64_t off, int64_t k) {
-                   const float* row = c.src->split_rows()->latent().Row(l, t) + off;
-                   out[q].insert(out[q].end(), row, row + k);
-                 });
-      in[q].resize(static_cast<size_t>(std::clamp<int64_t>(pair_floats[q][static_cast<size_t>(me)] - at, 0, piece)));
+      const int64_t n_out = std::clamp<int64_t>(pair_words[static_cast<size_t>(me)][q] - at, 0, piece);
+      out[q].resize(static_cast<size_t>(n_out));
+      size_t i = 0;
+      FERRY_RETURN_IF_ERROR(WalkStream(to_peer[q], words, n_out, &out_at[q],
+                                       [&](const LatentCarry& c, int64_t l, int64_t t, int64_t off,
+                                           int64_t k) -> absl::Status {
+                                         FERRY_ASSIGN_OR_RETURN(
+                                             char* row, stage.Row(c.src->split_rows()->latent(), l, t, false));
+                                         std::memcpy(out[q].data() + i, row + off * 4, static_cast<size_t>(k) * 4);
+                                         i += static_cast<size_t>(k);
+                                         return absl::OkStatus();
+                                       }));
+      in[q].resize(static_cast<size_t>(std::clamp<int64_t>(pair_words[q][static_cast<size_t>(me)] - at, 0, piece)));
     }
     // Every rank computes the same piece count from `most`: one exchange each.
     std::vector<std::span<const float>> send(out.begin(), out.end());
@@ -231,13 +285,18 @@ absl::Status CarryLatentRows(std::span<const LatentCarry> carries, const TensorP
     for (size_t q = 0; q < Wn; ++q) {
       if (static_cast<int>(q) == me) continue;
       size_t i = 0;
-      WalkStream(from_peer[q], *arena, static_cast<int64_t>(in[q].size()), &in_at[q],
-                 [&](const LatentCarry& c, int64_t l, int64_t t, int64_t off, int64_t k) {
-                   std::copy_n(in[q].data() + i, k, c.dst->split_rows()->latent().Row(l, t) + off);
-                   i += static_cast<size_t>(k);
-                 });
+      FERRY_RETURN_IF_ERROR(WalkStream(from_peer[q], words, static_cast<int64_t>(in[q].size()), &in_at[q],
+                                       [&](const LatentCarry& c, int64_t l, int64_t t, int64_t off,
+                                           int64_t k) -> absl::Status {
+                                         FERRY_ASSIGN_OR_RETURN(
+                                             char* row, stage.Row(c.dst->split_rows()->latent(), l, t, true));
+                                         std::memcpy(row + off * 4, in[q].data() + i, static_cast<size_t>(k) * 4);
+                                         i += static_cast<size_t>(k);
+                                         return absl::OkStatus();
+                                       }));
     }
   }
+  FERRY_RETURN_IF_ERROR(stage.Flush());
   for (const LatentCarry& c : carries) {
     if (c.to == me) stats->rows_carried += c.tokens;
   }

@@ -70,5 +70,45 @@ for model in glm-dsa-tiny glm5next-tiny; do
     grep -m1 "KV plan\|KV pool" -A0 "$log" | head -1
   done
 done
+# Two CUDA workers sharing GPU 0 (tensor parallelism over the UCX data plane, the latent split on
+# by default from two ranks) in float32: 8 concurrent requests on small pages and a short
+# context (borrowing cut short, history fetched through the owners) each get the tokens of the
+# CPU reference run alone; the split's counters show queries crossed.
+model=glm-dsa-tiny
+port=$((port + 1)); metrics=$((metrics + 4))
+log="$out/serve-$model-f32-ranks2.log"
+ferry serve --model "tests/data/$model" --ranks 2 --device cuda --precision f32 --port "$port" \
+  --metrics-port "$metrics" --page-size 16 --context 128 --max-batch-tokens 48 > "$log" 2>&1 &
+pid=$!
+if ! wait_serving "$port"; then
+  echo "$model f32 ranks 2: not serving (log: $log)"; tail -5 "$log"; status=1
+else
+  eight=("${prompts[@]}" "9,8,7,6,5,4,3,2,1,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33"
+         "200,201,202,203,204,205,206,207,208,209,210" "44,55,66,77,88,99,110,121,132,143,154,165,176,187,198,209,220,231,242,253,264"
+         "3,300,30,33,333,3,300,30,33,333,3,300,30,33,333,3,300,30,33,333,3,300,30,33,333,3,300,30,33,333,3,300,30,33,333,3,300,30")
+  clients=()
+  for i in "${!eight[@]}"; do
+    ferry generate --server "127.0.0.1:$port" --prompt-ids "${eight[$i]}" --max-tokens 12 --ignore-eos \
+      > "$out/got-$model-ranks2-$i.txt" 2>>"$log" &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+  for i in "${!eight[@]}"; do
+    want=$(ferry generate --model "tests/data/$model" --prompt-ids "${eight[$i]}" --max-tokens 12 --ignore-eos 2>/dev/null)
+    have=$(cat "$out/got-$model-ranks2-$i.txt")
+    if [ "$want" = "$have" ]; then echo "$model f32 ranks 2 prompt $i: equal ($have)"; else
+      echo "$model f32 ranks 2 prompt $i: DIFFERENT cpu=$want cuda=$have"; status=1; fi
+  done
+  for r in 0 1; do
+    wm=$(scrape "$((metrics + 1 + r))" 2>&1)
+    echo "$model ranks 2 worker $r: $(echo "$wm" | grep -E '^ferry_worker:(owner_rows_(shipped|served|fetched)_total|dataplane_bytes_total)' | tr '\n' ' ')"
+  done
+  shipped=$(scrape "$((metrics + 1))" | awk '/^ferry_worker:owner_rows_(shipped|fetched)_total/ {s += $2} END {print s + 0}')
+  shipped1=$(scrape "$((metrics + 2))" | awk '/^ferry_worker:owner_rows_(shipped|fetched)_total/ {s += $2} END {print s + 0}')
+  if awk -v a="$shipped" -v b="$shipped1" 'BEGIN {exit !(a + b > 0)}'; then echo "$model ranks 2: the split moved rows ($shipped + $shipped1)"; else
+    echo "$model ranks 2: the split moved no rows: FAILED"; status=1; fi
+  grep -m2 -E "loaded glm_moe_dsa .*rank" "$log"
+fi
+kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 echo "gpu-serve-check: $([ "$status" -eq 0 ] && echo PASSED || echo FAILED)"
 exit "$status"

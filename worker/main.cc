@@ -23,7 +23,7 @@
 #include "common/args.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
-#include "dataplane/collectives.h"
+#include "dataplane/group_collective.h"
 #include "dataplane/ucx_dataplane.h"
 #include "ferry/v1/control.grpc.pb.h"
 #include "model/causal_lm.h"
@@ -41,7 +41,11 @@ ABSL_FLAG(std::string, cluster_token, "", "The coordinator's --cluster-token (em
 ABSL_FLAG(int32_t, connect_timeout_s, 60, "Seconds to wait for the coordinator and the peers (seconds)");
 ABSL_FLAG(double, memory_gib, 0,
           "Memory this rank may use for weights and caches, GiB (0: the host's available memory over --world)");
-ABSL_FLAG(std::string, device, "cpu", "Where this rank's model runs: cpu, or cuda (its GPU; one rank only for now)");
+ABSL_FLAG(std::string, device, "cpu", "Where this rank's model runs: cpu, or cuda (one GPU, --gpu)");
+ABSL_FLAG(int32_t, gpu, -1, "--device cuda: the GPU this rank runs on (-1: rank modulo the visible GPUs)");
+ABSL_FLAG(int32_t, gpu_share, 0,
+          "--device cuda: ranks of the group on this rank's GPU, which split its free memory (0: as rank modulo the "
+          "visible GPUs places them)");
 ABSL_FLAG(std::string, precision, "bf16", "--device cuda: bf16 (serving) or f32 (float32 activations)");
 ABSL_FLAG(bool, fp8_experts, true,
           "--device cuda, bf16: keep experts a checkpoint stores in block-scaled FP8 in FP8 (W8A8); false upcasts "
@@ -53,54 +57,7 @@ ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: non
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
-namespace {
-
 namespace cpb = ferry::control::v1;
-
-// The model's tensor-parallel reductions over the data plane, counting the bytes sent. Every
-// transfer of a call completes within `timeout` or the call fails with DEADLINE_EXCEEDED naming
-// the peers it still waited for (its requests are cancelled: dataplane/collectives.h).
-class DataPlaneCollective final : public ferry::model::Collective {
- public:
-  DataPlaneCollective(ferry::dataplane::DataPlane* dp, std::chrono::milliseconds timeout)
-      : dp_(dp), timeout_(timeout) {}
-  absl::Status AllReduceSum(float* data, int64_t n) override {
-    // Reduce-scatter then all-gather (dataplane/collectives.h): this rank sends every other
-    // rank's slice once, then its own summed slice to each of the W - 1 others.
-    const int64_t w = dp_->world(), c = (n + w - 1) / w;
-    auto slice = [&](int64_t q) { return std::max<int64_t>(0, std::min((q + 1) * c, n) - q * c); };
-    int64_t floats = (w - 1) * slice(dp_->rank());
-    for (int64_t q = 0; q < w; ++q) floats += q == dp_->rank() ? 0 : slice(q);
-    bytes_ += floats * static_cast<int64_t>(sizeof(float));
-    return ferry::dataplane::AllReduceSum(*dp_, data, static_cast<size_t>(n), kTag, timeout_);
-  }
-  absl::Status Exchange(const std::vector<std::span<const float>>& send,
-                        const std::vector<std::span<float>>& recv) override {
-    std::vector<const void*> sp;
-    std::vector<void*> rp;
-    std::vector<size_t> sb, rb;
-    for (size_t q = 0; q < send.size(); ++q) {
-      sp.push_back(send[q].data());
-      sb.push_back(send[q].size_bytes());
-      if (static_cast<int>(q) != dp_->rank()) bytes_ += static_cast<int64_t>(send[q].size_bytes());
-    }
-    for (const auto& r : recv) {
-      rp.push_back(r.data());
-      rb.push_back(r.size_bytes());
-    }
-    return ferry::dataplane::AllToAll(*dp_, sp, sb, rp, rb, kExchangeTag, timeout_);
-  }
-  int64_t TakeBytes() { return std::exchange(bytes_, 0); }
-
- private:
-  static constexpr uint64_t kTag = 1;
-  static constexpr uint64_t kExchangeTag = 2;
-  ferry::dataplane::DataPlane* dp_;
-  std::chrono::milliseconds timeout_;
-  int64_t bytes_ = 0;
-};
-
-}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ferry;
@@ -178,19 +135,32 @@ int main(int argc, char** argv) {
     FERRY_LOG(ERROR) << "rank " << rank << ": --step-timeout " << step_timeout << ": need a positive number of seconds";
     return 2;
   }
-  DataPlaneCollective collective(dp->get(),
+  dataplane::GroupCollective collective(dp->get(),
                                  std::chrono::milliseconds(static_cast<int64_t>(std::ceil(step_timeout * 1000))));
   model::CacheOptions cache;
   if (conf.page_size() > 0) cache.page_size = conf.page_size();
   // The arena grows until the coordinator's plan fixes its size (the Arena message).
   const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
   absl::StatusOr<std::unique_ptr<model::CausalLM>> model;
+  [[maybe_unused]] int gpu = -1, gpu_share = 1;  // --device cuda: this rank's GPU and the ranks on it
   if (device == "cpu") {
     model = model::LoadCausalLM(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache);
   } else if (device == "cuda") {
 #ifdef FERRY_WITH_CUDA
     if (precision != "bf16" && precision != "f32") {
       FERRY_LOG(ERROR) << "rank " << rank << ": --precision " << precision << ": use bf16 or f32";
+      return 2;
+    }
+    const int gpus = kernels::cuda::DeviceCount();
+    if (gpus == 0) {
+      FERRY_LOG(ERROR) << "rank " << rank << ": --device cuda: no CUDA device is visible";
+      return 2;
+    }
+    gpu = absl::GetFlag(FLAGS_gpu) >= 0 ? absl::GetFlag(FLAGS_gpu) : rank % gpus;
+    gpu_share = absl::GetFlag(FLAGS_gpu_share);
+    if (gpu_share <= 0) gpu_share = world / gpus + (rank % gpus < world % gpus ? 1 : 0);
+    if (absl::Status st = kernels::cuda::UseDevice(gpu); !st.ok()) {
+      FERRY_LOG(ERROR) << "rank " << rank << ": --gpu " << gpu << ": " << st.message();
       return 2;
     }
     model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32
@@ -256,9 +226,11 @@ int main(int argc, char** argv) {
   int64_t memory = static_cast<int64_t>(absl::GetFlag(FLAGS_memory_gib) * static_cast<double>(int64_t{1} << 30));
 #ifdef FERRY_WITH_CUDA
   if (memory <= 0 && device == "cuda") {
-    // The weights are on the GPU already: 90% of what is free is the room, the rest is left for
-    // each step's scratch.
-    if (auto mem = kernels::cuda::MemoryInfo(); mem.ok()) memory = exec.model().weight_bytes() + mem->free_bytes / 10 * 9;
+    // The weights are on the GPU already: 90% of what is free is the room of the ranks on this
+    // GPU, shared evenly; the rest is left for each step's scratch.
+    if (auto mem = kernels::cuda::MemoryInfo(); mem.ok()) {
+      memory = exec.model().weight_bytes() + mem->free_bytes / 10 * 9 / gpu_share;
+    }
   }
 #endif
   if (memory <= 0) {

@@ -22,6 +22,11 @@ namespace ferry::kernels::cuda {
 
 // Number of usable CUDA devices; 0 when there is no driver or device (never an error).
 int DeviceCount();
+// Makes device `index` this process's current device (cudaSetDevice): call it before any other
+// CUDA work. INVALID_ARGUMENT naming the count when there is no such device.
+absl::Status UseDevice(int index);
+// The current device's index.
+absl::StatusOr<int> CurrentDevice();
 // "NVIDIA H200, sm_90, 139.8 GiB" for device `index`.
 absl::StatusOr<std::string> DeviceName(int index);
 // Free and total bytes of the current device's memory (cudaMemGetInfo), e.g. a worker's room for

@@ -37,6 +37,21 @@ int DeviceCount() {
   return n;
 }
 
+absl::Status UseDevice(int index) {
+  const int n = DeviceCount();
+  if (index < 0 || index >= n) {
+    return absl::InvalidArgumentError(absl::StrFormat("no CUDA device %d: %d visible", index, n));
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CurrentDevice() {
+  int d = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&d));
+  return d;
+}
+
 absl::StatusOr<std::string> DeviceName(int index) {
   cudaDeviceProp p{};
   FERRY_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&p, index));

@@ -14,8 +14,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/act_ops.h"
+#include "model/cuda/attend_split.h"
 #include "model/cuda/decision_tap.h"
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_pages.h"
@@ -124,22 +126,28 @@ class CudaOps {
     return cuda::TapTopK(tap, rows, k, ids, counts);
   }
 
-  // Tensor parallelism and the latent split run on the CPU backend only so far (the loader
-  // refuses tp.world > 1 on CUDA): these are never reached on one rank.
-  absl::Status AllReduce(const TensorParallel& tp, float*, int64_t n) {
-    return absl::UnimplementedError(
-        absl::StrCat("the CUDA backend has no tensor-parallel reduction yet (", n, " values, ", tp.world, " ranks)"));
+  // Tensor parallelism: x [n] float32 (device) summed over the ranks in the collective's fixed
+  // order, staged through host memory (the UCX data plane's transport).
+  absl::Status AllReduce(const TensorParallel& tp, float* x, int64_t n) {
+    if (tp.world == 1) return absl::OkStatus();
+    reduce_.resize(static_cast<size_t>(n));
+    FERRY_RETURN_IF_ERROR(kernels::cuda::CopyToHost(reduce_.data(), x, reduce_.size() * sizeof(float)));
+    FERRY_RETURN_IF_ERROR(tp.Reduce(reduce_.data(), n));
+    return kernels::cuda::CopyToDevice(x, reduce_.data(), reduce_.size() * sizeof(float));
   }
-  absl::Status AttendSplit(const ModelConfig&, int64_t, const T*, const T*, int64_t rows, const RowOwners&,
-                           const TensorParallel&, const Cache&, const int32_t*, const int32_t*, T*, OwnerSplitStats*) {
-    return absl::UnimplementedError(
-        absl::StrCat("the CUDA backend has no latent split yet (", rows, " rows with an owner elsewhere)"));
+  // The latent split's attention (model/cuda/attend_split.h).
+  absl::Status AttendSplit(const ModelConfig& c, int64_t heads, const T* q_abs, const T* q_pe, int64_t rows,
+                           const RowOwners& owners, const TensorParallel& tp, const Cache& latent, const int32_t* sel,
+                           const int32_t* offsets, T* o_lat, OwnerSplitStats* stats) {
+    return AttendSplitCuda<T>(split_, c, heads, q_abs, q_pe, rows, owners, tp, latent, sel, offsets, o_lat, stats);
   }
 
  private:
   Workspace ws_;
   StepUpload upload_;      // the step's host inputs, one copy
   StepDownload download_;  // the step's logits and MoE error word, one wait
+  std::vector<float> reduce_;  // AllReduce's host staging
+  SplitScratch split_;         // AttendSplit's
 };
 
 }  // namespace ferry::model::cuda

@@ -77,25 +77,64 @@ absl::StatusOr<DeviceWeight> UploadStacked(const Weight& a, const Weight& b, Pre
   return UploadWeight(both, p);
 }
 
+namespace {
+
+// The window `slice` of a stored [rows, cols] bf16 matrix as host bits, row-major (bits ==
+// nullptr: not stored as bf16). *out_rows, *out_cols: the window's shape.
+absl::StatusOr<bool> Bf16Window(const WeightLoader& w, const std::string& name, int64_t rows, int64_t cols,
+                                const Slice& slice, std::vector<uint16_t>* out, int64_t* out_rows, int64_t* out_cols) {
+  FERRY_ASSIGN_OR_RETURN(const void* bits, w.Bf16Matrix(name, rows, cols));
+  if (bits == nullptr) return false;
+  const int64_t r0 = slice.row_begin, r1 = slice.row_end < 0 ? rows : slice.row_end;
+  const int64_t c0 = slice.col_begin, c1 = slice.col_end < 0 ? cols : slice.col_end;
+  if (r0 < 0 || r0 > r1 || r1 > rows || c0 < 0 || c0 > c1 || c1 > cols) {
+    return absl::InvalidArgumentError(absl::StrCat(w.prefix(), name, ": window rows [", r0, ", ", r1, ") cols [", c0,
+                                                   ", ", c1, ") outside its [", rows, ", ", cols, "]"));
+  }
+  const auto* src = static_cast<const uint16_t*>(bits);
+  out->resize(static_cast<size_t>((r1 - r0) * (c1 - c0)));
+  for (int64_t r = r0; r < r1; ++r) {
+    std::copy(src + r * cols + c0, src + r * cols + c1, out->data() + (r - r0) * (c1 - c0));
+  }
+  *out_rows = r1 - r0;
+  *out_cols = c1 - c0;
+  return true;
+}
+
+bool Whole(const Slice& s) { return s.row_begin == 0 && s.row_end < 0 && s.col_begin == 0 && s.col_end < 0; }
+
+}  // namespace
+
 absl::StatusOr<DeviceWeight> LoadMatrix(const WeightLoader& w, const std::string& name, int64_t rows, int64_t cols,
-                                        Precision p) {
+                                        Precision p, const Slice& slice) {
   if (p == Precision::kBf16) {
-    FERRY_ASSIGN_OR_RETURN(const void* bits, w.Bf16Matrix(name, rows, cols));
-    if (bits != nullptr) {
+    if (Whole(slice)) {
+      FERRY_ASSIGN_OR_RETURN(const void* bits, w.Bf16Matrix(name, rows, cols));
+      if (bits != nullptr) {
+        DeviceWeight d;
+        FERRY_ASSIGN_OR_RETURN(d.buf, Upload(bits, static_cast<size_t>(rows * cols) * sizeof(uint16_t)));
+        d.rows = rows;
+        d.cols = cols;
+        return d;
+      }
+    } else {
+      std::vector<uint16_t> bits;
       DeviceWeight d;
-      FERRY_ASSIGN_OR_RETURN(d.buf, Upload(bits, static_cast<size_t>(rows * cols) * sizeof(uint16_t)));
-      d.rows = rows;
-      d.cols = cols;
-      return d;
+      FERRY_ASSIGN_OR_RETURN(bool stored, Bf16Window(w, name, rows, cols, slice, &bits, &d.rows, &d.cols));
+      if (stored) {
+        FERRY_ASSIGN_OR_RETURN(d.buf, Upload(bits.data(), bits.size() * sizeof(uint16_t)));
+        return d;
+      }
     }
   }
-  FERRY_ASSIGN_OR_RETURN(Weight m, w.Matrix(name, rows, cols));
+  FERRY_ASSIGN_OR_RETURN(Weight m, w.Matrix(name, rows, cols, slice));
   return UploadWeight(m, p);
 }
 
 absl::StatusOr<DeviceWeight> LoadStacked(const WeightLoader& w, const std::string& a, int64_t a_rows,
-                                         const std::string& b, int64_t b_rows, int64_t cols, Precision p) {
-  if (p == Precision::kBf16) {
+                                         const std::string& b, int64_t b_rows, int64_t cols, Precision p,
+                                         const Slice& slice) {
+  if (p == Precision::kBf16 && Whole(slice)) {
     FERRY_ASSIGN_OR_RETURN(const void* a_bits, w.Bf16Matrix(a, a_rows, cols));
     FERRY_ASSIGN_OR_RETURN(const void* b_bits, w.Bf16Matrix(b, b_rows, cols));
     if (a_bits != nullptr && b_bits != nullptr) {
@@ -109,9 +148,25 @@ absl::StatusOr<DeviceWeight> LoadStacked(const WeightLoader& w, const std::strin
       d.cols = cols;
       return d;
     }
+  } else if (p == Precision::kBf16) {
+    // A shard: its window of each, gathered on the host.
+    std::vector<uint16_t> a_bits, b_bits;
+    int64_t ar = 0, br = 0, ac = 0, bc = 0;
+    FERRY_ASSIGN_OR_RETURN(bool a_stored, Bf16Window(w, a, a_rows, cols, slice, &a_bits, &ar, &ac));
+    FERRY_ASSIGN_OR_RETURN(bool b_stored, Bf16Window(w, b, b_rows, cols, slice, &b_bits, &br, &bc));
+    if (a_stored && b_stored) {
+      const size_t a_bytes = a_bits.size() * sizeof(uint16_t), b_bytes = b_bits.size() * sizeof(uint16_t);
+      DeviceWeight d;
+      FERRY_ASSIGN_OR_RETURN(d.buf, DeviceBuffer::Alloc(a_bytes + b_bytes));
+      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d.buf.get(), a_bits.data(), a_bytes));
+      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(static_cast<char*>(d.buf.get()) + a_bytes, b_bits.data(), b_bytes));
+      d.rows = ar + br;
+      d.cols = ac;
+      return d;
+    }
   }
-  FERRY_ASSIGN_OR_RETURN(Weight ma, w.Matrix(a, a_rows, cols));
-  FERRY_ASSIGN_OR_RETURN(Weight mb, w.Matrix(b, b_rows, cols));
+  FERRY_ASSIGN_OR_RETURN(Weight ma, w.Matrix(a, a_rows, cols, slice));
+  FERRY_ASSIGN_OR_RETURN(Weight mb, w.Matrix(b, b_rows, cols, slice));
   return UploadStacked(ma, mb, p);
 }
 

@@ -87,11 +87,14 @@ absl::StatusOr<DeviceWeight> UploadStacked(const Weight& a, const Weight& b, Pre
 // copied to the device as it is (Checkpoint::Bf16Data): the same bits as the float32 round trip
 // of UploadWeight without it, which for the routed experts, most of a checkpoint's bytes, is
 // several times the copy's cost on the host. Otherwise WeightLoader::Matrix, then UploadWeight.
+// With a `slice` (a tensor-parallel shard: WeightLoader::Matrix's window), only that window.
 absl::StatusOr<DeviceWeight> LoadMatrix(const WeightLoader& w, const std::string& name, int64_t rows, int64_t cols,
-                                        Precision p);
-// `a` [a_rows, cols] then `b` [b_rows, cols] as one matrix (a fused gate_up), the same way.
+                                        Precision p, const Slice& slice = {});
+// `a` [a_rows, cols] then `b` [b_rows, cols] as one matrix (a fused gate_up), the same way; with
+// a `slice`, that window of each.
 absl::StatusOr<DeviceWeight> LoadStacked(const WeightLoader& w, const std::string& a, int64_t a_rows,
-                                         const std::string& b, int64_t b_rows, int64_t cols, Precision p);
+                                         const std::string& b, int64_t b_rows, int64_t cols, Precision p,
+                                         const Slice& slice = {});
 // A float32 vector kept in float32 on the device (routing bias).
 absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& v);
 

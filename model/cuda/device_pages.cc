@@ -41,6 +41,12 @@ class DeviceMemory final : public PageMemory {
     return cu::CopyDeviceToDevice(base + int64_t{dst} * page_bytes, base + int64_t{src} * page_bytes,
                                   static_cast<size_t>(page_bytes));
   }
+  absl::Status Read(int32_t p, int64_t offset, void* dst, int64_t bytes) const override {
+    return cu::CopyToHost(dst, Page(p) + offset, static_cast<size_t>(bytes));
+  }
+  absl::Status Write(int32_t p, int64_t offset, const void* src, int64_t bytes) override {
+    return cu::CopyToDevice(Page(p) + offset, src, static_cast<size_t>(bytes));
+  }
 
  private:
   absl::StatusOr<DeviceBuffer> Alloc(int64_t pages, int64_t page_bytes) {

@@ -19,42 +19,65 @@ namespace cu = ferry::kernels::cuda;
 
 namespace {
 
-// Matrix `name` [out, in] of `w` into *dst when the checkpoint stores it in FP8 with 128 x 128
-// scale blocks (*kept = true); otherwise *kept = false and nothing is loaded. `staging` is a
-// reusable device buffer for the row-major bytes before packing.
-absl::Status LoadFp8Matrix(const WeightLoader& w, const std::string& name, int64_t out, int64_t in,
+// Matrix `name` [out, in] of `w` (its window `slice`: a tensor-parallel shard) into *dst when the
+// checkpoint stores it in FP8 with 128 x 128 scale blocks and the window falls on whole blocks
+// (*kept = true); otherwise *kept = false and nothing is loaded. `staging` is a reusable device
+// buffer for the row-major bytes before packing.
+absl::Status LoadFp8Matrix(const WeightLoader& w, const std::string& name, int64_t out, int64_t in, const Slice& slice,
                            DeviceBuffer* staging, Fp8Matrix* dst, bool* kept) {
   *kept = false;
   FERRY_ASSIGN_OR_RETURN(Checkpoint::Fp8Tensor t, w.Fp8Matrix(name, out, in));
-  if (t.bytes == nullptr || t.block_rows != kernels::cuda::kFp8BlockRows ||
-      t.block_cols != kernels::cuda::kFp8BlockCols) {
+  const int64_t BR = kernels::cuda::kFp8BlockRows, BC = kernels::cuda::kFp8BlockCols;
+  if (t.bytes == nullptr || t.block_rows != BR || t.block_cols != BC) return absl::OkStatus();
+  const int64_t r0 = slice.row_begin, r1 = slice.row_end < 0 ? out : slice.row_end;
+  const int64_t c0 = slice.col_begin, c1 = slice.col_end < 0 ? in : slice.col_end;
+  // A window that cuts a scale block cannot keep the block's scale: upcast instead.
+  if (r0 % BR != 0 || (r1 % BR != 0 && r1 != out) || c0 % BC != 0 || (c1 % BC != 0 && c1 != in)) {
     return absl::OkStatus();
   }
-  const size_t raw = static_cast<size_t>(out * in);
+  const int64_t rows = r1 - r0, cols = c1 - c0;
+  const size_t raw = static_cast<size_t>(rows * cols);
   if (staging->bytes() < raw) {
     FERRY_ASSIGN_OR_RETURN(*staging, DeviceBuffer::Alloc(raw));
   }
-  FERRY_RETURN_IF_ERROR(cu::CopyToDevice(staging->get(), t.bytes, raw));
-  FERRY_ASSIGN_OR_RETURN(dst->packed, DeviceBuffer::Alloc(static_cast<size_t>(cu::Fp8W8A8PackedBytes(out, in))));
-  FERRY_RETURN_IF_ERROR(cu::PackFp8W8A8(staging->as<const uint8_t>(), out, in, dst->packed.as<uint8_t>()));
-  FERRY_ASSIGN_OR_RETURN(dst->scales, Upload(t.scales.data(), t.scales.size() * sizeof(float)));
-  dst->out = out;
-  dst->in = in;
+  std::vector<float> scales;
+  if (rows == out && cols == in) {
+    FERRY_RETURN_IF_ERROR(cu::CopyToDevice(staging->get(), t.bytes, raw));
+    scales = std::move(t.scales);
+  } else {
+    std::vector<uint8_t> window(raw);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(window.data() + r * cols, t.bytes + (r0 + r) * in + c0, cols);
+    FERRY_RETURN_IF_ERROR(cu::CopyToDevice(staging->get(), window.data(), raw));
+    const int64_t scale_cols = (in + BC - 1) / BC;
+    for (int64_t br = r0 / BR; br < (r1 + BR - 1) / BR; ++br) {
+      for (int64_t bc = c0 / BC; bc < (c1 + BC - 1) / BC; ++bc) scales.push_back(t.scales[br * scale_cols + bc]);
+    }
+  }
+  FERRY_ASSIGN_OR_RETURN(dst->packed, DeviceBuffer::Alloc(static_cast<size_t>(cu::Fp8W8A8PackedBytes(rows, cols))));
+  FERRY_RETURN_IF_ERROR(cu::PackFp8W8A8(staging->as<const uint8_t>(), rows, cols, dst->packed.as<uint8_t>()));
+  FERRY_ASSIGN_OR_RETURN(dst->scales, Upload(scales.data(), scales.size() * sizeof(float)));
+  dst->out = rows;
+  dst->in = cols;
   *kept = true;
   return absl::OkStatus();
 }
 
-// The SwiGLU MLP under `w` (model::LoadMlp's tensors and shapes), a bf16 checkpoint's bits
-// copied as they are (LoadStacked / LoadMatrix). With `staging` (an expert, FP8 wanted and
-// possible): kept in FP8 when the checkpoint stores all three matrices so (dst->fp8).
-absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, Precision p, CudaMlp* dst,
-                         int64_t* bytes, DeviceBuffer* staging = nullptr) {
+// The SwiGLU MLP under `w` (model::LoadMlp's tensors, shapes and tensor-parallel shard: this
+// rank's rows of gate and up, its columns of down), a bf16 checkpoint's bits copied as they are
+// (LoadStacked / LoadMatrix). With `staging` (an expert, FP8 wanted and possible): kept in FP8
+// when the checkpoint stores all three matrices so and the shard falls on whole scale blocks
+// (dst->fp8).
+absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, Precision p, const TensorParallel& tp,
+                         CudaMlp* dst, int64_t* bytes, DeviceBuffer* staging = nullptr) {
+  FERRY_RETURN_IF_ERROR(CheckDivisible(w.prefix() + " intermediate size", inter, tp.world));
+  const Slice rows{tp.Begin(inter), tp.End(inter), 0, -1};
+  const Slice cols{0, -1, tp.Begin(inter), tp.End(inter)};
   if (staging != nullptr) {
     bool gate = false, up = false, down = false;
-    FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "gate_proj.weight", inter, hidden, staging, &dst->gate8, &gate));
+    FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "gate_proj.weight", inter, hidden, rows, staging, &dst->gate8, &gate));
     if (gate) {
-      FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "up_proj.weight", inter, hidden, staging, &dst->up8, &up));
-      FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "down_proj.weight", hidden, inter, staging, &dst->down8, &down));
+      FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "up_proj.weight", inter, hidden, rows, staging, &dst->up8, &up));
+      FERRY_RETURN_IF_ERROR(LoadFp8Matrix(w, "down_proj.weight", hidden, inter, cols, staging, &dst->down8, &down));
       if (!up || !down) {
         return absl::InvalidArgumentError(absl::StrCat(w.prefix(), "gate_proj.weight is stored in FP8 (128 x 128 "
                                                        "blocks) but up_proj / down_proj are not"));
@@ -64,8 +87,9 @@ absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, P
       return absl::OkStatus();
     }
   }
-  FERRY_ASSIGN_OR_RETURN(dst->gate_up, LoadStacked(w, "gate_proj.weight", inter, "up_proj.weight", inter, hidden, p));
-  FERRY_ASSIGN_OR_RETURN(dst->down, LoadMatrix(w, "down_proj.weight", hidden, inter, p));
+  FERRY_ASSIGN_OR_RETURN(dst->gate_up,
+                         LoadStacked(w, "gate_proj.weight", inter, "up_proj.weight", inter, hidden, p, rows));
+  FERRY_ASSIGN_OR_RETURN(dst->down, LoadMatrix(w, "down_proj.weight", hidden, inter, p, cols));
   *bytes += dst->gate_up.bytes() + dst->down.bytes();
   return absl::OkStatus();
 }
@@ -107,7 +131,7 @@ absl::Status ExpertLinears(const std::vector<ExpertProblem<T>>& p, int64_t in, i
 // The decode dispatch (FfnAdd's first way, ffn_cuda.h): routing in s.experts / s.route_w already.
 absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
                          const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign) {
-  const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
+  const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = f.moe_inter;
   const bool shared = f.has_shared;
   const cu::MoePairs p{s.group_expert, s.group_start, s.group_count, s.n_groups, s.order, s.src_row};
   FERRY_RETURN_IF_ERROR(cu::MoeGroupPairs(s.experts, R, K, E, shared, p, s.error));
@@ -124,7 +148,7 @@ absl::Status MoeOnDevice(const CudaFfn& f, const ModelConfig& c, const uint16_t*
 // s.route_w already. Quantized rows: a's R rows (then h's pairs) in q8 / s8, scale stride R * K + R.
 absl::Status MoeOnDeviceFp8(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
                             const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign) {
-  const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
+  const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = f.moe_inter;
   const bool shared = f.has_shared;
   const int64_t stride = R * K + R;
   const cu::MoePairs p{s.group_expert, s.group_start, s.group_count, s.n_groups, s.order, s.src_row};
@@ -152,7 +176,7 @@ absl::Status MoeOnDeviceFp8(const CudaFfn& f, const ModelConfig& c, const uint16
 // R * K + R either way).
 absl::Status MoeFp8Experts(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
                            const FfnScratch<uint16_t>& s, const std::vector<int64_t>& start, uint16_t* y) {
-  const int64_t D = c.hidden_size, K = f.routing.top_k, MI = c.moe_intermediate_size, slots = R * K;
+  const int64_t D = c.hidden_size, K = f.routing.top_k, MI = f.moe_inter, slots = R * K;
   const int64_t stride = slots + R;
   const bool shared8 = f.has_shared && f.shared.fp8;
   const int64_t rows8 = slots + (shared8 ? R : 0);
@@ -184,13 +208,13 @@ absl::Status MoeFp8Experts(const CudaFfn& f, const ModelConfig& c, const uint16_
 }  // namespace
 
 absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer,
-                                    const CudaLoadOptions& opts, int64_t* bytes) {
+                                    const CudaLoadOptions& opts, const TensorParallel& tp, int64_t* bytes) {
   const Precision p = opts.precision;
   CudaFfn f;
   const int64_t D = c.hidden_size;
   f.dense = c.mlp_types[static_cast<size_t>(layer)] == MlpType::kDense;
   if (f.dense) {
-    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w, D, c.intermediate_size, p, &f.mlp, bytes));
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w, D, c.intermediate_size, p, tp, &f.mlp, bytes));
     return f;
   }
   const int64_t E = c.n_routed_experts;
@@ -201,14 +225,16 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   FERRY_ASSIGN_OR_RETURN(f.bias, UploadF32(bias.data));
   f.experts.resize(static_cast<size_t>(E));
   // FP8 experts stay FP8 when GroupedLinearW8A8 can run them (widths: in % 16, out % 8).
-  const int64_t MI = c.moe_intermediate_size;
+  FERRY_RETURN_IF_ERROR(CheckDivisible(w.prefix() + " moe_intermediate_size", c.moe_intermediate_size, tp.world));
+  const int64_t MI = tp.Local(c.moe_intermediate_size);
+  f.moe_inter = MI;
   const bool try_fp8 = p == Precision::kBf16 && opts.fp8_experts && cu::GroupedLinearFp8Available() &&
                        D % 16 == 0 && MI % 16 == 0;
   DeviceBuffer staging;
   for (int64_t e = 0; e < E; ++e) {
     CudaMlp& ex = f.experts[static_cast<size_t>(e)];
-    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub(absl::StrCat("experts.", e, ".")), D, MI, p, &ex, bytes,
-                                      try_fp8 ? &staging : nullptr));
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size, p, tp,
+                                      &ex, bytes, try_fp8 ? &staging : nullptr));
     if (e == 0) f.fp8_experts = ex.fp8;
     if (ex.fp8 != f.fp8_experts) {
       return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": expert ", e,
@@ -220,9 +246,9 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   f.has_shared = c.n_shared_experts > 0;
   if (f.has_shared) {
     // In FP8 with the routed experts when one expert wide (it joins their launches).
-    const int64_t inter = MI * c.n_shared_experts;
-    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub("shared_experts."), D, inter, p, &f.shared, bytes,
-                                      f.fp8_experts && inter == MI ? &staging : nullptr));
+    const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub("shared_experts."), D, inter, p, tp, &f.shared, bytes,
+                                      f.fp8_experts && c.n_shared_experts == 1 ? &staging : nullptr));
   }
   if (p == Precision::kBf16 && !f.fp8_experts) {
     // The decode dispatch's tables of expert matrices (the shared expert last when one expert wide).
@@ -231,7 +257,7 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
       gate_up[static_cast<size_t>(e)] = f.experts[static_cast<size_t>(e)].gate_up.ptr();
       down[static_cast<size_t>(e)] = f.experts[static_cast<size_t>(e)].down.ptr();
     }
-    if (f.has_shared && f.shared.inter() == c.moe_intermediate_size) {
+    if (f.has_shared && f.shared.inter() == MI) {
       gate_up[static_cast<size_t>(E)] = f.shared.gate_up.ptr();
       down[static_cast<size_t>(E)] = f.shared.down.ptr();
     }
@@ -317,7 +343,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
     FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s.gu, s.h, y));
     return assign ? act::ToF32(y, R * D, x) : act::AddResidual(x, y, R * D);
   }
-  const int64_t E = f.routing.n_experts, K = f.routing.top_k, MI = c.moe_intermediate_size;
+  const int64_t E = f.routing.n_experts, K = f.routing.top_k, MI = f.moe_inter;
   FERRY_RETURN_IF_ERROR(act::LinearToF32(a, R, D, f.router.as<T>(), E, 1.0f, s.logits));
   FERRY_RETURN_IF_ERROR(cu::MoeRoute(s.logits, f.bias.as<const float>(), R, f.routing, s.experts, s.route_w));
   FERRY_RETURN_IF_ERROR(TapMoeRoute(tap, s.logits, R, f.routing, s.experts, s.route_w));

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cpu/ops.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 #include "model/cuda/decision_tap.h"
 #include "model/cuda/device_buffer.h"
 #include "model/weights.h"
@@ -39,6 +40,7 @@ struct CudaFfn {
   DeviceWeight router;  // [E, hidden]
   DeviceBuffer bias;    // float32 [E] (selection only)
   std::vector<CudaMlp> experts;
+  int64_t moe_inter = 0;  // a routed expert's intermediate width on this rank (its shard)
   bool has_shared = false;
   CudaMlp shared;
   kernels::cpu::RoutingParams routing;
@@ -58,12 +60,14 @@ struct CudaFfn {
   DeviceBuffer fp8_tables;
 };
 
-// Loads layer `layer`'s FFN under `w` ("...mlp.") in precision p (one expert at a time: the
-// float32 copies of all experts never coexist); adds the device bytes to *bytes. FP8 experts stay
-// FP8 as CudaFfn::fp8_experts says; INVALID_ARGUMENT when only some of a layer's experts are FP8.
+// Loads this rank's shard of layer `layer`'s FFN under `w` ("...mlp.") in precision p (one
+// expert at a time: the float32 copies of all experts never coexist): model::LoadFfn's split,
+// every MLP's intermediate rows over tp's ranks, the router replicated. Adds the device bytes to
+// *bytes. FP8 experts stay FP8 as CudaFfn::fp8_experts says (a shard must fall on whole 128 x 128
+// scale blocks, else they are upcast); INVALID_ARGUMENT when only some of a layer's experts are
+// FP8, or a width does not split over the ranks.
 absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c, int64_t layer,
-                                    const CudaLoadOptions& opts,
-                                    int64_t* bytes);
+                                    const CudaLoadOptions& opts, const TensorParallel& tp, int64_t* bytes);
 
 // A step's FFN scratch for R rows (the widest of the dense MLP, the routed experts' R * top_k
 // rows and the shared expert), T the activation type (uint16_t bf16 bits or float).

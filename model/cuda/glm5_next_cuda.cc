@@ -124,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
         FERRY_RETURN_IF_ERROR(up32(&Ly.ape, x.ape));
       }
     }
-    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, opts, &bytes));
+    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, opts, TensorParallel{}, &bytes));
   }
   m->set_weight_bytes(bytes);
   return m;

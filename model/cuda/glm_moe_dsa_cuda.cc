@@ -9,7 +9,7 @@ namespace ferry::model::cuda {
 
 template <typename T>
 absl::Status GlmMoeDsaCuda::LoadImpl(const Checkpoint& ck, const ModelConfig& c, const CudaLoadOptions& opts,
-                                     Impl<T>* impl, int64_t* bytes) {
+                                     const TensorParallel& tp, Impl<T>* impl, int64_t* bytes) {
   const Precision p = opts.precision;
   auto upload = [p, bytes](Weight w) -> absl::StatusOr<DeviceWeight> {
     FERRY_ASSIGN_OR_RETURN(DeviceWeight d, UploadWeight(w, p));
@@ -26,24 +26,27 @@ absl::Status GlmMoeDsaCuda::LoadImpl(const Checkpoint& ck, const ModelConfig& c,
     *bytes += d.bytes();
     return d;
   };
-  auto ffn = [&c, &opts, bytes](const WeightLoader& w, int64_t layer) { return LoadFfnCuda(w, c, layer, opts, bytes); };
-  return LoadDsaWeights<CudaOps<T>>(ck, c, TensorParallel{}, upload, floats, vocab, ffn, &impl->weights);
+  auto ffn = [&c, &opts, &tp, bytes](const WeightLoader& w, int64_t layer) {
+    return LoadFfnCuda(w, c, layer, opts, tp, bytes);
+  };
+  return LoadDsaWeights<CudaOps<T>>(ck, c, tp, upload, floats, vocab, ffn, &impl->weights);
 }
 
 absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpoint& ck, const ModelConfig& c,
                                                                    const CacheOptions& cache,
-                                                                   const CudaLoadOptions& opts) {
+                                                                   const CudaLoadOptions& opts,
+                                                                   const TensorParallel& tp) {
   const Precision precision = opts.precision;
-  std::unique_ptr<GlmMoeDsaCuda> m(new GlmMoeDsaCuda(c, precision));
+  std::unique_ptr<GlmMoeDsaCuda> m(new GlmMoeDsaCuda(c, precision, tp));
   FERRY_ASSIGN_OR_RETURN(m->latent_arena_, DeviceArena(DsaLatentRegions(c), cache, precision));
   FERRY_ASSIGN_OR_RETURN(m->keys_arena_, DeviceArena(DsaKeyRegions(c), cache, precision));
   int64_t bytes = 0;
   if (precision == Precision::kF32) {
     m->f32_ = std::make_unique<Impl<float>>();
-    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, m->f32_.get(), &bytes));
+    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, tp, m->f32_.get(), &bytes));
   } else {
     m->bf16_ = std::make_unique<Impl<uint16_t>>();
-    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, m->bf16_.get(), &bytes));
+    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, tp, m->bf16_.get(), &bytes));
   }
   m->set_weight_bytes(bytes);
   return m;
@@ -55,7 +58,7 @@ absl::Status GlmMoeDsaCuda::SizeArenas(int64_t pages, int64_t latent_pages) {
 }
 
 std::unique_ptr<SequenceState> GlmMoeDsaCuda::NewSequence() const {
-  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, 0), 0, DeviceStateMemory());
+  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank), 0, DeviceStateMemory());
 }
 
 absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::Forward(std::span<const ForwardSegment> segments) {

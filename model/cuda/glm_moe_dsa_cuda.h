@@ -17,7 +17,8 @@
 //     host, grouping there, one cuBLAS call per expert with rows, the experts side by side on side
 //     streams);
 //   - everything else runs on the default stream; no CUDA graphs.
-// Tensor parallelism: one rank only (the loader refuses world > 1).
+// Tensor parallelism: the sequence's float32 reductions and the latent split's exchanges go
+// through the group's Collective, staged through host memory (cuda_ops.h, attend_split.h).
 // Batch invariance (CausalLM::Forward's "a row's logits do not depend on the other segments"):
 // every op but the cuBLAS GEMMs computes a row alone in a fixed order; cuBLAS picks its kernel by
 // the row count, so in float32 a row may move in the last bits with the step's composition
@@ -40,10 +41,13 @@ namespace ferry::model::cuda {
 
 class GlmMoeDsaCuda final : public CausalLM {
  public:
-  // Uploads the whole checkpoint (one rank) to the current device.
+  // Uploads this rank's tensor-parallel shard (model/dsa_step.h's LoadDsaWeights: heads and
+  // every MLP's intermediate rows split, the rest replicated; all of it on one rank) to the
+  // current device.
   static absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
                                                              const CacheOptions& cache,
-                                                             const CudaLoadOptions& opts = {});
+                                                             const CudaLoadOptions& opts = {},
+                                                             const TensorParallel& tp = {});
   Precision precision() const { return precision_; }
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
@@ -58,6 +62,10 @@ class GlmMoeDsaCuda final : public CausalLM {
   absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
   int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
   int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
+  OwnerSplitStats owner_split_stats() const override { return split_stats_; }
+  absl::Status CarryLatent(std::span<const LatentCarry> carries) override {
+    return CarryLatentRows(carries, tp_, &split_stats_);
+  }
   std::unique_ptr<SequenceState> NewSequence() const override;
   // As CausalLM::Forward. Logits come back to the host (float32); the step synchronizes.
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
@@ -79,14 +87,18 @@ class GlmMoeDsaCuda final : public CausalLM {
     DsaWeights<CudaOps<T>> weights;
   };
   template <typename T>
-  static absl::Status LoadImpl(const Checkpoint& ck, const ModelConfig& c, const CudaLoadOptions& opts, Impl<T>* impl,
-                               int64_t* bytes);
+  static absl::Status LoadImpl(const Checkpoint& ck, const ModelConfig& c, const CudaLoadOptions& opts,
+                               const TensorParallel& tp, Impl<T>* impl, int64_t* bytes);
 
-  GlmMoeDsaCuda(ModelConfig c, Precision p) : config_(std::move(c)), precision_(p) {}
-  DsaStepContext Context() { return {&config_, keys_arena_.get(), latent_arena_.get(), {}, nullptr, decisions_}; }
+  GlmMoeDsaCuda(ModelConfig c, Precision p, const TensorParallel& tp) : config_(std::move(c)), precision_(p), tp_(tp) {}
+  DsaStepContext Context() {
+    return {&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decisions_};
+  }
 
   ModelConfig config_;
   Precision precision_;
+  TensorParallel tp_;
+  OwnerSplitStats split_stats_;
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   std::unique_ptr<Impl<uint16_t>> bf16_;
   std::unique_ptr<Impl<float>> f32_;

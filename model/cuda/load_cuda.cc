@@ -14,10 +14,6 @@ namespace ferry::model::cuda {
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp,
                                                            const CacheOptions& cache, const CudaLoadOptions& opts) {
   const Precision precision = opts.precision;
-  if (tp.world > 1) {
-    return absl::UnimplementedError(absl::StrCat("the CUDA backend runs one rank on one GPU; asked for rank ", tp.rank,
-                                                 " of ", tp.world, " (tensor parallelism is CPU-only for now)"));
-  }
   const int devices = kernels::cuda::DeviceCount();
   if (devices == 0) {
     return absl::FailedPreconditionError("no CUDA device: the CUDA backend needs a GPU (use --device cpu)");
@@ -28,17 +24,25 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
     case Family::kGlmMoeDsa: {
-      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, opts));
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, opts, tp));
       break;
     }
     case Family::kGlm5Next: {
+      if (tp.world > 1) {
+        return absl::UnimplementedError(absl::StrCat(
+            "glm5_next on the CUDA backend runs one rank; asked for rank ", tp.rank, " of ", tp.world,
+            " (its tensor-parallel step is CPU-only for now: use --device cpu, or --ranks 1)"));
+      }
       FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, opts));
       break;
     }
   }
-  absl::StatusOr<std::string> name = kernels::cuda::DeviceName(0);
+  absl::StatusOr<int> device = kernels::cuda::CurrentDevice();
+  absl::StatusOr<std::string> name = kernels::cuda::DeviceName(device.ok() ? *device : 0);
   absl::StatusOr<kernels::cuda::DeviceMemory> mem = kernels::cuda::MemoryInfo();
-  FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << " onto "
+  FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family)
+                  << (tp.world > 1 ? absl::StrCat(" (rank ", tp.rank, " of ", tp.world, ")") : std::string()) << " from "
+                  << dir << " onto " << (device.ok() ? absl::StrCat("GPU ", *device, ", ") : std::string())
                   << (name.ok() ? *name : std::string("a CUDA device")) << ": " << cfg.num_layers << " layers, hidden "
                   << cfg.hidden_size << ", vocab " << cfg.vocab_size << ", " << model->weight_bytes() << " bytes of "
                   << PrecisionName(precision) << " weights"

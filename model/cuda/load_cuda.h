@@ -12,13 +12,14 @@
 
 namespace ferry::model::cuda {
 
-// Opens the checkpoint at `dir` and uploads it to the current CUDA device in opts.precision
+// Opens the checkpoint at `dir` and uploads this rank's tensor-parallel shard (all of it on one
+// rank) to the current CUDA device in opts.precision
 // (bf16 weights and activations to serve; float32 to verify against the goldens,
 // device_buffer.h). FP8 block-scaled weights are upcast on load, the experts kept in FP8 where
 // opts.fp8_experts allows (CudaLoadOptions). The returned model's Forward() runs on that
 // device and its cache pages live there (device_pages.h).
-// Errors: FAILED_PRECONDITION without a CUDA device; UNIMPLEMENTED for tp.world > 1 (one GPU
-// only for now) and for a family without a CUDA forward yet; the checkpoint's and the device
+// Errors: FAILED_PRECONDITION without a CUDA device; UNIMPLEMENTED for tp.world > 1 on a family whose
+// CUDA step is one rank only (glm5_next for now); the checkpoint's and the device
 // allocator's errors as they come.
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp = {},
                                                            const CacheOptions& cache = {},
