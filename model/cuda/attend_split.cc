@@ -155,9 +155,10 @@ absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_
       if (q != me) stats->rows_fetched += plan.owner_rows[static_cast<size_t>(q)];
     }
     if (!plan.fetched.empty()) {
-      // Every owner's rows in one page of one array (rows padded to whole 16-byte loads), the
-      // fetch rows' selections renumbered into it: the same rows in the same order.
-      const int64_t padded = (total + 7) / 8 * 8;
+      // Every owner's rows in one page of one array (its rows a power of two, as a page's are),
+      // the fetch rows' selections renumbered into it: the same rows in the same order.
+      int64_t padded = 8;
+      while (padded < total) padded *= 2;
       FERRY_ASSIGN_OR_RETURN(T * hist, ws.Take<T>(padded * W));
       for (int q = 0; q < world; ++q) {
         const int64_t n = plan.owner_rows[static_cast<size_t>(q)];
@@ -166,15 +167,15 @@ absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_
                                                history[static_cast<size_t>(q)].data(),
                                                static_cast<size_t>(n * W) * sizeof(T)));
       }
-      FERRY_ASSIGN_OR_RETURN(int32_t * page0, upload_ids(std::vector<int32_t>{0}));
+      FERRY_ASSIGN_OR_RETURN(int32_t * page0, upload_ids(std::vector<int32_t>(static_cast<size_t>(R), 0)));
       act::Cache<T> view{};
       view.arena = reinterpret_cast<decltype(view.arena)>(hist);
       view.n_pages = 1;
       view.page_rows = padded;
       view.page_stride = padded * W;
       view.width = W;
-      view.page_table = page0;
-      view.table_stride = 0;
+      view.page_table = page0;  // every row's one page
+      view.table_stride = 1;
       std::vector<int32_t> off, s;
       CsrOf(plan.fetched, R, /*all=*/true, offsets, sel,
             [&](int64_t r, int32_t t) {
