@@ -55,35 +55,8 @@ for m in glm-dsa-tiny glm5next-tiny; do
     ferry check-golden --device cuda --precision bf16 --model "tests/data/$m" --prefill-chunk 7
   run "golden-$m-cpu.txt" "check-golden $m cpu" ferry check-golden --device cpu --model "tests/data/$m"
 done
-# Tensor parallelism on the GPU: W ranks as processes sharing GPU 0, joined by the UCX data plane
-# (check-golden --ranks). Float32: the goldens pass at W = 2 and 4 and the logits stay within 1e-4
-# of W = 1 (the same prefill chunks); the owner split on and off give the same bits, in float32
-# and in bf16 (bf16 unpinned: its own bits are compared, not the goldens: --tolerance 100).
-m=glm-dsa-tiny
-lg="$dir/logits"
-mkdir -p "$lg"
-run "golden-$m-cuda-f32-w1.txt" "check-golden $m cuda f32 W=1 (logits)" \
-  ferry check-golden --device cuda --precision f32 --model "tests/data/$m" --logits-out "$lg/f32-w1.bin"
-run "golden-$m-cuda-f32-w1-chunk7.txt" "check-golden $m cuda f32 W=1 chunk 7 (logits)" \
-  ferry check-golden --device cuda --precision f32 --model "tests/data/$m" --prefill-chunk 7 \
-  --logits-out "$lg/f32-w1-c7.bin"
-for w in 2 4; do
-  run "golden-$m-cuda-f32-w$w.txt" "check-golden $m cuda f32 W=$w split off ~ W=1" \
-    ferry check-golden --device cuda --precision f32 --model "tests/data/$m" --ranks "$w" --owner-split off \
-    --logits-out "$lg/f32-w$w-off.bin" --logits-against "$lg/f32-w1.bin" --logits-within 1e-4
-  run "golden-$m-cuda-f32-w$w-split.txt" "check-golden $m cuda f32 W=$w split on = off" \
-    ferry check-golden --device cuda --precision f32 --model "tests/data/$m" --ranks "$w" --owner-split on \
-    --logits-against "$lg/f32-w$w-off.bin"
-  run "golden-$m-cuda-f32-w$w-split-chunk7.txt" "check-golden $m cuda f32 W=$w split chunk 7 ~ W=1" \
-    ferry check-golden --device cuda --precision f32 --model "tests/data/$m" --ranks "$w" --owner-split on \
-    --prefill-chunk 7 --logits-against "$lg/f32-w1-c7.bin" --logits-within 1e-4
-  run "golden-$m-cuda-bf16-w$w.txt" "check-golden $m cuda bf16 W=$w split off (logits)" \
-    ferry check-golden --device cuda --precision bf16 --pin-decisions=false --tolerance 100 --model "tests/data/$m" \
-    --ranks "$w" --owner-split off --prefill-chunk 7 --logits-out "$lg/bf16-w$w-off.bin"
-  run "golden-$m-cuda-bf16-w$w-split.txt" "check-golden $m cuda bf16 W=$w split on = off" \
-    ferry check-golden --device cuda --precision bf16 --pin-decisions=false --tolerance 100 --model "tests/data/$m" \
-    --ranks "$w" --owner-split on --prefill-chunk 7 --logits-against "$lg/bf16-w$w-off.bin"
-done
+# Tensor parallelism on the GPU (scripts/gpu-check-ranks.sh: W = 2 and 4 ranks sharing GPU 0).
+run ranks.txt "tensor parallelism: gpu-check-ranks.sh" env OUT="$dir/ranks" "$(dirname "$0")/gpu-check-ranks.sh"
 # Programmatic dependent launch off (FERRY_PDL=0: every LaunchDependent kernel then starts after
 # the one before it ends): the model checks, and the MLA cases (the persistent form's fold).
 for m in glm-dsa-tiny glm5next-tiny; do
@@ -125,6 +98,7 @@ for f in "$dir"/golden-*.txt; do
   echo "-- $(basename "$f")"
   grep -E '^(device|p[0-9]+( f32 reference)?:|  expected|  got|  pinned:|  unpinned|golden:|logits against|ferry check-golden:|rank [0-9])' "$f"
 done
+grep -h -E '^(  check-golden|gpu-check-ranks:)' "$dir/ranks.txt"
 for f in "$dir"/generate-*.txt; do echo "-- $(basename "$f"): $(grep -E '^[0-9,]+$|ferry generate:' "$f")"; done
 [ -f "$dir/memcheck.txt" ] && grep -E 'ERROR SUMMARY|cuda model check' "$dir/memcheck.txt"
 for line in "${summary[@]}"; do echo "  $line"; done

@@ -63,6 +63,14 @@ void CsrOf(const std::vector<int64_t>& rows, int64_t R, bool all, const std::vec
 
 }  // namespace
 
+absl::Status ReduceThroughHost(const TensorParallel& tp, float* x, int64_t n, std::vector<float>* staging) {
+  if (tp.world == 1) return absl::OkStatus();
+  staging->resize(static_cast<size_t>(n));
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(staging->data(), x, staging->size() * sizeof(float)));
+  FERRY_RETURN_IF_ERROR(tp.Reduce(staging->data(), n));
+  return cu::CopyToDevice(x, staging->data(), staging->size() * sizeof(float));
+}
+
 template <typename T>
 absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_t heads, const T* q_abs,
                              const T* q_pe, int64_t R, const RowOwners& owners, const TensorParallel& tp,

@@ -1,5 +1,5 @@
-// The latent split's attention on the device (model/mla.h's MlaAttendSplit, the CUDA backend's
-// AttendSplit): the same plan (PlanSplit), the same exchanges in the same order, and every row
+// The CUDA backend's tensor-parallel transfers: the float32 reduction, and the latent split's
+// attention on the device (model/mla.h's MlaAttendSplit, the CUDA backend's AttendSplit): the same plan (PlanSplit), the same exchanges in the same order, and every row
 // attended by act::MlaDecode over the same selected rows in the same order as the replicated
 // layout would, so the owner split on and off give the same bits. The exchanges go through the
 // group's Collective, staged through host memory (the UCX data plane's transport).
@@ -17,6 +17,10 @@
 #include "model/tensor_parallel.h"
 
 namespace ferry::model::cuda {
+
+// x [n] float32 (device) summed over tp's ranks in the collective's fixed order, staged through
+// host memory (*staging, grown as needed). No-op on one rank.
+absl::Status ReduceThroughHost(const TensorParallel& tp, float* x, int64_t n, std::vector<float>* staging);
 
 // What AttendSplitCuda keeps between calls: its device scratch (reset at every call) and host
 // staging.

@@ -19,7 +19,8 @@ namespace ferry::model::cuda {
 namespace cu = ferry::kernels::cuda;
 
 absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoint& ck, const ModelConfig& c,
-                                                                 const CacheOptions& cache, const CudaLoadOptions& opts) {
+                                                                 const CacheOptions& cache, const CudaLoadOptions& opts,
+                                                                 const TensorParallel& tp) {
   const Precision precision = opts.precision;
   if (!c.index_kpool_always_select_tail) {
     return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": text_config.index_kpool_always_select_tail "
@@ -29,7 +30,8 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
     return absl::UnimplementedError(absl::StrCat(ck.config_path(), ": glm5_next on CUDA expects NoPE MLA and 1 to 8 "
                                                  "streams; got rope ", c.qk_rope_head_dim, ", hc_mult ", c.hc_mult));
   }
-  std::unique_ptr<Glm5NextCuda> m(new Glm5NextCuda(c, precision));
+  FERRY_RETURN_IF_ERROR(CheckDivisible("linear_num_heads", c.linear_num_heads, tp.world));
+  std::unique_ptr<Glm5NextCuda> m(new Glm5NextCuda(c, precision, tp));
   const int64_t D = c.hidden_size, S = c.hc_mult;
   m->layers_.resize(static_cast<size_t>(c.num_layers));
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -85,8 +87,9 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
     FERRY_RETURN_IF_ERROR(up_mhc(&Ly.hc_attn, lw, "hc_attn"));
     FERRY_RETURN_IF_ERROR(up_mhc(&Ly.hc_ffn, lw, "hc_ffn"));
     if (Ly.kda) {
-      FERRY_ASSIGN_OR_RETURN(KdaWeights k, LoadKda(lw.Sub("self_attn."), c));
+      FERRY_ASSIGN_OR_RETURN(KdaWeights k, LoadKda(lw.Sub("self_attn."), c, tp));
       Ly.low_rank = k.f_a.rows;
+      Ly.heads = k.heads;
       FERRY_RETURN_IF_ERROR(up(&Ly.q_proj, k.q_proj));
       FERRY_RETURN_IF_ERROR(up(&Ly.k_proj, k.k_proj));
       FERRY_RETURN_IF_ERROR(up(&Ly.v_proj, k.v_proj));
@@ -103,7 +106,8 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
       FERRY_RETURN_IF_ERROR(up32(&Ly.dt_bias, k.dt_bias));
       FERRY_RETURN_IF_ERROR(up32(&Ly.o_norm, k.o_norm));
     } else {
-      FERRY_ASSIGN_OR_RETURN(MlaWeights a, LoadMla(lw.Sub("self_attn."), c, c.rms_norm_eps));
+      FERRY_ASSIGN_OR_RETURN(MlaWeights a, LoadMla(lw.Sub("self_attn."), c, c.rms_norm_eps, tp));
+      Ly.heads = a.heads;
       FERRY_RETURN_IF_ERROR(up(&Ly.q_a, a.q_a));
       FERRY_RETURN_IF_ERROR(up(&Ly.q_a_norm, a.q_a_norm));
       FERRY_RETURN_IF_ERROR(up(&Ly.q_b, a.q_b));
@@ -124,7 +128,7 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
         FERRY_RETURN_IF_ERROR(up32(&Ly.ape, x.ape));
       }
     }
-    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, opts, TensorParallel{}, &bytes));
+    FERRY_ASSIGN_OR_RETURN(Ly.ffn, LoadFfnCuda(lw.Sub("mlp."), c, i, opts, tp, &bytes));
   }
   m->set_weight_bytes(bytes);
   return m;
@@ -136,7 +140,7 @@ absl::Status Glm5NextCuda::SizeArenas(int64_t pages, int64_t latent_pages) {
 }
 
 std::unique_ptr<SequenceState> Glm5NextCuda::NewSequence() const {
-  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, 0),
+  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank),
                                         kda_layout_.floats * static_cast<int64_t>(sizeof(float)), DeviceStateMemory());
 }
 

@@ -37,6 +37,7 @@ struct Glm5NextCuda::Step {
   float *iw, *scores;
   int32_t *top_ids, *top_counts, *sel;
   bool have_selection = false;
+  RowOwners owners;  // which rank holds each row's latent rows (the latent split)
   FfnScratch<T> ffn;
   DecisionTap tap;  // the current layer's decision tap (off when tap.log is null)
 
@@ -75,16 +76,16 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   b.seg_begin = rows.seg_begin;
   const int64_t R = rows.count();
   b.R = R;
-  const int64_t D = c.hidden_size, S = c.hc_mult, M = (2 + S) * S, H = c.num_heads, L = c.kv_lora_rank,
+  // H and HK: this rank's MLA and KDA heads.
+  const int64_t D = c.hidden_size, S = c.hc_mult, M = (2 + S) * S, H = tp_.Local(c.num_heads), L = c.kv_lora_rank,
                 N = c.qk_nope_head_dim, V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads,
                 Di = c.index_head_dim, kp = c.index_kpool, keep = c.index_topk / c.index_kpool,
-                HK = c.linear_num_heads, C = c.linear_num_heads * c.linear_head_dim;
+                HK = tp_.Local(c.linear_num_heads), C = HK * c.linear_head_dim;
   int64_t low_rank = 1;
   for (const Layer& Ly : layers_) low_rank = std::max(low_rank, Ly.low_rank);
 
-  // Pages for the new tokens, all or nothing (one rank: every row's latent rows are here).
-  RowOwners owners;
-  FERRY_RETURN_IF_ERROR(ReserveConversations(segments, b.seqs, b.lengths, rows, 1, &owners));
+  // Pages for the new tokens, all or nothing; which rank holds each row's latent rows.
+  FERRY_RETURN_IF_ERROR(ReserveConversations(segments, b.seqs, b.lengths, rows, tp_.world, &b.owners));
 
   // Host-side rows: tokens, positions, page tables, visible pools and the selection's offsets.
   b.T_ = TableWidth(b.seqs);
@@ -187,10 +188,11 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     } else {
       FERRY_RETURN_IF_ERROR(Mla(Ly, b));
     }
-    FERRY_RETURN_IF_ERROR(act::MhcMixOut(b.h, b.post, b.comb, b.y, R, S, D));
+    FERRY_RETURN_IF_ERROR(MixOut(b.y, b));
 
     FERRY_RETURN_IF_ERROR(MhcIn(Ly.hc_ffn, Ly.post_norm.as<T>(), b));
     FERRY_RETURN_IF_ERROR(FfnAdd(Ly.ffn, c, b.a, R, b.ffn, b.y, b.yf, b.tap, /*assign=*/true));
+    FERRY_RETURN_IF_ERROR(ReduceThroughHost(tp_, b.yf, R * D, &reduce_));
     FERRY_RETURN_IF_ERROR(cu::MhcMixOutF32(b.h, b.post, b.comb, b.yf, R, S, D));
     if (hidden && l + 1 < layers_.size()) FERRY_RETURN_IF_ERROR(record(b.h, R * S * D));
   }
@@ -217,6 +219,15 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   return out;
 }
 
+template <typename T>
+absl::Status Glm5NextCuda::MixOut(const T* y, Step<T>& b) {
+  const int64_t R = b.R, S = config_.hc_mult, D = config_.hidden_size;
+  if (tp_.world == 1) return act::MhcMixOut(b.h, b.post, b.comb, y, R, S, D);
+  FERRY_RETURN_IF_ERROR(act::ToF32(y, R * D, b.yf));
+  FERRY_RETURN_IF_ERROR(ReduceThroughHost(tp_, b.yf, R * D, &reduce_));
+  return cu::MhcMixOutF32(b.h, b.post, b.comb, b.yf, R, S, D);
+}
+
 // An mHC site's mixing weights (b.pre, b.post, b.comb), its input b.u (float32) and that input
 // normed by `norm` into b.a: two launches (normed mixing logits; Sinkhorn, mix and norm).
 template <typename T>
@@ -236,7 +247,7 @@ template <typename T>
 absl::Status Glm5NextCuda::Kda(size_t l, Step<T>& b) {
   const ModelConfig& c = config_;
   const Layer& Ly = layers_[l];
-  const int64_t R = b.R, D = c.hidden_size, H = c.linear_num_heads, d = c.linear_head_dim, C = H * d,
+  const int64_t R = b.R, D = c.hidden_size, H = Ly.heads, d = c.linear_head_dim, C = H * d,
                 K = c.linear_conv_kernel_dim, r = Ly.low_rank;
   // The projections of b.a in one launch at decode sizes, then the two low-rank second halves.
   FERRY_RETURN_IF_ERROR(act::LinearMany({{b.a, D, Ly.q_proj.as<T>(), C, b.kq},
@@ -278,7 +289,7 @@ absl::Status Glm5NextCuda::Kda(size_t l, Step<T>& b) {
 template <typename T>
 absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
   const ModelConfig& c = config_;
-  const int64_t R = b.R, D = c.hidden_size, H = c.num_heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
+  const int64_t R = b.R, D = c.hidden_size, H = Ly.heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim,
                 V = c.v_head_dim, QL = c.q_lora_rank, Hi = c.index_n_heads, Di = c.index_head_dim,
                 kp = c.index_kpool, keep = c.index_topk / c.index_kpool;
   // The products of b.a in one launch at decode sizes (the indexer's too), then those of cq.
@@ -324,9 +335,16 @@ absl::Status Glm5NextCuda::Mla(const Layer& Ly, Step<T>& b) {
   } else if (!b.have_selection) {
     return absl::FailedPreconditionError("a shared indexer layer comes before any full one");
   }
-  FERRY_RETURN_IF_ERROR(act::MlaDecode(b.q_abs, static_cast<const T*>(nullptr), R, H, L, 0, latent, b.sel,
-                                       b.sel_offsets, 1.0f / std::sqrt(static_cast<float>(N)), b.o_lat, b.mla_ws,
-                                       b.mla_ws_bytes));
+  // Every row, prompt rows included, attends over its own selection; under the latent split the
+  // rows whose latent rows live on another rank go through their owner.
+  if (b.owners.split) {
+    FERRY_RETURN_IF_ERROR(AttendSplitCuda<T>(split_, c, H, b.q_abs, nullptr, R, b.owners, tp_, latent, b.sel,
+                                             b.sel_offsets, b.o_lat, &split_stats_));
+  } else {
+    FERRY_RETURN_IF_ERROR(act::MlaDecode(b.q_abs, static_cast<const T*>(nullptr), R, H, L, 0, latent, b.sel,
+                                         b.sel_offsets, 1.0f / std::sqrt(static_cast<float>(N)), b.o_lat, b.mla_ws,
+                                         b.mla_ws_bytes));
+  }
   FERRY_RETURN_IF_ERROR(act::BatchedLinear(b.o_lat, L, H * L, R, L, Ly.w_uv.as<T>(), V * L, V, b.o_v, V, H * V, H));
   return act::Linear(b.o_v, R, H * V, Ly.o_proj.as<T>(), D, b.y);
 }

@@ -28,12 +28,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
       break;
     }
     case Family::kGlm5Next: {
-      if (tp.world > 1) {
-        return absl::UnimplementedError(absl::StrCat(
-            "glm5_next on the CUDA backend runs one rank; asked for rank ", tp.rank, " of ", tp.world,
-            " (its tensor-parallel step is CPU-only for now: use --device cpu, or --ranks 1)"));
-      }
-      FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, opts));
+      FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, opts, tp));
       break;
     }
   }

@@ -18,9 +18,8 @@ namespace ferry::model::cuda {
 // device_buffer.h). FP8 block-scaled weights are upcast on load, the experts kept in FP8 where
 // opts.fp8_experts allows (CudaLoadOptions). The returned model's Forward() runs on that
 // device and its cache pages live there (device_pages.h).
-// Errors: FAILED_PRECONDITION without a CUDA device; UNIMPLEMENTED for tp.world > 1 on a family whose
-// CUDA step is one rank only (glm5_next for now); the checkpoint's and the device
-// allocator's errors as they come.
+// Errors: FAILED_PRECONDITION without a CUDA device; INVALID_ARGUMENT for widths that do not
+// split over tp's ranks; the checkpoint's and the device allocator's errors as they come.
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& dir, const TensorParallel& tp = {},
                                                            const CacheOptions& cache = {},
                                                            const CudaLoadOptions& opts = {});

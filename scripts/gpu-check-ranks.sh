@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Tensor parallelism on the GPU machine: W ranks as processes sharing GPU 0, joined by the UCX data
+# plane (`ferry check-golden --ranks`), on both tiny checkpoints. Float32: the goldens pass at
+# W = 2 and 4 and the logits stay within 1e-4 of W = 1 (with the same prefill chunks); the owner
+# split on and off give the same bits, in float32 and in bf16 (bf16 unpinned: its own bits are
+# compared, not the goldens: --tolerance 100).
+#
+#   source .device/env.sh && scripts/gpu-check-ranks.sh
+#
+# Logs go to "$OUT" when set, else to a temporary folder. Exit status: 0 when every run passed.
+set -uo pipefail
+command -v ferry >/dev/null 2>&1 || { echo "gpu-check-ranks: ferry is not on PATH (source .device/env.sh first)" >&2; exit 2; }
+dir=${OUT:-$(mktemp -d /tmp/gpu-check-ranks.XXXXXX)}
+mkdir -p "$dir"
+status=0
+summary=()
+run() {  # run LOGNAME LABEL COMMAND...
+  local log="$dir/$1" label=$2; shift 2
+  local start end rc
+  start=$(date +%s.%N)
+  { echo "== $label: $*"; "$@"; } > "$log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  [ "$rc" -eq 0 ] || status=1
+  summary+=("$(printf '%-60s exit %d, %.1f s' "$label" "$rc" "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')")")
+}
+for m in glm-dsa-tiny glm5next-tiny; do
+  lg="$dir/logits-$m"
+  mkdir -p "$lg"
+  golden=(ferry check-golden --device cuda --model "tests/data/$m")
+  run "$m-f32-w1.txt" "check-golden $m f32 W=1 (logits)" "${golden[@]}" --precision f32 --logits-out "$lg/f32-w1.bin"
+  run "$m-f32-w1-chunk7.txt" "check-golden $m f32 W=1 chunk 7 (logits)" "${golden[@]}" --precision f32 \
+    --prefill-chunk 7 --logits-out "$lg/f32-w1-c7.bin"
+  for w in 2 4; do
+    run "$m-f32-w$w.txt" "check-golden $m f32 W=$w split off ~ W=1" "${golden[@]}" --precision f32 --ranks "$w" \
+      --owner-split off --logits-out "$lg/f32-w$w-off.bin" --logits-against "$lg/f32-w1.bin" --logits-within 1e-4
+    run "$m-f32-w$w-split.txt" "check-golden $m f32 W=$w split on = off" "${golden[@]}" --precision f32 \
+      --ranks "$w" --owner-split on --logits-against "$lg/f32-w$w-off.bin"
+    run "$m-f32-w$w-split-chunk7.txt" "check-golden $m f32 W=$w split chunk 7 ~ W=1" "${golden[@]}" \
+      --precision f32 --ranks "$w" --owner-split on --prefill-chunk 7 --logits-against "$lg/f32-w1-c7.bin" \
+      --logits-within 1e-4
+    run "$m-bf16-w$w.txt" "check-golden $m bf16 W=$w split off (logits)" "${golden[@]}" --precision bf16 \
+      --pin-decisions=false --tolerance 100 --ranks "$w" --owner-split off --prefill-chunk 7 \
+      --logits-out "$lg/bf16-w$w-off.bin"
+    run "$m-bf16-w$w-split.txt" "check-golden $m bf16 W=$w split on = off" "${golden[@]}" --precision bf16 \
+      --pin-decisions=false --tolerance 100 --ranks "$w" --owner-split on --prefill-chunk 7 \
+      --logits-against "$lg/bf16-w$w-off.bin"
+  done
+done
+for f in "$dir"/*.txt; do
+  grep -H -E '^(golden:|logits against|ferry check-golden:|rank [0-9])' "$f" | sed "s|^$dir/||"
+done
+for line in "${summary[@]}"; do echo "  $line"; done
+echo "gpu-check-ranks: $([ "$status" -eq 0 ] && echo PASSED || echo FAILED)"
+exit "$status"
