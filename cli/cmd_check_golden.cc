@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/load_model.h"
-#include "cli/ranks.h"
+#include "dataplane/process_group.h"
 #include "model/causal_lm.h"
 #include "model/decision_log.h"
 #include "model/golden.h"
@@ -249,7 +249,7 @@ int RunCheckGolden() {
   if (pinned) return RunPinnedBf16(dir, *prompts, absl::GetFlag(FLAGS_tolerance), chunk);
 #endif
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_step_timeout) * 1000));
-  return RunRanks(static_cast<int>(world), timeout, [&](int rank, model::Collective* comm) {
+  return dataplane::RunProcessGroup(static_cast<int>(world), timeout, [&](int rank, model::Collective* comm) {
     // Every rank runs the same prompts in lockstep; rank 0 reports.
     FILE* report = rank == 0 ? stdout : fopen("/dev/null", "w");
 #ifdef FERRY_WITH_CUDA

@@ -12,7 +12,7 @@ namespace ferry::cli {
 
 // device "cpu": model::LoadCausalLM (float32); "cuda": model::cuda::LoadCausalLMCuda (on the
 // current GPU) in `precision` "bf16" or "f32", FP8 experts kept in FP8 when `fp8_experts` (both
-// ignored on cpu). `tp`: this rank's shard of a tensor-parallel group (cli/ranks.h).
+// ignored on cpu). `tp`: this rank's shard of a tensor-parallel group (dataplane/process_group.h).
 // Errors: INVALID_ARGUMENT for another device or precision name; UNIMPLEMENTED for "cuda" in a
 // build made without nvcc; the loaders' errors.
 absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& device, const std::string& dir,

@@ -1,4 +1,4 @@
-#include "cli/ranks.h"
+#include "dataplane/process_group.h"
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,7 +13,7 @@
 #include "dataplane/group_collective.h"
 #include "dataplane/ucx_dataplane.h"
 
-namespace ferry::cli {
+namespace ferry::dataplane {
 namespace {
 
 bool WriteAll(int fd, const void* data, size_t n) {
@@ -54,7 +54,7 @@ bool ReadBlob(int fd, std::string* s) {
 // `from` are its pipes to and from rank 0; rank 0 has one pair per peer), then fn.
 int RunRank(int rank, int world, std::chrono::milliseconds timeout, const std::vector<int>& to,
             const std::vector<int>& from, const std::function<int(int, model::Collective*)>& fn) {
-  auto dp = dataplane::UcxDataPlane::Create(rank, world);
+  auto dp = UcxDataPlane::Create(rank, world);
   if (!dp.ok()) {
     fprintf(stderr, "rank %d: data plane: %s\n", rank, std::string(dp.status().message()).c_str());
     return 2;
@@ -86,13 +86,13 @@ int RunRank(int rank, int world, std::chrono::milliseconds timeout, const std::v
     fprintf(stderr, "rank %d: data plane: %s\n", rank, std::string(st.message()).c_str());
     return 2;
   }
-  dataplane::GroupCollective comm(dp->get(), timeout);
+  GroupCollective comm(dp->get(), timeout);
   return fn(rank, &comm);
 }
 
 }  // namespace
 
-int RunRanks(int world, std::chrono::milliseconds timeout,
+int RunProcessGroup(int world, std::chrono::milliseconds timeout,
              const std::function<int(int rank, model::Collective* comm)>& fn) {
   if (world <= 1) return fn(0, nullptr);
   fflush(stdout);
@@ -152,4 +152,4 @@ int RunRanks(int world, std::chrono::milliseconds timeout,
   return worst;
 }
 
-}  // namespace ferry::cli
+}  // namespace ferry::dataplane
