@@ -87,12 +87,20 @@ struct ForwardSegment {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;
   bool all_logits = false;  // logits of every token, else only of the last one
+  // Only the last row's greedy token is wanted (ForwardOutput::argmax), not its logits: a backend
+  // picks it where the logits are (on the device) and brings back the id alone. Ignored with
+  // all_logits.
+  bool argmax_only = false;
 };
 
 struct ForwardOutput {
   int64_t vocab = 0;
   std::vector<float> logits;          // [rows, vocab]
-  std::vector<int64_t> first_row;     // per segment: its first row in `logits`
+  // Per segment: its first row in `logits`; -1 for an argmax_only segment (no logits).
+  std::vector<int64_t> first_row;
+  // Per segment: its last row's greedy token (ties to the lower id, as kernels::cpu::ArgMax) when
+  // argmax_only, else -1.
+  std::vector<int32_t> argmax;
 };
 
 // How a model instance caches per-token state (model/paged_cache.h).

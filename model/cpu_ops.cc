@@ -203,6 +203,11 @@ absl::Status CpuOps::FfnAdd(const Ffn& f, const ModelConfig& c, const float* a, 
   return absl::OkStatus();
 }
 
+absl::Status CpuOps::ArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) {
+  for (int64_t r = 0; r < rows; ++r) ids[r] = cpu::ArgMax(logits + r * vocab, vocab);
+  return absl::OkStatus();
+}
+
 absl::Status CpuOps::TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* ids, int32_t* counts) {
   if (tap.log == nullptr || rows == 0) return absl::OkStatus();
   std::span<int32_t> h(ids, static_cast<size_t>(rows * k));

@@ -124,6 +124,8 @@ class CpuOps {
                       float* x, const DecisionTap& tap, bool assign = false);
   absl::Status FfnError(int32_t, int64_t) const { return absl::OkStatus(); }
   absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* ids, int32_t* counts);
+  // ids[r] = the greedy token of logits [rows, vocab] row r (cpu::ArgMax).
+  absl::Status ArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids);
 
   // Tensor parallelism: x [n] float32 summed over the ranks (TensorParallel::Reduce).
   absl::Status AllReduce(const TensorParallel& tp, float* x, int64_t n) { return tp.Reduce(x, n); }

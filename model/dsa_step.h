@@ -185,7 +185,10 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
   }
   RowTables(seqs, rows, T_, &key_table, &latent_table);
   LogitRows picked = PickLogitRows(segments, rows);
-  const int64_t n_out = static_cast<int64_t>(picked.rows.size());
+  // The head's rows: those whose logits come back, then those whose greedy token does.
+  std::vector<int32_t> head_rows = picked.rows;
+  head_rows.insert(head_rows.end(), picked.argmax_rows.begin(), picked.argmax_rows.end());
+  const int64_t n_out = static_cast<int64_t>(picked.rows.size()), n_head = static_cast<int64_t>(head_rows.size());
 
   FERRY_RETURN_IF_ERROR(ops.Reset());
   FERRY_ASSIGN_OR_RETURN(std::vector<void*> sent,
@@ -193,7 +196,7 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
                                    {tokens.data(), tokens.size() * sizeof(int32_t)},
                                    {n_keys.data(), n_keys.size() * sizeof(int32_t)},
                                    {key_table.data(), key_table.size() * sizeof(int32_t)},
-                                   {picked.rows.data(), picked.rows.size() * sizeof(int32_t)},
+                                   {head_rows.data(), head_rows.size() * sizeof(int32_t)},
                                    {latent_table.data(), latent_table.size() * sizeof(int32_t)}}));
   const int64_t* pos = static_cast<const int64_t*>(sent[0]);
   const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
@@ -339,7 +342,8 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
     if (hidden && l + 1 < w.layers.size()) FERRY_RETURN_IF_ERROR(record(x));
   }
 
-  // Final norm, then lm_head (float32 logits) on the rows whose logits were asked for.
+  // Final norm, then lm_head (float32 logits) on the head's rows; the greedy tokens picked where
+  // the logits are.
   FERRY_RETURN_IF_ERROR(ops.NormResidual(x, R, D, w.norm.template as<T>(), c.rms_norm_eps, a));
   if (hidden) {
     FERRY_ASSIGN_OR_RETURN(float* normed, take32(R * D));
@@ -348,15 +352,20 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
   }
   ForwardOutput out;
   out.vocab = c.vocab_size;
-  out.first_row = std::move(picked.first_row);
-  FERRY_ASSIGN_OR_RETURN(T* h, take(n_out * D));
-  FERRY_ASSIGN_OR_RETURN(float* logits, take32(n_out * c.vocab_size));
-  FERRY_RETURN_IF_ERROR(ops.CopyRows(a, D, d_picked, h, D, nullptr, n_out, D));
-  FERRY_RETURN_IF_ERROR(ops.LinearToF32(h, n_out, D, w.lm_head.template as<T>(), c.vocab_size, 1.0f, logits));
+  out.first_row = picked.first_row;
+  FERRY_ASSIGN_OR_RETURN(T* h, take(n_head * D));
+  FERRY_ASSIGN_OR_RETURN(float* logits, take32(n_head * c.vocab_size));
+  FERRY_ASSIGN_OR_RETURN(int32_t* ids, take_ids(n_head - n_out));
+  FERRY_RETURN_IF_ERROR(ops.CopyRows(a, D, d_picked, h, D, nullptr, n_head, D));
+  FERRY_RETURN_IF_ERROR(ops.LinearToF32(h, n_head, D, w.lm_head.template as<T>(), c.vocab_size, 1.0f, logits));
+  if (n_head > n_out) FERRY_RETURN_IF_ERROR(ops.ArgMax(logits + n_out * c.vocab_size, n_head - n_out, c.vocab_size, ids));
   out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
+  std::vector<int32_t> picked_ids(static_cast<size_t>(n_head - n_out));
   int32_t moe_error = 0;
   FERRY_RETURN_IF_ERROR(ops.Receive({{out.logits.data(), logits, out.logits.size() * sizeof(float)},
+                                     {picked_ids.data(), ids, picked_ids.size() * sizeof(int32_t)},
                                      {&moe_error, ffn_scratch.error, ffn_scratch.error != nullptr ? sizeof(int32_t) : 0}}));
+  out.argmax = picked.ArgmaxOf(picked_ids);
   FERRY_RETURN_IF_ERROR(ops.FfnError(moe_error, c.n_routed_experts));
   for (size_t s = 0; s < segments.size(); ++s) seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   return out;

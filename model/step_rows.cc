@@ -42,10 +42,25 @@ LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows
   LogitRows out;
   for (size_t s = 0; s < segments.size(); ++s) {
     const int64_t n = static_cast<int64_t>(segments[s].tokens.size());
+    if (segments[s].argmax_only && !segments[s].all_logits) {
+      out.first_row.push_back(-1);
+      out.argmax_of.push_back(static_cast<int64_t>(out.argmax_rows.size()));
+      out.argmax_rows.push_back(static_cast<int32_t>(rows.seg_begin[s] + n - 1));
+      continue;
+    }
+    out.argmax_of.push_back(-1);
     out.first_row.push_back(static_cast<int64_t>(out.rows.size()));
     for (int64_t i = segments[s].all_logits ? 0 : n - 1; i < n; ++i) {
       out.rows.push_back(static_cast<int32_t>(rows.seg_begin[s] + i));
     }
+  }
+  return out;
+}
+
+std::vector<int32_t> LogitRows::ArgmaxOf(std::span<const int32_t> ids) const {
+  std::vector<int32_t> out(argmax_of.size(), -1);
+  for (size_t s = 0; s < argmax_of.size(); ++s) {
+    if (argmax_of[s] >= 0) out[s] = ids[static_cast<size_t>(argmax_of[s])];
   }
   return out;
 }
@@ -56,13 +71,19 @@ ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const Step
   ForwardOutput out;
   out.vocab = V;
   LogitRows pick = PickLogitRows(segments, rows);
-  out.first_row = std::move(pick.first_row);
-  const std::vector<int32_t>& picked = pick.rows;
-  const int64_t n_out = static_cast<int64_t>(picked.size());
-  std::vector<float> h(static_cast<size_t>(n_out * D));
-  for (int64_t j = 0; j < n_out; ++j) std::copy_n(normed + picked[j] * D, D, h.data() + j * D);
+  // The logit rows, then the argmax rows (their logits are picked from, then dropped).
+  std::vector<int32_t> picked = pick.rows;
+  picked.insert(picked.end(), pick.argmax_rows.begin(), pick.argmax_rows.end());
+  const int64_t n_out = static_cast<int64_t>(pick.rows.size()), n_all = static_cast<int64_t>(picked.size());
+  std::vector<float> h(static_cast<size_t>(n_all * D));
+  for (int64_t j = 0; j < n_all; ++j) std::copy_n(normed + picked[j] * D, D, h.data() + j * D);
+  out.logits.resize(static_cast<size_t>(n_all * V));
+  kernels::cpu::Linear(h.data(), n_all, D, lm_head.ptr(), V, out.logits.data());
+  std::vector<int32_t> ids;
+  for (int64_t j = n_out; j < n_all; ++j) ids.push_back(kernels::cpu::ArgMax(out.logits.data() + j * V, V));
   out.logits.resize(static_cast<size_t>(n_out * V));
-  kernels::cpu::Linear(h.data(), n_out, D, lm_head.ptr(), V, out.logits.data());
+  out.argmax = pick.ArgmaxOf(ids);
+  out.first_row = std::move(pick.first_row);
   return out;
 }
 

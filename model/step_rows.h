@@ -35,10 +35,15 @@ absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int
 void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x);
 
 // The rows whose logits were asked for, in order: each segment's last row, or all its rows with
-// all_logits; first_row[s] is where segment s's start in that list (ForwardOutput::first_row).
+// all_logits; first_row[s] is where segment s's start in that list (ForwardOutput::first_row; -1
+// for an argmax_only segment, whose last row is in argmax_rows instead, at argmax_of[s]).
 struct LogitRows {
   std::vector<int32_t> rows;
   std::vector<int64_t> first_row;
+  std::vector<int32_t> argmax_rows;
+  std::vector<int64_t> argmax_of;  // per segment: its index in argmax_rows, or -1
+  // ForwardOutput::argmax from the picked ids (argmax_rows' greedy tokens, in order).
+  std::vector<int32_t> ArgmaxOf(std::span<const int32_t> ids) const;
 };
 LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows& rows);
 

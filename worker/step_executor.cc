@@ -151,7 +151,9 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
     if (seg.carry_from >= 0 && std::find(created.begin(), created.end(), seg.seq_id) != created.end()) {
       carries.push_back({seqs_.at(seg.fork_from).get(), it->second.get(), seg.carry_from, seg.owner, seg.fork_length});
     }
-    fwd.push_back(model::ForwardSegment{it->second.get(), seg.tokens, false});
+    // A greedy pick needs no logits on the host: the model picks it where they are.
+    fwd.push_back(model::ForwardSegment{it->second.get(), seg.tokens, false,
+                                        seg.sample && seg.sampling.temperature <= 0.0f});
   }
   // Carried rows arrive before the forward reads them (every rank runs this exchange).
   if (absl::Status st = model_->CarryLatent(carries); !st.ok()) {
@@ -168,6 +170,10 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
   for (size_t s = 0; s < step.segments.size(); ++s) {
     const StepSegment& seg = step.segments[s];
     if (!seg.sample) continue;
+    if (fwd[s].argmax_only) {
+      tokens.push_back(out->argmax[s]);
+      continue;
+    }
     const float* logits = out->logits.data() + out->first_row[s] * out->vocab;
     const int64_t position = seg.start + static_cast<int64_t>(seg.tokens.size());
     std::mt19937_64 rng(SamplingStreamSeed(seg.seed, position));

@@ -100,7 +100,10 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
     offsets[r + 1] = offsets[r] + static_cast<int32_t>(n <= keep ? t + 1 : keep * kp + (t + 1 - n * kp));
   }
   LogitRows picked = PickLogitRows(segments, rows);
-  const int64_t n_out = static_cast<int64_t>(picked.rows.size());
+  // The head's rows: those whose logits come back, then those whose greedy token does.
+  std::vector<int32_t> head_rows = picked.rows;
+  head_rows.insert(head_rows.end(), picked.argmax_rows.begin(), picked.argmax_rows.end());
+  const int64_t n_out = static_cast<int64_t>(picked.rows.size()), n_head = static_cast<int64_t>(head_rows.size());
   // The head's unweighted mean of the streams: mixing weights 1 / S.
   const std::vector<float> mean_w(static_cast<size_t>(R * S), 1.0f / static_cast<float>(S));
   FERRY_RETURN_IF_ERROR(ws_.Reset());
@@ -112,7 +115,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
                                             {key_table.data(), key_table.size() * sizeof(int32_t)},
                                             {n_pools.data(), n_pools.size() * sizeof(int32_t)},
                                             {offsets.data(), offsets.size() * sizeof(int32_t)},
-                                            {picked.rows.data(), picked.rows.size() * sizeof(int32_t)},
+                                            {head_rows.data(), head_rows.size() * sizeof(int32_t)},
                                             {mean_w.data(), mean_w.size() * sizeof(float)},
                                             {latent_table.data(), latent_table.size() * sizeof(int32_t)}}));
   const int64_t* d_pos = static_cast<const int64_t*>(sent[0]);
@@ -205,15 +208,22 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardT(std::span<const ForwardSegm
   }
   ForwardOutput out;
   out.vocab = c.vocab_size;
-  out.first_row = std::move(picked.first_row);
-  FERRY_ASSIGN_OR_RETURN(T* hsel, take(n_out * D));
-  FERRY_ASSIGN_OR_RETURN(float* logits, take32(n_out * c.vocab_size));
-  FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, hsel, D, nullptr, n_out, D));
-  FERRY_RETURN_IF_ERROR(act::LinearToF32(hsel, n_out, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
+  out.first_row = picked.first_row;
+  FERRY_ASSIGN_OR_RETURN(T* hsel, take(n_head * D));
+  FERRY_ASSIGN_OR_RETURN(float* logits, take32(n_head * c.vocab_size));
+  FERRY_ASSIGN_OR_RETURN(int32_t* ids, ws_.Take<int32_t>(n_head - n_out));
+  FERRY_RETURN_IF_ERROR(act::CopyRows(b.a, D, d_picked, hsel, D, nullptr, n_head, D));
+  FERRY_RETURN_IF_ERROR(act::LinearToF32(hsel, n_head, D, lm_head_.as<T>(), c.vocab_size, 1.0f, logits));
+  if (n_head > n_out) {
+    FERRY_RETURN_IF_ERROR(cu::SampleGreedy(logits + n_out * c.vocab_size, n_head - n_out, c.vocab_size, ids));
+  }
   out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
+  std::vector<int32_t> picked_ids(static_cast<size_t>(n_head - n_out));
   int32_t moe_error = 0;
   FERRY_RETURN_IF_ERROR(download_.Receive({{out.logits.data(), logits, out.logits.size() * sizeof(float)},
+                                           {picked_ids.data(), ids, picked_ids.size() * sizeof(int32_t)},
                                            {&moe_error, b.ffn.error, b.ffn.error != nullptr ? sizeof(int32_t) : 0}}));
+  out.argmax = picked.ArgmaxOf(picked_ids);
   FERRY_RETURN_IF_ERROR(FfnErrorStatus(moe_error, c.n_routed_experts));
   for (size_t s = 0; s < segments.size(); ++s) b.seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   return out;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/causal_lm.h"
+#include "kernels/cpu/ops.h"
 #include "model/golden.h"
 #include "model/safetensors.h"
 #include "tests/catch.h"
@@ -194,6 +195,34 @@ TEST_CASE("glm_moe_dsa: a checkpoint that disagrees with its config is refused b
   const std::string e(m.status().message());
   CHECK(e.find("model.safetensors: tensor 'model.layers.0.self_attn.q_a_proj.weight' has shape [96, 128] "
                "but the config implies [95, 128]") != std::string::npos);
+}
+
+TEST_CASE("argmax_only segments come back as their greedy token, without logits, in both families",
+          "[model]") {
+  for (const std::string& dir : {kDir, std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny"}) {
+    INFO(dir);
+    auto m = LoadCausalLM(dir);
+    REQUIRE(m.ok());
+    const std::vector<GoldenPrompt> g = ferry::testing::GoldensOf(dir);
+    // Each prompt twice, once asking for logits and once for the argmax alone, in one step.
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    std::vector<ForwardSegment> segs;
+    for (size_t i = 0; i < 2 * g.size(); ++i) {
+      seqs.push_back((*m)->NewSequence());
+      segs.push_back({seqs.back().get(), g[i / 2].ids, false, i % 2 == 1});
+    }
+    auto out = (*m)->Forward(segs);
+    REQUIRE(out.ok());
+    REQUIRE(out->argmax.size() == segs.size());
+    CHECK(out->logits.size() == g.size() * static_cast<size_t>(out->vocab));
+    for (size_t i = 0; i < segs.size(); i += 2) {
+      CHECK(out->argmax[i] == -1);
+      CHECK(out->first_row[i + 1] == -1);
+      const int32_t want = kernels::cpu::ArgMax(out->logits.data() + out->first_row[i] * out->vocab, out->vocab);
+      CHECK(out->argmax[i + 1] == want);
+      CHECK(want == g[i / 2].greedy[0]);
+    }
+  }
 }
 
 }  // namespace
