@@ -4,7 +4,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "coordinator/metrics.h"
-#include "worker/step_proto.h"
+#include "step/step_proto.h"
 
 namespace ferry::coordinator {
 
@@ -156,11 +156,11 @@ absl::Status ControlService::ReadyState() const {
   return absl::FailedPreconditionError(absl::StrCat("waiting for ", world_ - ready, " of ", world_, " ranks"));
 }
 
-absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const worker::Step& step) {
+absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const step::Step& step) {
   cpb::CoordinatorMessage msg;
-  worker::StepToProto(step, msg.mutable_step());
+  step::StepToProto(step, msg.mutable_step());
   int64_t n_sampled = 0;
-  for (const worker::StepSegment& s : step.segments) n_sampled += s.sample;
+  for (const step::StepSegment& s : step.segments) n_sampled += s.sample;
   FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, step.step_id, "step"));
   std::vector<int32_t> tokens;
   std::string error;

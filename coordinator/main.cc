@@ -42,7 +42,7 @@ ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
           "The prompt cache's budget in token rows (-1: the plan's share of --prompt-cache-gib; 0: none)");
 ABSL_FLAG(std::string, owner_split, "auto",
           "Keep each conversation's MLA latent rows on one owner rank; the others ship their queries to it "
-          "(seed 000 step 2): auto (on from two ranks with KV pages), on, off");
+          "(the owner split, docs/owner-split.md): auto (on from two ranks with KV pages), on, off");
 ABSL_FLAG(int64_t, carry_min_tokens, 2048,
           "Latent split: a resume whose owner lacks room moves its kept rows to a new owner from this many "
           "tokens; shorter ones are recomputed");

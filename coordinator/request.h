@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/sampling.h"
+#include "step/sampling.h"
 
 namespace ferry::coordinator {
 
@@ -61,7 +61,7 @@ struct Request {
   // Set at submission, then read-only.
   std::string id;
   std::vector<int32_t> prompt;
-  kernels::cpu::SamplingParams sampling;
+  step::SamplingParams sampling;
   uint64_t seed = 0;
   int64_t max_tokens = 0;                // >= 1
   std::vector<int32_t> stop_token_ids;   // eos included unless ignore_eos

@@ -244,7 +244,7 @@ bool Scheduler::RunOnce() {
   // known tokens are its prompt and what it generated; `fed` of them are in the workers' state.
   // With a page pool each piece first gets the pages it will write; a decode row that finds none
   // free preempts the newest running request (recomputed later), a prefill chunk shrinks.
-  worker::Step step;
+  step::Step step;
   step.step_id = next_step_id_;
   step_forks_.clear();
   int64_t budget = opts_.max_batch_tokens;
@@ -309,7 +309,7 @@ bool Scheduler::RunOnce() {
     return n;
   };
   auto add_segment = [&](const std::shared_ptr<Request>& r, int64_t n, std::vector<int32_t> pages) {
-    worker::StepSegment seg;
+    step::StepSegment seg;
     seg.seq_id = r->seq_id;
     seg.start = r->fed;
     seg.sampling = r->sampling;
@@ -484,7 +484,7 @@ bool Scheduler::RunOnce() {
   std::vector<std::shared_ptr<Request>> done;
   std::vector<FinishReason> reasons;
   for (size_t s = 0; s < step.segments.size(); ++s) {
-    const worker::StepSegment& seg = step.segments[s];
+    const step::StepSegment& seg = step.segments[s];
     const auto& r = in_step[s];
     step_tokens += static_cast<int64_t>(seg.tokens.size());
     r->fed += static_cast<int64_t>(seg.tokens.size());

@@ -21,7 +21,7 @@
 #include "coordinator/prompt_cache.h"
 #include "coordinator/request.h"
 #include "kvpool/page_books.h"
-#include "worker/step.h"
+#include "step/step.h"
 
 namespace ferry::coordinator {
 
@@ -30,7 +30,7 @@ namespace ferry::coordinator {
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
-  virtual absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) = 0;
+  virtual absl::StatusOr<std::vector<int32_t>> RunStep(const step::Step& step) = 0;
 };
 
 // What the latent split did so far (docs/owner-split.md), counted by the scheduler.
@@ -82,7 +82,7 @@ struct SchedulerOptions {
   // each lane its fixed state outside the pool, so a state kept past its request is charged to
   // the pool (and to the prompt cache's budget) instead. 0: the family has none.
   int64_t kept_fixed_pages = 0;
-  // The latent split (seed 000 step 2, docs/owner-split.md): each conversation's latent rows on
+  // The latent split (docs/owner-split.md): each conversation's latent rows on
   // one owner rank, chosen at admission (the most free latent pages, ties to the lowest rank); a
   // fresh prompt borrows latent pages on every rank for its fill while they have them. Needs a
   // page pool and world >= 2; latent_pages: pages in each rank's latent arena. A resume whose

@@ -9,7 +9,7 @@
 //               pooled over index_kpool tokens (glm5_next pools 4; glm_moe_dsa does not pool).
 //               "shared" indexer layers reuse a full layer's top-k and cache no keys.
 // Tensor parallelism splits neither today: every rank keeps every row. The two parts are kept
-// apart because the latent split (seed 000, step 2) divides only the latent part by the TP width;
+// apart because the latent split divides only the latent part by the TP width;
 // the pooled keys stay replicated so every rank can run the token selection.
 //
 // Seed 000's GLM-5.3-Flash figure, 13,056 bytes a token a rank with 12,288 of them latent, is
@@ -36,11 +36,11 @@ absl::StatusOr<CacheDtype> ParseCacheDtype(absl::string_view s);
 inline constexpr int64_t kBf16Bytes = 2;
 inline constexpr int64_t kFp8Bytes = 1;
 inline constexpr int64_t kF32Bytes = 4;
-// An fp8 latent row carries one float32 scale after its values, as seed 000 step 3 sketches for
+// An fp8 latent row carries one float32 scale after its values, as the design's FP8 cache format has it for
 // FP8 rows on pages ("516 bytes a row and cache instead of 1,024" for GLM's 512-value latent).
 inline constexpr int64_t kFp8RowScaleBytes = kF32Bytes;
-static_assert(512 * kFp8Bytes + kFp8RowScaleBytes == 516, "seed 000: an fp8 GLM latent row is 516 B");
-static_assert(512 * kBf16Bytes == 1024, "seed 000: a bf16 GLM latent row is 1,024 B");
+static_assert(512 * kFp8Bytes + kFp8RowScaleBytes == 516, "an fp8 GLM latent row is 516 B");
+static_assert(512 * kBf16Bytes == 1024, "a bf16 GLM latent row is 1,024 B");
 
 // Bytes a token costs each rank. Invariants: latent >= 0, replicated >= 0.
 struct BytesPerToken {

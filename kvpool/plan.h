@@ -19,7 +19,7 @@
 // lanes that fit. What the streams leave goes to the prompt cache, up to its budget.
 //
 // Pages layout (--kv-pages on): the pool is pages of page_size tokens that all streams share. In
-// order (seed 000 step 1):
+// order (the page plan):
 //   1. the engine's own stream: one window of pages, ceil(context / page_size) + 1 pages;
 //   2. before the prompt cache, as many whole windows more as the room holds, a window of pages
 //      and a fixed state each: n = min(lanes, 1 + (room - window) / (window + fixed)), at least 1,
@@ -93,7 +93,7 @@ absl::StatusOr<KvPages> ParseKvPages(absl::string_view s);
 // Errors: INVALID_ARGUMENT for --kv-pages on with an fp8 cache, or ranks < 1.
 absl::StatusOr<Layout> ResolveLayout(KvPages mode, int64_t ranks, CacheDtype dtype);
 
-// --owner-split: the latent split (seed 000 step 2, docs/owner-split.md). auto: on from two
+// --owner-split: the latent split (docs/owner-split.md). auto: on from two
 // ranks with the pages layout when the model has latent rows to split; on: from two ranks;
 // off: never. Errors: INVALID_ARGUMENT naming the accepted spellings.
 enum class OwnerSplit { kAuto, kOn, kOff };
@@ -109,7 +109,7 @@ struct PlanInput {
   int64_t context = 0;          // --context: tokens a window; 1..kMaxContext
   int64_t cache_budget_bytes = kDefaultCacheBudget;  // prompt cache's most; 0..kMaxRoomBytes
   Layout layout = Layout::kPages;
-  // The latent split (seed 000 step 2, docs/owner-split.md) over this many ranks; 1: none.
+  // The latent split (docs/owner-split.md) over this many ranks; 1: none.
   // Pages layout only; 1..kMaxLanes.
   int64_t split_ranks = 1;
 };

@@ -66,7 +66,7 @@ class SequenceState {
   virtual const SplitRows* split_rows() const { return nullptr; }
   virtual SplitRows* split_rows() { return nullptr; }
 
-  // The latent split (seed 000 step 2, docs/owner-split.md). A conversation's MLA latent rows
+  // The latent split (docs/owner-split.md). A conversation's MLA latent rows
   // live on its owner rank only; the default owner -1 means every rank holds them (the
   // replicated layout). `borrowed`: every rank holds them for now (a prompt's fill) until
   // SetLatentOwner(owner, false) drops the other ranks' copies and their pages. With an owner,

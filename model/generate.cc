@@ -46,7 +46,7 @@ absl::StatusOr<GenerateResult> Generate(CausalLM& model, const std::vector<int32
     take(out);
   }
   for (int64_t i = 0; i < opt.max_tokens; ++i) {
-    const int32_t tok = argmax_only ? picked : kernels::cpu::SampleToken(last.data(), vocab, opt.sampling, rng);
+    const int32_t tok = argmax_only ? picked : step::SampleToken(last.data(), vocab, opt.sampling, rng);
     res.tokens.push_back(tok);
     if (std::find(stops.begin(), stops.end(), tok) != stops.end()) {
       res.finish_reason = "stop";

@@ -8,14 +8,14 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/sampling.h"
+#include "step/sampling.h"
 #include "model/causal_lm.h"
 
 namespace ferry::model {
 
 struct GenerateOptions {
   int64_t max_tokens = 16;
-  kernels::cpu::SamplingParams sampling;
+  step::SamplingParams sampling;
   uint64_t seed = 0;
   std::vector<int32_t> stop_token_ids;  // in addition to the config's eos ids
   bool ignore_eos = false;              // when set, only max_tokens ends the stream

@@ -1,4 +1,4 @@
-// A conversation's two page tables under the latent split (seed 000 step 2, docs/owner-split.md):
+// A conversation's two page tables under the latent split (docs/owner-split.md):
 // `keys` holds what every rank keeps (indexer keys, pool gates) and `latent` the MLA latent rows,
 // kept only on the ranks that hold them: the owner, or every rank while a fill borrows. Without
 // an owner (-1, the replicated layout) both tables are filled on every rank with the same page

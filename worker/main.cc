@@ -32,7 +32,7 @@
 #include "model/cuda/load_cuda.h"
 #endif
 #include "worker/step_executor.h"
-#include "worker/step_proto.h"
+#include "step/step_proto.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC address (host:port)");
 ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
@@ -270,8 +270,8 @@ int main(int argc, char** argv) {
       if (!stream->Write(out)) break;
       continue;
     }
-    absl::StatusOr<worker::Step> decoded = worker::StepFromProto(msg.step(), rank, world);
-    worker::Step step;  // what the step ran (none of it when it could not be decoded)
+    absl::StatusOr<step::Step> decoded = step::StepFromProto(msg.step(), rank, world);
+    step::Step step;  // what the step ran (none of it when it could not be decoded)
     step.step_id = msg.step().step_id();
     if (decoded.ok()) step = std::move(*decoded);
     const auto t0 = std::chrono::steady_clock::now();
@@ -280,7 +280,7 @@ int main(int argc, char** argv) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int64_t sent = collective.TakeBytes();
     int64_t ntok = 0;
-    for (const worker::StepSegment& seg : step.segments) ntok += static_cast<int64_t>(seg.tokens.size());
+    for (const step::StepSegment& seg : step.segments) ntok += static_cast<int64_t>(seg.tokens.size());
     step_time.Observe(secs);
     if (const model::OwnerSplitStats now = exec.model().owner_split_stats(); now.rows_shipped != split_seen.rows_shipped ||
                                                                               now.rows_served != split_seen.rows_served ||

@@ -10,13 +10,6 @@
 
 namespace ferry::worker {
 
-uint64_t SamplingStreamSeed(uint64_t seed, int64_t position) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(position) + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 StepExecutor::StepExecutor(std::unique_ptr<model::CausalLM> model, int rank) : model_(std::move(model)), rank_(rank) {}
 
 int64_t StepExecutor::state_bytes() const {
@@ -176,8 +169,8 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
     }
     const float* logits = out->logits.data() + out->first_row[s] * out->vocab;
     const int64_t position = seg.start + static_cast<int64_t>(seg.tokens.size());
-    std::mt19937_64 rng(SamplingStreamSeed(seg.seed, position));
-    tokens.push_back(kernels::cpu::SampleToken(logits, out->vocab, seg.sampling, rng));
+    std::mt19937_64 rng(step::SamplingStreamSeed(seg.seed, position));
+    tokens.push_back(step::SampleToken(logits, out->vocab, seg.sampling, rng));
   }
   return tokens;
 }

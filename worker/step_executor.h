@@ -12,9 +12,12 @@
 
 #include "absl/status/statusor.h"
 #include "model/causal_lm.h"
-#include "worker/step.h"
+#include "step/step.h"
 
 namespace ferry::worker {
+
+using step::Step;
+using step::StepSegment;
 
 class StepExecutor {
  public:
@@ -47,9 +50,5 @@ class StepExecutor {
   int rank_;
   std::map<uint64_t, std::unique_ptr<model::SequenceState>> seqs_;
 };
-
-// The random stream of a request at one position: a splitmix of (seed, position), so a draw is
-// reproducible whatever else shares the step.
-uint64_t SamplingStreamSeed(uint64_t seed, int64_t position);
 
 }  // namespace ferry::worker

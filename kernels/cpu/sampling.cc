@@ -9,8 +9,9 @@
 
 namespace ferry::kernels::cpu {
 
-int32_t SampleToken(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng) {
-  if (p.temperature <= 0.0f) return ArgMax(logits, vocab);
+int32_t SampleToken(const float* logits, int64_t vocab, float temperature, int32_t top_k, float top_p,
+                    std::mt19937_64& rng) {
+  if (temperature <= 0.0f) return ArgMax(logits, vocab);
   std::vector<int32_t> order;
   order.reserve(static_cast<size_t>(vocab));
   for (int64_t i = 0; i < vocab; ++i) {
@@ -18,8 +19,8 @@ int32_t SampleToken(const float* logits, int64_t vocab, const SamplingParams& p,
   }
   if (order.empty()) return 0;
   std::stable_sort(order.begin(), order.end(), [logits](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < order.size()) order.resize(static_cast<size_t>(p.top_k));
-  const double inv_t = 1.0 / static_cast<double>(p.temperature);
+  if (top_k > 0 && static_cast<size_t>(top_k) < order.size()) order.resize(static_cast<size_t>(top_k));
+  const double inv_t = 1.0 / static_cast<double>(temperature);
   const double top = static_cast<double>(logits[order[0]]) * inv_t;
   std::vector<double> prob(order.size());
   double sum = 0.0;
@@ -28,11 +29,11 @@ int32_t SampleToken(const float* logits, int64_t vocab, const SamplingParams& p,
     sum += prob[i];
   }
   size_t keep = order.size();
-  if (p.top_p < 1.0f) {
+  if (top_p < 1.0f) {
     double mass = 0.0;
     for (size_t i = 0; i < order.size(); ++i) {
       mass += prob[i] / sum;
-      if (mass >= static_cast<double>(p.top_p)) {
+      if (mass >= static_cast<double>(top_p)) {
         keep = i + 1;
         break;
       }

@@ -30,7 +30,7 @@ class GroupRunner final : public StepRunner {
       execs_.push_back(std::make_unique<worker::StepExecutor>(std::move(*m), r));
     }
   }
-  absl::StatusOr<std::vector<int32_t>> RunStep(const worker::Step& step) override {
+  absl::StatusOr<std::vector<int32_t>> RunStep(const step::Step& step) override {
     std::vector<absl::StatusOr<std::vector<int32_t>>> out(execs_.size(), std::vector<int32_t>{});
     std::vector<std::thread> threads;
     for (size_t r = 0; r < execs_.size(); ++r) {
@@ -237,7 +237,7 @@ TEST_CASE("step executor: a borrow that ends on a conversation the rank does not
   auto m = model::LoadCausalLM(kDsa);
   REQUIRE(m.ok());
   worker::StepExecutor exec(std::move(*m), 0);
-  worker::Step step;
+  step::Step step;
   step.step_id = 3;
   step.end_borrow = {42};
   auto out = exec.Execute(step);
@@ -253,17 +253,17 @@ TEST_CASE("step executor: a carry from a rank that does not own the kept convers
   auto m = model::LoadCausalLM(kDsa);
   REQUIRE(m.ok());
   worker::StepExecutor exec(std::move(*m), 0);
-  worker::Step fill;
+  step::Step fill;
   fill.step_id = 1;
-  worker::StepSegment kept;
+  step::StepSegment kept;
   kept.seq_id = 5;
   kept.tokens = {3, 4, 5, 6, 7, 8};
   kept.owner = 0;  // its rows live here, on rank 0
   fill.segments.push_back(kept);
   REQUIRE(exec.Execute(fill).ok());
-  worker::Step carry;
+  step::Step carry;
   carry.step_id = 2;
-  worker::StepSegment resume;
+  step::StepSegment resume;
   resume.seq_id = 6;
   resume.start = 6;
   resume.tokens = {9};

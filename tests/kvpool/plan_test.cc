@@ -48,7 +48,7 @@ PlanInput SeedInput(Layout layout, int64_t room) {
 constexpr int64_t kSeedWindowRows = kMillion * kSeedBytesPerToken;
 const int64_t kSeedRoomTp2 = kSeedWindowRows + static_cast<int64_t>(2.33 * kGiB + 0.5);
 
-TEST_CASE("plan: GLM-5.3-Flash costs seed 000's 13,056 bytes a token a rank with one MTP layer", "[plan]") {
+TEST_CASE("plan: GLM-5.3-Flash costs the design's 13,056 bytes a token a rank with one MTP layer", "[plan]") {
   const model::ModelConfig c = LoadConfig("glm-5.3-flash.config.json");
   auto b = BytesPerTokenPerRank(c, CacheDtype::kBf16, 1);
   REQUIRE(b.ok());
@@ -106,7 +106,7 @@ TEST_CASE("plan: GLM-5.3-Flash's KDA state a stream, its heads split over the ra
   CHECK_FALSE(FixedBytesPerStreamPerRank(c, 0).ok());
 }
 
-TEST_CASE("plan: seed 000's windows refusal at TP=2, a 1M window, --parallel 8", "[plan]") {
+TEST_CASE("plan: the design's windows refusal at TP=2, a 1M window, --parallel 8", "[plan]") {
   // A 1M window is 12.75 GiB of rows; with 180 MiB of state, 12.93 GiB a stream.
   CHECK(FormatGiB(kSeedWindowRows) == "12.75");
   CHECK(FormatGiB(kSeedWindowRows + kSeedFixed) == "12.93");
@@ -141,7 +141,7 @@ TEST_CASE("plan: seed 000's windows refusal at TP=2, a 1M window, --parallel 8",
   }
 }
 
-TEST_CASE("plan: seed 000's pages at TP=2: 2,056 pages, 1,052,672 tokens for eight streams", "[plan]") {
+TEST_CASE("plan: the design's pages at TP=2: 2,056 pages, 1,052,672 tokens for eight streams", "[plan]") {
   auto p = ComputePlan(SeedInput(Layout::kPages, kSeedRoomTp2));
   REQUIRE(p.ok());
   CHECK(p->window_pages == 2049);  // ceil(1048576 / 512) + 1
@@ -164,7 +164,7 @@ TEST_CASE("plan: seed 000's pages at TP=2: 2,056 pages, 1,052,672 tokens for eig
   CHECK(p->windows_would_hold == 1);
 }
 
-TEST_CASE("plan: seed 000 at TP=3: two windows of pages (4,098) before an 11.4 GiB cache", "[plan]") {
+TEST_CASE("plan: the design's case at TP=3: two windows of pages (4,098) before an 11.4 GiB cache", "[plan]") {
   // The TP=3 room, from #1211's order (window, then a page and a state a stream, then the 16 GiB
   // cache, then the pool) predicting 3,357 pages: the room where that order leaves 1,301 whole
   // pages after the cache, half a page into that range.
@@ -184,7 +184,7 @@ TEST_CASE("plan: seed 000 at TP=3: two windows of pages (4,098) before an 11.4 G
   CHECK(p->windows_would_hold == 2);  // "Windows there serve only two streams"
 }
 
-TEST_CASE("plan: pages hold at least the rows of the windows the room holds (seed 000's cases)", "[plan]") {
+TEST_CASE("plan: pages hold at least the rows of the windows the room holds (the design's cases)", "[plan]") {
   SECTION("TP=2, a 256k window, --parallel 8: four windows of pages, where #1211's order had 520 pages") {
     PlanInput in = SeedInput(Layout::kPages, kSeedRoomTp2);
     in.context = 262144;
@@ -416,7 +416,7 @@ namespace {
 PlanInput SplitInput(int64_t room, int64_t lanes, int64_t context, int64_t split) {
   PlanInput in;
   in.layout = Layout::kPages;
-  in.bytes_per_token = BytesPerToken{12288, 768};  // seed 000's GLM-5.3-Flash with one MTP layer
+  in.bytes_per_token = BytesPerToken{12288, 768};  // the design's GLM-5.3-Flash with one MTP layer
   in.page_size = 512;
   in.fixed_bytes = 180 * kMiB;
   in.lanes = lanes;

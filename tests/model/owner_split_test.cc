@@ -1,4 +1,4 @@
-// The latent split on the CPU reference (seed 000 step 2, docs/owner-split.md): with each
+// The latent split on the CPU reference (docs/owner-split.md): with each
 // conversation's latent rows on its owner rank only, and the other ranks shipping their heads'
 // queries to the owner, every logit is bit-identical to the replicated engine's at the same
 // width, through decode rows (queries shipped), prefill chunks (history fetched, in pieces), a

@@ -1,13 +1,13 @@
 // The step's control-plane encoding: what the coordinator sends is what every worker executes,
 // with each rank keeping only its own latent pages; owners and carry sources outside the group
 // are refused with the numbers.
-#include "worker/step_proto.h"
+#include "step/step_proto.h"
 
 #include <string>
 
 #include "tests/catch.h"
 
-namespace ferry::worker {
+namespace ferry::step {
 namespace {
 
 Step SampleStep() {
@@ -101,4 +101,4 @@ TEST_CASE("step proto: an owner or carry source outside the group is refused wit
 }
 
 }  // namespace
-}  // namespace ferry::worker
+}  // namespace ferry::step

@@ -1,13 +1,14 @@
 // One step of the serving system, as the coordinator schedules it and every worker executes it
-// (the control plane carries it as ferry.control.v1.StepCommand).
+// (the control plane carries it as ferry.control.v1.StepCommand: step_proto.h). The coordinator and
+// the workers share this module; it depends on nothing of theirs.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cpu/sampling.h"
+#include "step/sampling.h"
 
-namespace ferry::worker {
+namespace ferry::step {
 
 // One conversation's piece of a step: a prompt chunk or one decode token.
 struct StepSegment {
@@ -15,7 +16,7 @@ struct StepSegment {
   int64_t start = 0;  // the conversation's length before this piece
   std::vector<int32_t> tokens;
   bool sample = false;  // sample a token after the last position (rank 0 does it)
-  kernels::cpu::SamplingParams sampling;
+  SamplingParams sampling;
   uint64_t seed = 0;
   // Pages appended to the conversation's table before this piece runs (with a coordinator-
   // managed pool; empty otherwise, and the worker's arena grows on its own).
@@ -48,4 +49,4 @@ struct Step {
   std::vector<uint64_t> end_borrow;
 };
 
-}  // namespace ferry::worker
+}  // namespace ferry::step

@@ -7,9 +7,9 @@
 
 #include "absl/status/statusor.h"
 #include "ferry/v1/control.pb.h"
-#include "worker/step.h"
+#include "step/step.h"
 
-namespace ferry::worker {
+namespace ferry::step {
 
 // Encodes `step`. A segment with an owner (the latent split) carries every rank's latent pages
 // and, for a carry, the rank its rows come from.
@@ -20,4 +20,4 @@ void StepToProto(const Step& step, control::v1::StepCommand* cmd);
 // value when a segment's owner or carry source is outside [0, world).
 absl::StatusOr<Step> StepFromProto(const control::v1::StepCommand& cmd, int rank, int world);
 
-}  // namespace ferry::worker
+}  // namespace ferry::step

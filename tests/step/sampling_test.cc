@@ -1,10 +1,10 @@
-#include "kernels/cpu/sampling.h"
+#include "step/sampling.h"
 
 #include <vector>
 
 #include "tests/catch.h"
 
-namespace ferry::kernels::cpu {
+namespace ferry::step {
 namespace {
 
 TEST_CASE("sampling: greedy, top-k 1 and a tiny top-p take the argmax", "[sampling]") {
@@ -42,4 +42,4 @@ TEST_CASE("sampling: frequencies follow softmax(logits / T) within the top-k", "
 }
 
 }  // namespace
-}  // namespace ferry::kernels::cpu
+}  // namespace ferry::step

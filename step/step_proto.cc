@@ -1,8 +1,8 @@
-#include "worker/step_proto.h"
+#include "step/step_proto.h"
 
 #include "absl/strings/str_cat.h"
 
-namespace ferry::worker {
+namespace ferry::step {
 
 namespace cpb = control::v1;
 
@@ -80,4 +80,4 @@ absl::StatusOr<Step> StepFromProto(const cpb::StepCommand& cmd, int rank, int wo
   return step;
 }
 
-}  // namespace ferry::worker
+}  // namespace ferry::step
