@@ -7,6 +7,7 @@
 #include "common/status.h"
 #include "kernels/cpu/ops.h"
 #include "model/mla.h"
+#include "model/pooled_indexer.h"
 #include "model/split_rows.h"
 
 namespace ferry::model {
@@ -199,6 +200,78 @@ absl::Status CpuOps::FfnAdd(const Ffn& f, const ModelConfig& c, const float* a, 
     std::copy_n(y, rows * D, x);
   } else {
     for (int64_t i = 0; i < rows * D; ++i) x[i] += y[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::MhcStreams(const float* x, int64_t rows, int64_t streams, int64_t dim, float* h) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < streams; ++j) std::copy_n(x + r * dim, dim, h + (r * streams + j) * dim);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::MhcIn(const Mhc& m, const ModelConfig& c, const float* h, int64_t rows, const float* norm,
+                           MhcMix& mix, float* u, float* a) {
+  MhcPre(m, c, h, rows, &mix, u);
+  cpu::RmsNorm(u, rows, c.hidden_size, norm, c.rms_norm_eps, a);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::MhcOut(const MhcMix& mix, const ModelConfig& c, const float* y, int64_t rows, float* h) {
+  MhcPost(mix, c, y, rows, h);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::StreamMeanNorm(const float* h, const float*, int64_t rows, int64_t streams, int64_t dim,
+                                    const float* norm, float eps, float* u, float* a) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t d = 0; d < dim; ++d) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < streams; ++j) acc += h[(r * streams + j) * dim + d];
+      u[r * dim + d] = acc / static_cast<float>(streams);
+    }
+  }
+  cpu::RmsNorm(u, rows, dim, norm, eps, a);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::Kda(const KdaLayer& w, int64_t layer, const ModelConfig& c, const float* a, int64_t rows,
+                         const KdaSegments& segs, KdaScratch& s, float* y) {
+  const int64_t C = w.heads * c.linear_head_dim;
+  KdaProject(w, c, a, rows, &s.in);
+  s.o.resize(static_cast<size_t>(rows * C));
+  for (size_t k = 0; k < segs.begin.size(); ++k) {
+    const int64_t n = segs.n[k];
+    KdaRun(w, c, s.in, segs.begin[k], n, segs.pos0[k], n > 1 ? segs.chunk : 0, segs.layout->View(segs.state[k], layer),
+           s.o.data() + segs.begin[k] * C);
+  }
+  KdaOutput(w, c, s.in, s.o.data(), rows, y);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::PooledKeys(const Cache& keys, const Cache& gates, const Cache& pools, int64_t row, int64_t p0,
+                                int64_t p1, int64_t kpool, const float* ape) {
+  Cache out = pools;
+  PooledIndexerPools(
+      ape, keys.arena->width(keys.region), kpool, p0, p1, [&](int64_t t) -> const float* { return keys.Row(row, t); },
+      [&](int64_t t) -> const float* { return gates.Row(row, t); }, [&](int64_t p) -> float* { return out.Row(row, p); });
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::ExpandPoolSelection(const int32_t* pool_ids, int64_t k, const int64_t* pos, int64_t rows,
+                                         int64_t kpool, const int32_t* offsets, int32_t* sel) {
+  for (int64_t r = 0; r < rows; ++r) {
+    int32_t* out = sel + offsets[r];
+    const int64_t n = (pos[r] + 1) / kpool;
+    if (n <= k) {
+      for (int64_t t = 0; t <= pos[r]; ++t) *out++ = static_cast<int32_t>(t);
+      continue;
+    }
+    for (int64_t j = 0; j < k; ++j) {
+      for (int64_t i = 0; i < kpool; ++i) *out++ = static_cast<int32_t>(pool_ids[r * k + j] * kpool + i);
+    }
+    for (int64_t t = n * kpool; t <= pos[r]; ++t) *out++ = static_cast<int32_t>(t);
   }
   return absl::OkStatus();
 }

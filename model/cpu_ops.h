@@ -17,6 +17,8 @@
 #include "model/config.h"
 #include "model/decision_log.h"
 #include "model/ffn.h"
+#include "model/kda.h"
+#include "model/mhc.h"
 #include "model/paged_cache.h"
 #include "model/tensor_parallel.h"
 #include "model/weights.h"
@@ -29,6 +31,16 @@ class CpuOps {
   using WeightT = Weight;
   using Floats = Weight;  // a float32 vector kept as it is (RoPE's inverse frequencies)
   using Ffn = FfnWeights;
+  // glm5_next's blocks (model/next_step.h): an mHC site's weights and its per-token mix, a KDA
+  // layer's weights and the step's KDA scratch.
+  using Mhc = MhcWeights;
+  using MhcMix = model::MhcMix;
+  using KdaLayer = KdaWeights;
+  struct KdaScratch {
+    KdaInputs in;
+    std::vector<float> o;
+  };
+  static int64_t KdaLowRank(const KdaLayer& k) { return k.f_a.rows; }
   struct FfnScratch {
     float* error = nullptr;  // no device dispatch, no error word
   };
@@ -126,6 +138,32 @@ class CpuOps {
   absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* ids, int32_t* counts);
   // ids[r] = the greedy token of logits [rows, vocab] row r (cpu::ArgMax).
   absl::Status ArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids);
+
+  // glm5_next's blocks, the CPU reference's: model/mhc.h, model/kda.h (its chunked prefill),
+  // model/pooled_indexer.h.
+  absl::StatusOr<MhcMix> TakeMhcMix(const ModelConfig&, int64_t) { return MhcMix{}; }
+  absl::StatusOr<KdaScratch> TakeKdaScratch(const ModelConfig&, int64_t, int64_t, int64_t) { return KdaScratch{}; }
+  // h [R, S, D] <- x [R, D] in every stream.
+  absl::Status MhcStreams(const float* x, int64_t rows, int64_t streams, int64_t dim, float* h);
+  // An mHC site: its mix from the streams h, the site input u [R, D] and u RMS-normed by `norm` into a.
+  absl::Status MhcIn(const Mhc& m, const ModelConfig& c, const float* h, int64_t rows, const float* norm, MhcMix& mix,
+                     float* u, float* a);
+  // h <- the site's post-mixing of the block output y [R, D] (MhcPost).
+  absl::Status MhcOut(const MhcMix& mix, const ModelConfig& c, const float* y, int64_t rows, float* h);
+  // u [R, D] = the streams' unweighted mean, a = RMSNorm(u) (mean_w unused: the mean divides by S).
+  absl::Status StreamMeanNorm(const float* h, const float* mean_w, int64_t rows, int64_t streams, int64_t dim,
+                              const float* norm, float eps, float* u, float* a);
+  // y [R, D] = the KDA block of a [R, D] (this rank's partial sum), each conversation's rows
+  // through its state (KdaProject, KdaRun with segs.chunk on multi-token pieces, KdaOutput).
+  absl::Status Kda(const KdaLayer& w, int64_t layer, const ModelConfig& c, const float* a, int64_t rows,
+                   const KdaSegments& segs, KdaScratch& s, float* y);
+  // Pools [p0, p1) of step row `row`'s conversation from its cached keys and gates
+  // (PooledIndexerPools).
+  absl::Status PooledKeys(const Cache& keys, const Cache& gates, const Cache& pools, int64_t row, int64_t p0, int64_t p1,
+                          int64_t kpool, const float* ape);
+  // kernels::cuda::ExpandPoolSelection's contract: the pooled selection's CSR rows.
+  absl::Status ExpandPoolSelection(const int32_t* pool_ids, int64_t k, const int64_t* pos, int64_t rows, int64_t kpool,
+                                   const int32_t* offsets, int32_t* sel);
 
   // Tensor parallelism: x [n] float32 summed over the ranks (TensorParallel::Reduce).
   absl::Status AllReduce(const TensorParallel& tp, float* x, int64_t n) { return tp.Reduce(x, n); }

@@ -12,6 +12,8 @@
 #include "model/causal_lm.h"
 #include "model/checkpoint.h"
 #include "model/conversation.h"
+#include "model/cpu_ops.h"
+#include "model/next_step.h"
 #include "model/ffn.h"
 #include "model/kda.h"
 #include "model/mhc.h"
@@ -22,10 +24,11 @@
 
 namespace ferry::model {
 
-// Per conversation (model/conversation.h): on MLA layers the latent rows [L] (the latent table,
-// on the ranks that hold them under the latent split: model/split_rows.h) and on full indexer
-// layers the indexer's rows in the key table: per token its key and pool gate, per pool of
-// index_kpool tokens its pooled key (KeyRegion). KDA layers keep their recurrent state (conv
+// The step is model/next_step.h's over model/cpu_ops.h. Per conversation (model/conversation.h):
+// on MLA layers the latent rows [L] (the latent table, on the ranks that hold them under the
+// latent split: model/split_rows.h) and on full indexer layers the indexer's rows in the key
+// table: per token its key and pool gate, per pool of index_kpool tokens its pooled key
+// (NextKeyRegion). KDA layers keep their recurrent state (conv
 // tails + S, KdaStateLayout) in the conversation's fixed state, which cannot be rewound by
 // position: RewindTo() works only to the current length or to a position kept with
 // KeepSnapshot().
@@ -33,12 +36,6 @@ class Glm5Next final : public CausalLM {
  public:
   // KDA chunk length of the chunked (prefill) form.
   static constexpr int64_t kKdaChunk = 64;
-  // What a full indexer layer keeps in the key table: region KeyRegion(l, kind) of the key arena.
-  enum class KeyRow { kKey = 0, kGate = 1, kPool = 2 };
-  static int64_t KeyRegion(int64_t layer, KeyRow kind) { return 3 * layer + static_cast<int64_t>(kind); }
-  // The key and latent arenas' regions for config c (widths; the pooled keys one row a pool).
-  static std::vector<PageRegion> KeyRegions(const ModelConfig& c);
-  static std::vector<PageRegion> LatentRegions(const ModelConfig& c);
 
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
   static absl::StatusOr<std::unique_ptr<Glm5Next>> Load(const Checkpoint& ck, const ModelConfig& c,
@@ -69,17 +66,6 @@ class Glm5Next final : public CausalLM {
                                                    int64_t kda_chunk = kKdaChunk);
 
  private:
-  struct Layer {
-    bool kda = false;
-    Weight input_norm, post_norm;
-    MhcWeights hc_attn, hc_ffn;
-    KdaWeights linear;
-    MlaWeights attn;
-    bool has_indexer = false;  // "shared" MLA layers reuse the previous layer's selection
-    PooledIndexerWeights indexer;
-    FfnWeights ffn;
-  };
-
   Glm5Next(ModelConfig c, const TensorParallel& tp)
       : config_(std::move(c)), tp_(tp), kda_layout_(KdaStateLayout::Of(config_, tp.Local(config_.linear_num_heads))) {}
 
@@ -88,8 +74,8 @@ class Glm5Next final : public CausalLM {
   KdaStateLayout kda_layout_;  // this rank's KDA heads
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   OwnerSplitStats split_stats_;
-  Weight embed_, norm_, lm_head_;
-  std::vector<Layer> layers_;
+  NextWeights<CpuOps> weights_;
+  CpuOps ops_;
 };
 
 }  // namespace ferry::model

@@ -71,6 +71,17 @@ struct KdaState {
   KdaStateView view() { return {conv.data(), s.data()}; }
 };
 
+// A step's conversations as a KDA layer runs them: rows [begin[s], begin[s] + n[s]) are
+// conversation s's new tokens (positions from pos0[s]), its KDA state block state[s] laid out as
+// *layout says; multi-token pieces use the chunked form with `chunk` tokens (0: token by token)
+// where the backend has one.
+struct KdaSegments {
+  std::vector<int64_t> begin, n, pos0;
+  std::vector<float*> state;
+  const KdaStateLayout* layout = nullptr;
+  int64_t chunk = 0;
+};
+
 // Per-row inputs of the recurrence, computed for all rows of a step at once.
 struct KdaInputs {
   std::vector<float> q, k, v;  // [R, C] raw projections (before the conv)

@@ -45,43 +45,6 @@ absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, 
   return m;
 }
 
-void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64_t rows,
-                const int64_t* pos, const float* inv_freq, MlaProjections* out) {
-  const int64_t H = w.heads, L = c.kv_lora_rank, N = c.qk_nope_head_dim, P = c.qk_rope_head_dim,
-                QL = c.q_lora_rank, D = c.hidden_size;
-  out->cq.resize(static_cast<size_t>(rows * QL));
-  cpu::Linear(a, rows, D, w.q_a.ptr(), QL, out->cq.data());
-  cpu::RmsNorm(out->cq.data(), rows, QL, w.q_a_norm.ptr(), w.norm_eps, out->cq.data());
-
-  std::vector<float> q(static_cast<size_t>(rows * H * (N + P)));
-  cpu::Linear(out->cq.data(), rows, QL, w.q_b.ptr(), H * (N + P), q.data());
-
-  out->cache_rows.resize(static_cast<size_t>(rows * (L + P)));
-  cpu::Linear(a, rows, D, w.kv_a.ptr(), L + P, out->cache_rows.data());
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = out->cache_rows.data() + r * (L + P);
-    cpu::RmsNorm(row, 1, L, w.kv_a_norm.ptr(), w.norm_eps, row);
-    if (P > 0) cpu::RopeInterleaved(row + L, P, pos[r], inv_freq);
-  }
-
-  out->q_abs.resize(static_cast<size_t>(rows * H * L));
-  out->q_pe.resize(static_cast<size_t>(rows * H * P));
-  std::vector<float> q_nope(static_cast<size_t>(rows * N)), q_abs_h(static_cast<size_t>(rows * L));
-  for (int64_t h = 0; h < H; ++h) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* qh = q.data() + (r * H + h) * (N + P);
-      std::copy_n(qh, N, q_nope.data() + r * N);
-      float* pe = out->q_pe.data() + (r * H + h) * P;
-      std::copy_n(qh + N, P, pe);
-      if (P > 0) cpu::RopeInterleaved(pe, P, pos[r], inv_freq);
-    }
-    cpu::Linear(q_nope.data(), rows, N, w.w_uk_t.ptr() + h * L * N, L, q_abs_h.data());
-    for (int64_t r = 0; r < rows; ++r) {
-      std::copy_n(q_abs_h.data() + r * L, L, out->q_abs.data() + (r * H + h) * L);
-    }
-  }
-}
-
 void MlaAttendLatent(const ModelConfig& c, int64_t heads, const float* q_abs, const float* q_pe,
                      std::span<const int64_t> rows_idx, const RowOf& latent_of,
                      const std::vector<std::vector<int32_t>>& sel, float* o_lat) {
@@ -105,26 +68,6 @@ void MlaAttendLatent(const ModelConfig& c, int64_t heads, const float* q_abs, co
     cpu::MlaAttendRow(q_abs + k * H * L, q_pe + k * H * P, H, L, P, gathered.data(), L + P, order.data(), n, scale,
                       o_lat + k * H * L, scratch.data());
   }
-}
-
-void MlaOutput(const MlaWeights& w, const ModelConfig& c, const float* o_lat, int64_t rows, float* out) {
-  const int64_t H = w.heads, L = c.kv_lora_rank, V = c.v_head_dim;
-  std::vector<float> o_v(static_cast<size_t>(rows * H * V));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t h = 0; h < H; ++h) {
-      cpu::Linear(o_lat + (r * H + h) * L, 1, L, w.w_uv.ptr() + h * V * L, V, o_v.data() + (r * H + h) * V);
-    }
-  }
-  cpu::Linear(o_v.data(), rows, H * V, w.o_proj.ptr(), c.hidden_size, out);
-}
-
-void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
-               const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* out) {
-  std::vector<int64_t> all(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) all[r] = r;
-  std::vector<float> o_lat(static_cast<size_t>(rows * w.heads * c.kv_lora_rank));
-  MlaAttendLatent(c, w.heads, p.q_abs.data(), p.q_pe.data(), all, latent_of, sel, o_lat.data());
-  MlaOutput(w, c, o_lat.data(), rows, out);
 }
 
 namespace {

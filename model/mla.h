@@ -44,26 +44,13 @@ struct MlaWeights {
 absl::StatusOr<MlaWeights> LoadMla(const WeightLoader& w, const ModelConfig& c, float norm_eps,
                                    const TensorParallel& tp = {});
 
-// Per-row projections of one layer for a batch of R rows.
+// The absorbed queries of a step's R rows at one layer (what the latent split ships to owners).
 struct MlaProjections {
-  std::vector<float> cq;          // [R, q_lora]  (the indexer reads it too)
-  std::vector<float> cache_rows;  // [R, L + P]   new cache rows, to be written at each row's position
-  std::vector<float> q_abs;       // [R, heads, L]
-  std::vector<float> q_pe;        // [R, heads, P]
+  std::vector<float> q_abs;  // [R, heads, L]
+  std::vector<float> q_pe;   // [R, heads, P]
 };
 
-// a [R, hidden] (the layer's normed input), pos [R] absolute positions, inv_freq [P / 2].
-void MlaProject(const MlaWeights& w, const ModelConfig& c, const float* a, int64_t rows,
-                const int64_t* pos, const float* inv_freq, MlaProjections* out);
-
-// For each row r: attention of its q_abs / q_pe over the cached rows `sel[r]` (ascending token
-// ids; latent_of(r, t) is token t's [c | k_pe] row), then W_UV and o_proj, into out [R, hidden]
-// (this rank's partial sum under tensor parallelism).
-// REQUIRES: every sel[r] is non-empty and names rows already written.
-void MlaAttend(const MlaWeights& w, const ModelConfig& c, const MlaProjections& p, int64_t rows,
-               const RowOf& latent_of, const std::vector<std::vector<int32_t>>& sel, float* out);
-
-// MlaAttend in its two halves, for the latent split (the owner of a conversation's rows attends
+// MLA attention's latent half, for the latent split (the owner of a conversation's rows attends
 // for another rank's heads; docs/owner-split.md):
 // The attended latents o_lat [n, heads, L] of the rows `rows_idx` (indices into sel and
 // latent_of's row argument), from their queries q_abs [n, heads, L] and q_pe [n, heads, P]
@@ -112,7 +99,4 @@ absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjec
                             std::span<const uint8_t> row_fetch, std::span<const int64_t> row_group,
                             const TensorParallel& tp, const RowOf& latent_of,
                             const std::vector<std::vector<int32_t>>& sel, float* o_lat, OwnerSplitStats* stats);
-// W_UV per head, then o_proj: out [R, hidden] from o_lat [R, heads, L].
-void MlaOutput(const MlaWeights& w, const ModelConfig& c, const float* o_lat, int64_t rows, float* out);
-
 }  // namespace ferry::model

@@ -33,21 +33,12 @@ struct PooledIndexerWeights {
 
 absl::StatusOr<PooledIndexerWeights> LoadPooledIndexer(const WeightLoader& w, const ModelConfig& c);
 
-// Computes the per-token entries of R rows: keys and gates [R, Di] each.
-void PooledIndexerRows(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, int64_t rows,
-                       float* keys, float* gates);
-
 // Computes pools [first, end) of one conversation, each complete (its kpool tokens cached:
-// key_of(t) and gate_of(t) are token t's ki and gk [Di]), into pool_of(p) [Di].
-void PooledIndexerPools(const PooledIndexerWeights& w, const ModelConfig& c, int64_t first, int64_t end,
+// key_of(t) and gate_of(t) are token t's ki and gk [dim]), into pool_of(p) [dim]; ape [kpool, dim]
+// (PooledIndexerWeights::ape).
+void PooledIndexerPools(const float* ape, int64_t dim, int64_t kpool, int64_t first, int64_t end,
                         const std::function<const float*(int64_t)>& key_of,
                         const std::function<const float*(int64_t)>& gate_of,
                         const std::function<float*(int64_t)>& pool_of);
-
-// sel[r] = the ascending token ids row r attends to; pool_of(r, p) is pool p's key [Di] of row r's
-// conversation (every pool complete within pos[r] + 1 tokens is cached).
-void PooledIndexerSelect(const PooledIndexerWeights& w, const ModelConfig& c, const float* a, const float* cq,
-                         int64_t rows, const int64_t* pos, const std::function<const float*(int64_t, int64_t)>& pool_of,
-                         std::vector<std::vector<int32_t>>* sel);
 
 }  // namespace ferry::model

@@ -30,14 +30,6 @@ absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int
   return absl::OkStatus();
 }
 
-void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x) {
-  const int64_t D = embed.cols;
-  int64_t r = 0;
-  for (const ForwardSegment& seg : segments) {
-    for (int32_t t : seg.tokens) std::copy_n(embed.ptr() + t * D, D, x + (r++) * D);
-  }
-}
-
 LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows& rows) {
   LogitRows out;
   for (size_t s = 0; s < segments.size(); ++s) {
@@ -62,28 +54,6 @@ std::vector<int32_t> LogitRows::ArgmaxOf(std::span<const int32_t> ids) const {
   for (size_t s = 0; s < argmax_of.size(); ++s) {
     if (argmax_of[s] >= 0) out[s] = ids[static_cast<size_t>(argmax_of[s])];
   }
-  return out;
-}
-
-ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const StepRows& rows, const float* normed,
-                            const Weight& lm_head) {
-  const int64_t D = lm_head.cols, V = lm_head.rows;
-  ForwardOutput out;
-  out.vocab = V;
-  LogitRows pick = PickLogitRows(segments, rows);
-  // The logit rows, then the argmax rows (their logits are picked from, then dropped).
-  std::vector<int32_t> picked = pick.rows;
-  picked.insert(picked.end(), pick.argmax_rows.begin(), pick.argmax_rows.end());
-  const int64_t n_out = static_cast<int64_t>(pick.rows.size()), n_all = static_cast<int64_t>(picked.size());
-  std::vector<float> h(static_cast<size_t>(n_all * D));
-  for (int64_t j = 0; j < n_all; ++j) std::copy_n(normed + picked[j] * D, D, h.data() + j * D);
-  out.logits.resize(static_cast<size_t>(n_all * V));
-  kernels::cpu::Linear(h.data(), n_all, D, lm_head.ptr(), V, out.logits.data());
-  std::vector<int32_t> ids;
-  for (int64_t j = n_out; j < n_all; ++j) ids.push_back(kernels::cpu::ArgMax(out.logits.data() + j * V, V));
-  out.logits.resize(static_cast<size_t>(n_out * V));
-  out.argmax = pick.ArgmaxOf(ids);
-  out.first_row = std::move(pick.first_row);
   return out;
 }
 

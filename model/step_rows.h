@@ -31,9 +31,6 @@ StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const 
 absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int64_t> lengths,
                          std::span<const int64_t> adds);
 
-// x [R, hidden] <- the embedding row of every token of every segment, in order.
-void GatherEmbeddings(std::span<const ForwardSegment> segments, const Weight& embed, float* x);
-
 // The rows whose logits were asked for, in order: each segment's last row, or all its rows with
 // all_logits; first_row[s] is where segment s's start in that list (ForwardOutput::first_row; -1
 // for an argmax_only segment, whose last row is in argmax_rows instead, at argmax_of[s]).
@@ -46,10 +43,5 @@ struct LogitRows {
   std::vector<int32_t> ArgmaxOf(std::span<const int32_t> ids) const;
 };
 LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows& rows);
-
-// Logits [rows asked for, vocab] = normed · lm_head^T over each segment's last row (or all its
-// rows with all_logits); normed [R, hidden] is the final-normed hidden state of every row.
-ForwardOutput ProjectLogits(std::span<const ForwardSegment> segments, const StepRows& rows, const float* normed,
-                            const Weight& lm_head);
 
 }  // namespace ferry::model

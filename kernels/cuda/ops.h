@@ -523,7 +523,7 @@ absl::Status PooledKeysF32(const PagedCacheF32& keys, const PagedCacheF32& gates
 // every token 0..pos[r] when n <= k (dense), else the kpool tokens of each of its k chosen
 // pools (pool_ids [rows, k], ascending, TopK's) then the tail n * kpool..pos[r]. sel is written
 // from offsets[r] (int32 [rows + 1], the host's prefix sums of those counts).
-// CPU twin: the expansion in model::PooledIndexerSelect. REQUIRES: kpool >= 1, k >= 0.
+// CPU twin: model::CpuOps::ExpandPoolSelection. REQUIRES: kpool >= 1, k >= 0.
 absl::Status ExpandPoolSelection(const int32_t* pool_ids, int64_t k, const int64_t* pos, int64_t rows, int64_t kpool,
                                  const int32_t* offsets, int32_t* sel, void* stream = nullptr);
 

@@ -7,7 +7,9 @@
 // Thread safety: none; one model instance's step loop owns its CudaOps.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <initializer_list>
 #include <span>
 #include <vector>
@@ -22,10 +24,26 @@
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_pages.h"
 #include "model/cuda/ffn_cuda.h"
+#include "model/kda.h"
 #include "model/split_rows.h"
 #include "model/tensor_parallel.h"
 
 namespace ferry::model::cuda {
+
+// glm5_next's blocks on the device (model/next_step.h): an mHC site's weights (fn float32 in
+// both precisions) and a token's mix, a KDA layer's weights.
+struct CudaMhc {
+  DeviceWeight fn;  // float32 [(2 + S) S, S D]
+  DeviceBuffer base, scale;
+};
+struct CudaMhcMix {
+  float *m = nullptr, *pre = nullptr, *post = nullptr, *comb = nullptr;
+};
+struct CudaKda {
+  DeviceWeight q_proj, k_proj, v_proj, f_a, f_b, g_a, g_b, b_proj, o_proj;
+  DeviceBuffer q_conv, k_conv, v_conv, a_log, dt_bias, o_norm;  // float32
+  int64_t heads = 0, low_rank = 0;
+};
 
 template <typename T>
 class CudaOps {
@@ -39,6 +57,14 @@ class CudaOps {
   using LinearProblem = act::LinearProblem<T>;
   using Part = StepUpload::Part;
   using Download = StepDownload::Part;
+  using Mhc = CudaMhc;
+  using MhcMix = CudaMhcMix;
+  using KdaLayer = CudaKda;
+  struct KdaScratch {
+    T *kq, *kk, *kv, *low, *low_g, *f, *gate, *ky;
+    float *qc, *kc, *vc, *g, *beta, *o;
+  };
+  static int64_t KdaLowRank(const KdaLayer& k) { return k.low_rank; }
 
   absl::Status Reset() { return ws_.Reset(); }
   template <typename U>
@@ -127,6 +153,106 @@ class CudaOps {
   absl::Status FfnError(int32_t error, int64_t n_experts) const { return FfnErrorStatus(error, n_experts); }
   absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* ids, int32_t* counts) {
     return cuda::TapTopK(tap, rows, k, ids, counts);
+  }
+
+  // glm5_next's blocks (model/cpu_ops.h says what each computes).
+  absl::StatusOr<MhcMix> TakeMhcMix(const ModelConfig& c, int64_t rows) {
+    const int64_t S = c.hc_mult;
+    MhcMix m;
+    FERRY_ASSIGN_OR_RETURN(m.m, ws_.Take<float>(rows * (2 + S) * S));
+    FERRY_ASSIGN_OR_RETURN(m.pre, ws_.Take<float>(rows * S));
+    FERRY_ASSIGN_OR_RETURN(m.post, ws_.Take<float>(rows * S));
+    FERRY_ASSIGN_OR_RETURN(m.comb, ws_.Take<float>(rows * S * S));
+    return m;
+  }
+  absl::StatusOr<KdaScratch> TakeKdaScratch(const ModelConfig& c, int64_t rows, int64_t heads, int64_t low_rank) {
+    const int64_t C = heads * c.linear_head_dim;
+    KdaScratch s;
+    for (T** p : {&s.kq, &s.kk, &s.kv, &s.f, &s.gate, &s.ky}) {
+      FERRY_ASSIGN_OR_RETURN(*p, ws_.Take<T>(rows * C));
+    }
+    for (T** p : {&s.low, &s.low_g}) {
+      FERRY_ASSIGN_OR_RETURN(*p, ws_.Take<T>(rows * low_rank));
+    }
+    for (float** p : {&s.qc, &s.kc, &s.vc, &s.g, &s.o}) {
+      FERRY_ASSIGN_OR_RETURN(*p, ws_.Take<float>(rows * C));
+    }
+    FERRY_ASSIGN_OR_RETURN(s.beta, ws_.Take<float>(rows * heads));
+    return s;
+  }
+  absl::Status MhcStreams(const float* x, int64_t rows, int64_t streams, int64_t dim, float* h) {
+    return kernels::cuda::MhcStreamsF32(x, rows, streams, dim, h);
+  }
+  // Two launches: the normed mixing logits (row-invariant, not cuBLAS: a token's mix must not
+  // depend on the batch, or a last-bit change can flip a bf16 rounding downstream), then Sinkhorn,
+  // mix and norm.
+  absl::Status MhcIn(const Mhc& m, const ModelConfig& c, const float* h, int64_t rows, const T* norm, MhcMix& mix,
+                     float* u, T* a) {
+    const int64_t S = c.hc_mult, D = c.hidden_size;
+    FERRY_RETURN_IF_ERROR(kernels::cuda::RmsNormLinearF32RowInvariant(h, rows, S * D, c.rms_norm_eps,
+                                                                      m.fn.as<float>(), (2 + S) * S, mix.m));
+    return act::SinkhornMixInNorm(mix.m, m.scale.as<const float>(), m.base.as<const float>(), c.hc_eps,
+                                  c.hc_sinkhorn_iters, mix.pre, mix.post, mix.comb, h, rows, S, D, norm,
+                                  c.rms_norm_eps, u, a);
+  }
+  absl::Status MhcOut(const MhcMix& mix, const ModelConfig& c, const T* y, int64_t rows, float* h) {
+    return act::MhcMixOut(h, mix.post, mix.comb, y, rows, c.hc_mult, c.hidden_size);
+  }
+  absl::Status MhcOut(const MhcMix& mix, const ModelConfig& c, const float* y, int64_t rows, float* h)
+    requires(!std::is_same_v<T, float>) {
+    return kernels::cuda::MhcMixOutF32(h, mix.post, mix.comb, y, rows, c.hc_mult, c.hidden_size);
+  }
+  absl::Status StreamMeanNorm(const float* h, const float* mean_w, int64_t rows, int64_t streams, int64_t dim,
+                              const T* norm, float eps, float* u, T* a) {
+    return act::MixInNorm(h, mean_w, rows, streams, dim, norm, eps, u, a);
+  }
+  // Naive: the recurrence runs one token a launch, also in prefill (segs.chunk is not used).
+  absl::Status Kda(const KdaLayer& w, int64_t layer, const ModelConfig& c, const T* a, int64_t R,
+                   const KdaSegments& segs, KdaScratch& s, T* y) {
+    const int64_t D = c.hidden_size, H = w.heads, d = c.linear_head_dim, C = H * d, K = c.linear_conv_kernel_dim,
+                  r = w.low_rank;
+    // The projections of a in one launch at decode sizes, then the two low-rank second halves.
+    FERRY_RETURN_IF_ERROR(act::LinearMany({{a, D, w.q_proj.as<T>(), C, s.kq},
+                                           {a, D, w.k_proj.as<T>(), C, s.kk},
+                                           {a, D, w.v_proj.as<T>(), C, s.kv},
+                                           {a, D, w.f_a.as<T>(), r, s.low},
+                                           {a, D, w.g_a.as<T>(), r, s.low_g}},
+                                          R));
+    FERRY_RETURN_IF_ERROR(
+        act::LinearMany({{s.low, r, w.f_b.as<T>(), C, s.f}, {s.low_g, r, w.g_b.as<T>(), C, s.gate}}, R));
+    FERRY_RETURN_IF_ERROR(act::KdaDecay(s.f, R, H, d, w.a_log.as<const float>(), w.dt_bias.as<const float>(),
+                                        c.linear_lower_bound, s.g));
+    FERRY_RETURN_IF_ERROR(act::LinearToF32(a, R, D, w.b_proj.as<T>(), H, 1.0f, s.beta));
+    FERRY_RETURN_IF_ERROR(kernels::cuda::SigmoidF32(s.beta, R * H));
+    for (size_t k = 0; k < segs.begin.size(); ++k) {
+      const int64_t begin = segs.begin[k], n = segs.n[k];
+      float* tails = segs.state[k] + segs.layout->conv[static_cast<size_t>(layer)];
+      const T* const x[3] = {s.kq + begin * C, s.kk + begin * C, s.kv + begin * C};
+      const float* const weight[3] = {w.q_conv.as<const float>(), w.k_conv.as<const float>(),
+                                      w.v_conv.as<const float>()};
+      float* const out[3] = {s.qc + begin * C, s.kc + begin * C, s.vc + begin * C};
+      FERRY_RETURN_IF_ERROR(act::KdaConvSiluQkv(x, n, C, K, weight, tails, out));
+    }
+    FERRY_RETURN_IF_ERROR(kernels::cuda::KdaL2NormQk(s.qc, 1.0f / std::sqrt(static_cast<float>(d)), s.kc, R, H, d));
+    for (size_t k = 0; k < segs.begin.size(); ++k) {
+      float* state = segs.state[k] + segs.layout->s[static_cast<size_t>(layer)];
+      for (int64_t i = 0; i < segs.n[k]; ++i) {
+        const int64_t row = segs.begin[k] + i;
+        FERRY_RETURN_IF_ERROR(kernels::cuda::KdaRecurrentStep(state, nullptr, 1, 1, H, d, s.qc + row * C,
+                                                              s.kc + row * C, s.vc + row * C, s.g + row * C,
+                                                              s.beta + row * H, s.o + row * C));
+      }
+    }
+    FERRY_RETURN_IF_ERROR(act::KdaOutput(s.o, s.gate, R, H, d, w.o_norm.as<const float>(), c.rms_norm_eps, s.ky));
+    return act::Linear(s.ky, R, C, w.o_proj.as<T>(), D, y);
+  }
+  absl::Status PooledKeys(const Cache& keys, const Cache& gates, const Cache& pools, int64_t row, int64_t p0, int64_t p1,
+                          int64_t kpool, const float* ape) {
+    return act::PooledKeys(keys, gates, pools, row, p0, p1, kpool, ape);
+  }
+  absl::Status ExpandPoolSelection(const int32_t* pool_ids, int64_t k, const int64_t* pos, int64_t rows, int64_t kpool,
+                                   const int32_t* offsets, int32_t* sel) {
+    return kernels::cuda::ExpandPoolSelection(pool_ids, k, pos, rows, kpool, offsets, sel);
   }
 
   // Tensor parallelism: x [n] float32 (device) summed over the ranks in the collective's fixed

@@ -1,7 +1,7 @@
 // ferry-kernel-check cases for glm5_next's ops (kernels/cuda/next_ops.cu): mHC mixing against
 // model::MhcPre's u loop and model::MhcPost, the KDA conv / norms / decay / output against the
 // loops of model/kda.cc, pool keys against model::PooledIndexerPools, and the pooled
-// selection's expansion against model::PooledIndexerSelect's. Float32 paths to 1e-5; bf16
+// selection's expansion against the CPU backend's (CpuOps::ExpandPoolSelection). Float32 paths to 1e-5; bf16
 // outputs to 1e-2.
 #include <algorithm>
 #include <cmath>
@@ -190,7 +190,7 @@ Result PooledKeysCase(std::mt19937& rng, int64_t len, int64_t kpool, int64_t dim
   const int64_t p0 = 1, p1 = len / kpool;  // pool 0 "cached" already
   std::vector<float> pools(static_cast<size_t>(p1 * dim), 0.0f);
   model::PooledIndexerPools(
-      w, c, p0, p1, [&](int64_t t) -> const float* { return rows_kg[t].data(); },
+      w.ape.data.data(), dim, kpool, p0, p1, [&](int64_t t) -> const float* { return rows_kg[t].data(); },
       [&](int64_t t) -> const float* { return rows_kg[t].data() + dim; },
       [&](int64_t p) -> float* { return pools.data() + p * dim; });
   std::vector<float> want;
