@@ -1,5 +1,7 @@
 #include "model/config.h"
 
+#include <cmath>
+#include <limits>
 #include <optional>
 #include "absl/strings/string_view.h"
 
@@ -49,6 +51,20 @@ class FieldReader {
     const json& v = obj_.at(std::string(key));
     if (!v.is_number()) return Error(key, absl::StrCat("must be a number, got ", v.dump()));
     return v.get<double>();
+  }
+
+  // A finite number > 0 (an epsilon: zero or less divides by zero or worse).
+  absl::StatusOr<double> Positive(absl::string_view key, double def) const {
+    FERRY_ASSIGN_OR_RETURN(double x, Number(key, def));
+    if (!(x > 0) || !std::isfinite(x)) return Error(key, absl::StrCat("must be a finite number > 0, got ", x));
+    return x;
+  }
+
+  // An Int at most `most` (a count whose larger values hang or overflow what uses it).
+  absl::StatusOr<int64_t> IntAtMost(absl::string_view key, int64_t def, int64_t most) const {
+    FERRY_ASSIGN_OR_RETURN(int64_t x, Int(key, def));
+    if (x > most) return Error(key, absl::StrCat("is ", x, "; at most ", most, " is supported"));
+    return x;
   }
 
   absl::StatusOr<bool> Bool(absl::string_view key, bool def) const {
@@ -110,7 +126,9 @@ absl::Status ParseTokenIds(const FieldReader& r, absl::string_view key, std::vec
   if (!r.Has(key)) return absl::OkStatus();
   const json& v = r.obj().at(std::string(key));
   auto one = [&](const json& e) -> absl::Status {
-    if (!e.is_number_integer() || e.get<int64_t>() < 0) return r.Error(key, "must hold token ids");
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return r.Error(key, absl::StrCat("must hold token ids, got ", e.dump()));
+    }
     out->push_back(static_cast<int32_t>(e.get<int64_t>()));
     return absl::OkStatus();
   };
@@ -125,14 +143,23 @@ absl::Status ParseText(const FieldReader& r, ModelConfig& c) {
   FERRY_ASSIGN_OR_RETURN(c.vocab_size, r.Int("vocab_size"));
   FERRY_ASSIGN_OR_RETURN(c.hidden_size, r.Int("hidden_size"));
   FERRY_ASSIGN_OR_RETURN(c.num_layers, r.Int("num_hidden_layers"));
-  FERRY_ASSIGN_OR_RETURN(double eps, r.Number("rms_norm_eps", 1e-6));
+  FERRY_ASSIGN_OR_RETURN(double eps, r.Positive("rms_norm_eps", 1e-6));
   c.rms_norm_eps = static_cast<float>(eps);
-  FERRY_ASSIGN_OR_RETURN(c.max_position_embeddings, r.Int("max_position_embeddings", 4096));
+  // Positions and token counts are int32 on the device.
+  FERRY_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                         r.IntAtMost("max_position_embeddings", 4096, std::numeric_limits<int32_t>::max()));
   FERRY_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.Bool("tie_word_embeddings", false));
   FERRY_RETURN_IF_ERROR(ParseTokenIds(r, "eos_token_id", &c.eos_token_ids));
   std::vector<int32_t> bos;
   FERRY_RETURN_IF_ERROR(ParseTokenIds(r, "bos_token_id", &bos));
   if (!bos.empty()) c.bos_token_id = bos[0];
+  for (const auto& [key, ids] : {std::pair{"eos_token_id", &c.eos_token_ids}, std::pair{"bos_token_id", &bos}}) {
+    for (int32_t id : *ids) {
+      if (id < 0 || id >= c.vocab_size) {
+        return r.Error(key, absl::StrCat("names token ", id, ", outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+  }
 
   FERRY_ASSIGN_OR_RETURN(c.num_heads, r.Int("num_attention_heads"));
   FERRY_ASSIGN_OR_RETURN(int64_t kv_heads, r.Int("num_key_value_heads", c.num_heads));
@@ -272,8 +299,8 @@ absl::Status ParseNextExtras(const FieldReader& r, ModelConfig& c) {
   FERRY_ASSIGN_OR_RETURN(double lb, r.Number("linear_lower_bound", -5.0));
   c.linear_lower_bound = static_cast<float>(lb);
   FERRY_ASSIGN_OR_RETURN(c.hc_mult, r.Int("hc_mult", 4));
-  FERRY_ASSIGN_OR_RETURN(c.hc_sinkhorn_iters, r.Int("hc_sinkhorn_iters", 20));
-  FERRY_ASSIGN_OR_RETURN(double hc_eps, r.Number("hc_eps", 1e-6));
+  FERRY_ASSIGN_OR_RETURN(c.hc_sinkhorn_iters, r.IntAtMost("hc_sinkhorn_iters", 20, 1000));
+  FERRY_ASSIGN_OR_RETURN(double hc_eps, r.Positive("hc_eps", 1e-6));
   c.hc_eps = static_cast<float>(hc_eps);
   if (c.qk_rope_head_dim != 0) {
     return r.Error("qk_rope_head_dim", absl::StrCat("is ", c.qk_rope_head_dim, "; glm5_next MLA is NoPE (0)"));

@@ -138,6 +138,19 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                     ") overlap"));
     }
   }
+  // The format has the tensors fill the data section back to back: no hole, nothing after.
+  uint64_t at = 0;
+  for (const TensorInfo& t : st.tensors_) {
+    if (t.begin != at) {
+      return Bad(path, absl::StrCat("bytes [", at, ", ", t.begin, ") of the data section belong to no tensor (before '",
+                                    t.name, "')"));
+    }
+    at = t.end;
+  }
+  if (at != data_size) {
+    return Bad(path, absl::StrCat("bytes [", at, ", ", data_size, ") of the data section belong to no tensor (",
+                                  data_size - at, " trailing bytes)"));
+  }
   for (size_t i = 0; i < st.tensors_.size(); ++i) st.index_[st.tensors_[i].name] = i;
   return st;
 }

@@ -159,6 +159,32 @@ TEST_CASE("config: bad configs get errors naming the field", "[config]") {
     j["num_key_value_heads"] = 2;
     CHECK(Contains(ErrorOf(j), "MLA needs it equal to num_attention_heads (8)"));
   }
+  SECTION("an epsilon that is not positive") {
+    j["rms_norm_eps"] = -1;
+    CHECK(Contains(ErrorOf(j), "field 'rms_norm_eps' must be a finite number > 0, got -1"));
+  }
+  SECTION("an end-of-sequence token outside the vocabulary") {
+    j["eos_token_id"] = {1, 384};
+    CHECK(Contains(ErrorOf(j), "field 'eos_token_id' names token 384, outside the vocabulary [0, 384)"));
+  }
+  SECTION("a token id past int32") {
+    j["bos_token_id"] = int64_t{1} << 40;
+    CHECK(Contains(ErrorOf(j), "field 'bos_token_id' must hold token ids, got 1099511627776"));
+  }
+  SECTION("a context past int32") {
+    j["max_position_embeddings"] = int64_t{1} << 62;
+    CHECK(Contains(ErrorOf(j), "field 'max_position_embeddings' is 4611686018427387904; at most 2147483647"));
+  }
+  SECTION("glm5_next with unbounded or non-positive mHC fields") {
+    auto ck = Checkpoint::Open(std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny");
+    REQUIRE(ck.ok());
+    nlohmann::json n = ck->config_json();
+    n["text_config"]["hc_sinkhorn_iters"] = 1000000000;
+    CHECK(Contains(ErrorOf(n), "field 'text_config.hc_sinkhorn_iters' is 1000000000; at most 1000"));
+    n = ck->config_json();
+    n["text_config"]["hc_eps"] = -1;
+    CHECK(Contains(ErrorOf(n), "field 'text_config.hc_eps' must be a finite number > 0, got -1"));
+  }
   SECTION("glm5_next without text_config") {
     nlohmann::json n = {{"model_type", "glm5_next"}};
     CHECK(Contains(ErrorOf(n), "field 'text_config' is missing"));

@@ -118,6 +118,21 @@ TEST_CASE("safetensors: bad files get errors naming the file and the numbers", "
     WriteRawSafetensors(path, R"({"w": {"dtype": "F32", "shape": [1]}})", std::string(4, '\0'));
     CHECK(Contains(ErrorOf(path), "'data_offsets' must be two non-negative integers"));
   }
+  SECTION("a hole between tensors") {
+    WriteRawSafetensors(path,
+                        R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},)"
+                        R"( "b": {"dtype": "U8", "shape": [2], "data_offsets": [4, 6]}})",
+                        std::string(6, '\0'));
+    CHECK(Contains(ErrorOf(path), "bytes [2, 4) of the data section belong to no tensor (before 'b')"));
+  }
+  SECTION("a hole before the first tensor") {
+    WriteRawSafetensors(path, R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}})", std::string(3, '\0'));
+    CHECK(Contains(ErrorOf(path), "bytes [0, 1) of the data section belong to no tensor (before 'a')"));
+  }
+  SECTION("trailing bytes") {
+    WriteRawSafetensors(path, R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", std::string(5, '\0'));
+    CHECK(Contains(ErrorOf(path), "bytes [2, 5) of the data section belong to no tensor (3 trailing bytes)"));
+  }
 }
 
 }  // namespace
