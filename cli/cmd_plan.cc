@@ -86,7 +86,7 @@ int RunPlan() {
     auto fixed = kvpool::FixedBytesPerStreamPerRank(*config, ranks);
     if (!fixed.ok()) return Fail(2, std::string(fixed.status().message()));
     in.fixed_bytes = *fixed;
-    fixed_source = config->family == model::Family::kGlm5Next
+    fixed_source = config->has_linear_attention()
                        ? absl::StrCat("KDA state over ", ranks, ranks == 1 ? " rank" : " ranks")
                        : "no linear-attention state";
   } else {

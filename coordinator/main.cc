@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   opts.max_queue = absl::GetFlag(FLAGS_max_queue);
   opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
   opts.page_size = absl::GetFlag(FLAGS_page_size);
-  opts.prompt_cache_any_prefix = config->family == model::Family::kGlmMoeDsa;
+  opts.prompt_cache_any_prefix = !config->has_linear_attention();
   opts.world = world;
   opts.carry_min_tokens = absl::GetFlag(FLAGS_carry_min_tokens);
   coordinator::PoolRequest pool_req;

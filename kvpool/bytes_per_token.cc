@@ -57,7 +57,6 @@ absl::StatusOr<int64_t> FixedBytesPerStreamPerRank(const model::ModelConfig& con
   if (ranks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks is ", ranks, "; use 1 or more"));
   }
-  if (config.family != model::Family::kGlm5Next) return int64_t{0};
   int64_t kda_layers = 0;
   for (model::AttentionType t : config.layer_types) {
     if (t == model::AttentionType::kKda) ++kda_layers;

@@ -84,6 +84,14 @@ struct ModelConfig {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   // Width of one latent cache row of an MLA layer: c (kv_lora) followed by k_pe (rope).
   int64_t latent_row_width() const { return kv_lora_rank + qk_rope_head_dim; }
+  // Whether some layer keeps a recurrent state (KDA) that cannot be rewound by position: a kept
+  // conversation then resumes only at the lengths it kept a snapshot of, not at any prefix.
+  bool has_linear_attention() const {
+    for (AttentionType t : layer_types) {
+      if (t == AttentionType::kKda) return true;
+    }
+    return false;
+  }
   std::string LayerPrefix(int64_t layer) const;  // "model.layers.3."
 };
 
