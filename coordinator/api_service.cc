@@ -52,16 +52,16 @@ absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest&
   const int64_t vocab = config.vocab_size;
   const int64_t n = req.prompt_token_ids_size();
   if (n == 0) return absl::InvalidArgumentError("prompt_token_ids is empty; give at least one token id");
+  if (n >= max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n, " tokens; the context holds ", max_context,
+                                                   ", which leaves no room to generate"));
+  }
   for (int64_t i = 0; i < n; ++i) {
     const int32_t t = req.prompt_token_ids(static_cast<int>(i));
     if (t < 0 || t >= vocab) {
       return absl::InvalidArgumentError(absl::StrCat("prompt_token_ids[", i, "] = ", t,
                                                      " is outside the vocabulary [0, ", vocab, ")"));
     }
-  }
-  if (n >= max_context) {
-    return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n, " tokens; the context holds ", max_context,
-                                                   ", which leaves no room to generate"));
   }
   const pb::SamplingParams& sp = req.sampling();
   if (!(sp.temperature() >= 0.0f) || std::isinf(sp.temperature())) {

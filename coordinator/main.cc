@@ -1,5 +1,6 @@
 // ferry-coordinator: the public gRPC API, the control plane for the workers, the scheduler and
 // the Prometheus metrics of one Ferry deployment.
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -164,7 +165,12 @@ int main(int argc, char** argv) {
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
   builder.RegisterService(&api);
   builder.RegisterService(&control);
-  builder.SetMaxReceiveMessageSize(256 << 20);
+  // What a caller may send: a valid Generate holds at most a context of prompt ids and as many
+  // stop ids (up to 5 bytes each on the wire) besides a few fields; the workers' messages are
+  // smaller. A larger message is refused by gRPC (RESOURCE_EXHAUSTED with both sizes) before it
+  // is parsed, so no client can make the coordinator hold more than this a call.
+  const int64_t receive_limit = std::min<int64_t>((int64_t{1} << 20) + 10 * opts.max_context, int64_t{256} << 20);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
   builder.SetMaxSendMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {

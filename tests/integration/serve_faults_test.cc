@@ -85,6 +85,13 @@ TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and servin
   GenerateRequest s = Greedy({5}, 4);
   s.mutable_sampling()->add_stop_token_ids(999);
   expect(s, "sampling.stop_token_ids[0] = 999");
+  // A message far past what a valid request at this context can be is refused before it is
+  // parsed (1 MiB + 10 bytes a context token here), with both sizes.
+  auto big = Run(server.address(), Greedy(std::vector<int32_t>(600000, 383), 1));
+  REQUIRE_FALSE(big.ok());
+  CHECK(big.status().code() == absl::StatusCode::kResourceExhausted);
+  INFO(big.status().message());
+  CHECK(std::string(big.status().message()).find("1049216") != std::string::npos);
   auto ok = Run(server.address(), Greedy({5, 6}, 3));
   INFO(ok.status().ToString());
   REQUIRE(ok.ok());
