@@ -24,12 +24,14 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
 
 }  // namespace
 
-absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout) {
+absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout,
+                                  const std::string& service) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   grpc::health::v1::HealthCheckRequest req;
+  req.set_service(service);
   grpc::health::v1::HealthCheckResponse resp;
   grpc::Status st = stub->Check(&ctx, req, &resp);
   if (!st.ok()) return FromGrpc(st, address);

@@ -13,7 +13,8 @@ namespace ferry::cli {
 
 // The coordinator's overall health: SERVING (true), NOT_SERVING (false); an error when it
 // cannot be reached within `timeout`.
-absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout);
+absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout,
+                                  const std::string& service = "");
 
 // Runs one Generate call; `on_chunk` gets each streamed chunk's tokens. Returns the final
 // message. gRPC errors come back as absl::Status with the server's message.

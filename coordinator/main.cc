@@ -178,6 +178,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  // The public service by name as well as the server as a whole (""): every later
+  // SetServingStatus(bool) moves both.
+  health->SetServingStatus(ferry::v1::Ferry::service_full_name(), false);
   health->SetServingStatus(false);
   FERRY_LOG(INFO) << "listening on " << address << "; waiting for " << world << " worker rank(s)";
 

@@ -58,7 +58,7 @@ absl::Status RefuseContext(const PlanInput& in, int64_t window_bytes, absl::stri
                                    : std::string("the budget holds no window; free memory");
   return absl::ResourceExhaustedError(absl::StrCat(
       "--context ", in.context, " needs ", FormatGiB(window_bytes), " GiB for the engine's own ",
-      what, ", and the CUDA memory budget leaves ", FormatGiB(in.room_bytes), " GiB: ", remedy));
+      what, ", and the memory budget leaves ", FormatGiB(in.room_bytes), " GiB: ", remedy));
 }
 
 absl::StatusOr<Plan> PlanWindows(const PlanInput& in, Plan p) {
@@ -73,7 +73,7 @@ absl::StatusOr<Plan> PlanWindows(const PlanInput& in, Plan p) {
   if (need > left) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "--parallel ", in.lanes, " needs ", FormatGiB(need), " GiB for its streams at a ",
-        in.context, "-token window, and the CUDA memory budget leaves ", FormatGiB(left),
+        in.context, "-token window, and the memory budget leaves ", FormatGiB(left),
         " GiB: serve --parallel ", p.windows_would_hold, ", or lower --context"));
   }
   p.window_streams = in.lanes;
@@ -108,7 +108,7 @@ absl::StatusOr<Plan> PlanPages(const PlanInput& in, Plan p) {
         "--parallel ", L, " needs ", FormatGiB(least), " GiB for its streams on ", P,
         "-token pages at a ", in.context, "-token window (", wp,
         " pages for the engine's own window, then ", FormatMiB(f), " MiB of state and a page for "
-        "each of the ", L - 1, " others), and the CUDA memory budget leaves ", FormatGiB(R),
+        "each of the ", L - 1, " others), and the memory budget leaves ", FormatGiB(R),
         " GiB: serve --parallel ", 1 + (R - window) / lane, ", or lower --context"));
   }
   // Step 2, the seed's n; then no more windows than leave step 3 its pages and states (each
@@ -222,7 +222,7 @@ static absl::StatusOr<Plan> PlanSplit(const PlanInput& in) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the latent split over ", W, " ranks needs ", FormatGiB(least * kb + p.window_pages * lb),
         " GiB for a window of ", p.window_pages, " pages on its owner and a page for each other lane, and the "
-        "streams' budget is ", FormatGiB(budget), " GiB: serve without --owner-split, or lower --context"));
+        "streams' budget is ", FormatGiB(budget), " GiB: lower --context (the replicated layout needs more: every rank holds every latent row)"));
   }
   p.pages_split_cut = p.pages - K;
   p.pages = K;

@@ -197,6 +197,11 @@ TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails request
   INFO(coord.Log() << w0.Log() << w1.Log());
   REQUIRE(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
                      30000));
+  // The public service answers by its own name too.
+  auto by_name = cli::CheckServing(address, std::chrono::seconds(5), "ferry.v1.Ferry");
+  INFO(by_name.status().ToString());
+  REQUIRE(by_name.ok());
+  CHECK(*by_name);
   BackgroundRequest inflight(address, Greedy({5, 6}, 4000));
   const bool running = inflight.SeenRunning(address);
   INFO("the request: " << inflight.Status());
@@ -209,6 +214,10 @@ TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails request
   CHECK(inflight.result->finish_reason() == v1::FINISH_REASON_ERROR);
   CHECK(inflight.result->error().find("rank 1") != std::string::npos);
   CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && !*s; }));
+  CHECK(Eventually([&] {
+    auto s = cli::CheckServing(address, std::chrono::milliseconds(200), "ferry.v1.Ferry");
+    return s.ok() && !*s;
+  }));
   int w0_status = 0;
   CHECK(w0.Wait(std::chrono::seconds(10), &w0_status));  // its stream was cancelled: it exits
   auto late = Run(address, Greedy({5}, 2));

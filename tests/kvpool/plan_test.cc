@@ -114,7 +114,7 @@ TEST_CASE("plan: the design's windows refusal at TP=2, a 1M window, --parallel 8
   REQUIRE_FALSE(p.ok());
   CHECK(p.status().code() == absl::StatusCode::kResourceExhausted);
   CHECK(std::string(p.status().message()) ==
-        "--parallel 8 needs 90.48 GiB for its streams at a 1048576-token window, and the CUDA "
+        "--parallel 8 needs 90.48 GiB for its streams at a 1048576-token window, and the "
         "memory budget leaves 2.33 GiB: serve --parallel 1, or lower --context");
 
   SECTION("the same room at a 256k window holds four windows, not eight") {
@@ -253,7 +253,7 @@ TEST_CASE("plan: refusals name the numbers and the remedy", "[plan]") {
     CHECK(p.status().code() == absl::StatusCode::kResourceExhausted);
     // 5 GiB / 13,056 bytes a token = 411,206 tokens.
     CHECK(std::string(p.status().message()) ==
-          "--context 1048576 needs 12.75 GiB for the engine's own window, and the CUDA memory "
+          "--context 1048576 needs 12.75 GiB for the engine's own window, and the memory "
           "budget leaves 5.00 GiB: lower --context to 411206 or less");
   }
   SECTION("not even the engine's own window fits: pages") {
