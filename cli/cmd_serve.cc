@@ -83,6 +83,20 @@ std::vector<Child*> Reap(std::vector<Child>& children) {
   return dead;
 }
 
+// The processes to blame for a stop, failures first. A worker exits 0 only when the coordinator
+// told it to (a refused plan, a shutdown), so when every process seen dead exited cleanly the
+// one that failed is about to follow: give the others two seconds to show it.
+std::vector<Child*> Culprits(std::vector<Child>& children, std::vector<Child*> dead) {
+  auto failed = [](const Child* c) { return !WIFEXITED(c->status) || WEXITSTATUS(c->status) != 0; };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::none_of(dead.begin(), dead.end(), failed) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (Child* c : Reap(children)) dead.push_back(c);
+  }
+  std::stable_partition(dead.begin(), dead.end(), failed);
+  return dead;
+}
+
 void ReportDead(const std::vector<Child*>& dead, const char* when) {
   for (const Child* c : dead) {
     fprintf(stderr, "ferry serve: %s (pid %d) %s%s; stopping the others\n", c->name.c_str(), c->pid,
@@ -226,7 +240,7 @@ int RunServe() {
   bool serving = false;
   while (!serving && g_signal == 0) {
     if (std::vector<Child*> dead = Reap(children); !dead.empty()) {
-      ReportDead(dead, " while starting");
+      ReportDead(Culprits(children, dead), " while starting");
       StopAll(children, std::chrono::seconds(10));
       return 1;
     }
@@ -249,7 +263,7 @@ int RunServe() {
   // Supervise.
   while (g_signal == 0) {
     if (std::vector<Child*> dead = Reap(children); !dead.empty()) {
-      ReportDead(dead, "");
+      ReportDead(Culprits(children, dead), "");
       StopAll(children, std::chrono::seconds(10));
       return 1;
     }

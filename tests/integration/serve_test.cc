@@ -271,6 +271,10 @@ TEST_CASE("serve: a room the plan cannot serve is refused at start with the numb
   CHECK(log.find("cannot serve this configuration") != std::string::npos);
   CHECK(log.find("--context 96 needs") != std::string::npos);
   CHECK(log.find("leaves 0.00 GiB") != std::string::npos);
+  // serve names the process that failed (the coordinator), not a worker it told to stop.
+  const size_t blamed = log.find("ferry serve: ");
+  REQUIRE(blamed != std::string::npos);
+  CHECK(log.find("ferry serve: the coordinator (pid") == blamed);
 }
 
 TEST_CASE("serve: the prompt cache resumes a conversation with the tokens of a cold run", "[serve]") {
