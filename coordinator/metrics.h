@@ -64,6 +64,7 @@ class Metrics final : public SchedulerObserver {
   prometheus::Histogram* e2e_;
   prometheus::Histogram* queue_;
   prometheus::Histogram* iteration_tokens_;
+  prometheus::Histogram *prefill_time_, *decode_time_, *prompt_hist_, *generation_hist_;
   std::vector<prometheus::Histogram*> rank_step_;
   std::vector<prometheus::Counter*> rank_bytes_;
   std::vector<prometheus::Gauge*> latent_used_;

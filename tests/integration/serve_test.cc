@@ -345,6 +345,14 @@ TEST_CASE("serve: the metrics endpoint counts what completes", "[serve]") {
   CHECK(delta("ferry:e2e_request_latency_seconds_count") == 1);
   CHECK(delta("ferry:iteration_tokens_total_count") >= 5);
   CHECK(delta("ferry:rank_dataplane_bytes_total{rank=\"1\"}") > 0);
+  // The request's phases and sizes; inter-token latency has buckets below 10 ms.
+  CHECK(delta("ferry:request_prefill_time_seconds_count") == 1);
+  CHECK(delta("ferry:request_decode_time_seconds_count") == 1);
+  CHECK(delta("ferry:request_prompt_tokens_sum") == 3);
+  CHECK(delta("ferry:request_generation_tokens_sum") == 5);
+  CHECK(delta("ferry:request_generation_tokens_bucket{le=\"4\"}") == 0);
+  CHECK(delta("ferry:request_generation_tokens_bucket{le=\"8\"}") == 1);
+  CHECK(after.find("ferry:inter_token_latency_seconds_bucket{le=\"0.001\"}") != std::string::npos);
   // Each worker serves its own /metrics on the port after the coordinator's (+1 + rank).
   const std::string w1 = testing::ScrapeMetrics(server.metrics_port() + 2);
   CHECK(testing::MetricValue(w1, "ferry_worker:step_time_seconds_count{rank=\"1\"}") >= 5);
