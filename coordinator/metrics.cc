@@ -33,7 +33,8 @@ Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()
   waiting_ = &prometheus::BuildGauge().Name("ferry:num_requests_waiting")
                   .Help("Requests waiting in the admission queue").Register(r).Add({});
   kv_usage_ = &prometheus::BuildGauge().Name("ferry:kv_cache_usage_perc")
-                   .Help("Fraction of the lanes' token capacity held by running requests (1 = full)")
+                   .Help("KV pool use, 1 = full: used pool pages over pool pages (pages the prompt cache keeps "
+                         "included); without a page pool, running requests' tokens over the lanes' capacity")
                    .Register(r).Add({});
   prompt_tokens_ = &prometheus::BuildCounter().Name("ferry:prompt_tokens_total")
                         .Help("Prompt tokens of finished requests").Register(r).Add({});
