@@ -1,5 +1,7 @@
 #include "model/checkpoint.h"
 
+#include <cmath>
+
 #include <sys/stat.h>
 
 #include <cstring>
@@ -187,10 +189,26 @@ absl::StatusOr<const Checkpoint::Entry*> Checkpoint::Shaped(absl::string_view na
   return &it->second;
 }
 
+namespace {
+
+// INVALID_ARGUMENT naming the tensor and the first element that is NaN or infinite (a poisoned
+// weight is refused at load instead of served as garbage tokens).
+absl::Status NonFinite(const std::string& path, absl::string_view name, int64_t at, const std::string& value) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' holds ", value, " at element ", at,
+                                                 "; a checkpoint's weights must be finite"));
+}
+
+}  // namespace
+
 absl::StatusOr<const void*> Checkpoint::Bf16Data(absl::string_view name,
                                                  const std::vector<int64_t>& expected_shape) const {
   FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
   if (e->info->dtype != DType::kBF16) return nullptr;
+  // bf16 with every exponent bit set is an infinity or a NaN.
+  const auto* bits = reinterpret_cast<const uint16_t*>(e->data);
+  for (int64_t i = 0, n = e->info->numel(); i < n; ++i) {
+    if ((bits[i] & 0x7f80u) == 0x7f80u) return NonFinite(PathOf(*e), name, i, (bits[i] & 0x7fu) ? "NaN" : "inf");
+  }
   return static_cast<const void*>(e->data);
 }
 
@@ -215,6 +233,12 @@ absl::StatusOr<std::vector<float>> Checkpoint::Fp8Scales(absl::string_view name,
   }
   std::vector<float> scales(static_cast<size_t>(srows * scols));
   ConvertRun(s.dtype, sit->second.data, 0, srows * scols, scales.data());
+  for (size_t i = 0; i < scales.size(); ++i) {
+    if (!(scales[i] > 0) || !std::isfinite(scales[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(PathOf(sit->second), ": block scale ", i, " of '", scale_name,
+                                                     "' is ", scales[i], "; FP8 block scales must be finite and > 0"));
+    }
+  }
   return scales;
 }
 
@@ -229,6 +253,10 @@ absl::StatusOr<Checkpoint::Fp8Tensor> Checkpoint::Fp8Data(absl::string_view name
   const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
   const int64_t cols = rows == 0 ? 0 : t.numel() / rows;
   FERRY_ASSIGN_OR_RETURN(out.scales, Fp8Scales(name, PathOf(*e), rows, cols));
+  // E4M3 has no infinity; S.1111.111 is its NaN.
+  for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+    if ((e->data[i] & 0x7f) == 0x7f) return NonFinite(PathOf(*e), name, i, "NaN");
+  }
   out.bytes = e->data;
   return out;
 }
@@ -275,7 +303,19 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
   for (int64_t r = r0; r < r1; ++r) {
     ConvertRun(t.dtype, src, r * cols + c0, c1 - c0, out.data() + (r - r0) * (c1 - c0));
   }
-  if (t.dtype != DType::kF8E4M3) return out;
+  auto check_finite = [&]() -> absl::Status {
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (!std::isfinite(out[i])) {
+        const int64_t r = r0 + static_cast<int64_t>(i) / (c1 - c0), c = c0 + static_cast<int64_t>(i) % (c1 - c0);
+        return NonFinite(path, name, r * cols + c, absl::StrCat(out[i]));
+      }
+    }
+    return absl::OkStatus();
+  };
+  if (t.dtype != DType::kF8E4M3) {
+    FERRY_RETURN_IF_ERROR(check_finite());
+    return out;
+  }
 
   // FP8: multiply each element by its block's scale.
   FERRY_ASSIGN_OR_RETURN(const std::vector<float> scales, Fp8Scales(name, path, rows, cols));
@@ -285,6 +325,7 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
     const float* srow = scales.data() + (r / fp8_block_rows_) * scols;
     for (int64_t c = c0; c < c1; ++c) row[c - c0] *= srow[c / fp8_block_cols_];
   }
+  FERRY_RETURN_IF_ERROR(check_finite());
   return out;
 }
 

@@ -265,6 +265,33 @@ TEST_CASE("checkpoint: bf16 bytes as stored", "[checkpoint]") {
   CHECK(ck->Bf16Data("absent", {1}).status().code() == absl::StatusCode::kNotFound);
 }
 
+TEST_CASE("checkpoint: a non-finite weight or FP8 scale is refused at load, naming the element", "[checkpoint]") {
+  const float nan = std::nanf(""), inf = INFINITY;
+  const std::vector<float> f = {0.5f, nan, 1.0f};
+  const std::vector<uint16_t> b = {F32ToBf16(1), F32ToBf16(2), F32ToBf16(inf)};
+  const std::vector<uint8_t> e4m3 = {0x38, 0x7f, 0x38, 0x38};  // 1.0, NaN, 1.0, 1.0
+  const std::vector<float> scales = {1.0f}, bad_scales = {-2.0f};
+  nlohmann::json config = {{"quantization_config", {{"quant_method", "fp8"}, {"weight_block_size", {2, 2}}}}};
+  std::vector<Checkpoint::HostTensor> t = {
+      {"f", DType::kF32, {3}, reinterpret_cast<const uint8_t*>(f.data())},
+      {"b", DType::kBF16, {3}, reinterpret_cast<const uint8_t*>(b.data())},
+      {"q", DType::kF8E4M3, {2, 2}, e4m3.data()},
+      {"q_scale_inv", DType::kF32, {1, 1}, reinterpret_cast<const uint8_t*>(scales.data())},
+      {"s", DType::kF8E4M3, {2, 2}, e4m3.data() + 2 * 0},
+      {"s_scale_inv", DType::kF32, {1, 1}, reinterpret_cast<const uint8_t*>(bad_scales.data())}};
+  auto ck = Checkpoint::FromHost(config, t, "poisoned");
+  REQUIRE(ck.ok());
+  auto msg = [](const auto& r) { return r.ok() ? std::string("ok") : std::string(r.status().message()); };
+  CHECK(Contains(msg(ck->LoadF32("f", {3})), "poisoned: tensor 'f' holds nan at element 1"));
+  CHECK(Contains(msg(ck->LoadF32("b", {3})), "poisoned: tensor 'b' holds inf at element 2"));
+  CHECK(Contains(msg(ck->Bf16Data("b", {3})), "poisoned: tensor 'b' holds inf at element 2"));
+  CHECK(Contains(msg(ck->LoadF32("q", {2, 2})), "poisoned: tensor 'q' holds nan at element 1"));
+  CHECK(Contains(msg(ck->Fp8Data("q", {2, 2})), "poisoned: tensor 'q' holds NaN at element 1"));
+  CHECK(Contains(msg(ck->Fp8Data("s", {2, 2})), "block scale 0 of 's_scale_inv' is -2; FP8 block scales must be finite"));
+  // A finite slice of a tensor holding a NaN elsewhere loads.
+  CHECK(ck->LoadF32("f", {3}, Slice{2, 3, 0, -1}).ok());
+}
+
 TEST_CASE("checkpoint: tensors in host memory", "[checkpoint]") {
   // Two tensors over one buffer (shared bytes are allowed here), one float32.
   const std::vector<uint16_t> pool = {F32ToBf16(1), F32ToBf16(2), F32ToBf16(3), F32ToBf16(4), F32ToBf16(5)};
