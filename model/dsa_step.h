@@ -29,6 +29,7 @@
 #include "model/mla.h"
 #include "model/paged_cache.h"
 #include "model/split_rows.h"
+#include "model/step_head.h"
 #include "model/step_rows.h"
 #include "model/tensor_parallel.h"
 #include "model/weights.h"
@@ -184,11 +185,7 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
     S = std::max<int64_t>(S, rows.pos[r] + 1);
   }
   RowTables(seqs, rows, T_, &key_table, &latent_table);
-  LogitRows picked = PickLogitRows(segments, rows);
-  // The head's rows: those whose logits come back, then those whose greedy token does.
-  std::vector<int32_t> head_rows = picked.rows;
-  head_rows.insert(head_rows.end(), picked.argmax_rows.begin(), picked.argmax_rows.end());
-  const int64_t n_out = static_cast<int64_t>(picked.rows.size()), n_head = static_cast<int64_t>(head_rows.size());
+  const HeadRows head = PlanHeadRows(segments, rows);
 
   FERRY_RETURN_IF_ERROR(ops.Reset());
   FERRY_ASSIGN_OR_RETURN(std::vector<void*> sent,
@@ -196,7 +193,7 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
                                    {tokens.data(), tokens.size() * sizeof(int32_t)},
                                    {n_keys.data(), n_keys.size() * sizeof(int32_t)},
                                    {key_table.data(), key_table.size() * sizeof(int32_t)},
-                                   {head_rows.data(), head_rows.size() * sizeof(int32_t)},
+                                   {head.rows.data(), head.rows.size() * sizeof(int32_t)},
                                    {latent_table.data(), latent_table.size() * sizeof(int32_t)}}));
   const int64_t* pos = static_cast<const int64_t*>(sent[0]);
   const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
@@ -350,23 +347,7 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
     FERRY_RETURN_IF_ERROR(ops.ToF32(a, R * D, normed));
     FERRY_RETURN_IF_ERROR(record(normed));
   }
-  ForwardOutput out;
-  out.vocab = c.vocab_size;
-  out.first_row = picked.first_row;
-  FERRY_ASSIGN_OR_RETURN(T* h, take(n_head * D));
-  FERRY_ASSIGN_OR_RETURN(float* logits, take32(n_head * c.vocab_size));
-  FERRY_ASSIGN_OR_RETURN(int32_t* ids, take_ids(n_head - n_out));
-  FERRY_RETURN_IF_ERROR(ops.CopyRows(a, D, d_picked, h, D, nullptr, n_head, D));
-  FERRY_RETURN_IF_ERROR(ops.LinearToF32(h, n_head, D, w.lm_head.template as<T>(), c.vocab_size, 1.0f, logits));
-  if (n_head > n_out) FERRY_RETURN_IF_ERROR(ops.ArgMax(logits + n_out * c.vocab_size, n_head - n_out, c.vocab_size, ids));
-  out.logits.resize(static_cast<size_t>(n_out * c.vocab_size));
-  std::vector<int32_t> picked_ids(static_cast<size_t>(n_head - n_out));
-  int32_t moe_error = 0;
-  FERRY_RETURN_IF_ERROR(ops.Receive({{out.logits.data(), logits, out.logits.size() * sizeof(float)},
-                                     {picked_ids.data(), ids, picked_ids.size() * sizeof(int32_t)},
-                                     {&moe_error, ffn_scratch.error, ffn_scratch.error != nullptr ? sizeof(int32_t) : 0}}));
-  out.argmax = picked.ArgmaxOf(picked_ids);
-  FERRY_RETURN_IF_ERROR(ops.FfnError(moe_error, c.n_routed_experts));
+  FERRY_ASSIGN_OR_RETURN(ForwardOutput out, RunHead(ops, c, head, a, d_picked, w.lm_head, ffn_scratch.error));
   for (size_t s = 0; s < segments.size(); ++s) seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   return out;
 }

@@ -49,6 +49,15 @@ LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows
   return out;
 }
 
+HeadRows PlanHeadRows(std::span<const ForwardSegment> segments, const StepRows& rows) {
+  HeadRows h;
+  h.picked = PickLogitRows(segments, rows);
+  h.rows = h.picked.rows;
+  h.rows.insert(h.rows.end(), h.picked.argmax_rows.begin(), h.picked.argmax_rows.end());
+  h.n_logits = static_cast<int64_t>(h.picked.rows.size());
+  return h;
+}
+
 std::vector<int32_t> LogitRows::ArgmaxOf(std::span<const int32_t> ids) const {
   std::vector<int32_t> out(argmax_of.size(), -1);
   for (size_t s = 0; s < argmax_of.size(); ++s) {

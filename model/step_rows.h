@@ -44,4 +44,13 @@ struct LogitRows {
 };
 LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows& rows);
 
+// The rows the head (final norm, lm_head) runs on: those whose logits come back, then those whose
+// greedy token does (`n_logits` + the argmax rows = rows.size()).
+struct HeadRows {
+  LogitRows picked;
+  std::vector<int32_t> rows;
+  int64_t n_logits = 0;
+};
+HeadRows PlanHeadRows(std::span<const ForwardSegment> segments, const StepRows& rows);
+
 }  // namespace ferry::model

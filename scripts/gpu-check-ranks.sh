@@ -14,16 +14,7 @@ dir=${OUT:-$(mktemp -d /tmp/gpu-check-ranks.XXXXXX)}
 mkdir -p "$dir"
 status=0
 summary=()
-run() {  # run LOGNAME LABEL COMMAND...
-  local log="$dir/$1" label=$2; shift 2
-  local start end rc
-  start=$(date +%s.%N)
-  { echo "== $label: $*"; "$@"; } > "$log" 2>&1
-  rc=$?
-  end=$(date +%s.%N)
-  [ "$rc" -eq 0 ] || status=1
-  summary+=("$(printf '%-60s exit %d, %.1f s' "$label" "$rc" "$(awk -v a="$start" -v b="$end" 'BEGIN{print b-a}')")")
-}
+source "$(dirname "${BASH_SOURCE[0]}")/check-run.sh"
 for m in glm-dsa-tiny glm5next-tiny; do
   lg="$dir/logits-$m"
   mkdir -p "$lg"

@@ -174,6 +174,24 @@ absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& v) {
   return Upload(v.data(), v.size() * sizeof(float));
 }
 
+absl::StatusOr<DeviceWeight> WeightUploads::Matrix(const Weight& w) const {
+  FERRY_ASSIGN_OR_RETURN(DeviceWeight d, UploadWeight(w, p));
+  *bytes += d.bytes();
+  return d;
+}
+
+absl::StatusOr<DeviceBuffer> WeightUploads::Floats(const std::vector<float>& v) const {
+  *bytes += static_cast<int64_t>(v.size() * sizeof(float));
+  return UploadF32(v);
+}
+
+absl::StatusOr<DeviceWeight> WeightUploads::Stored(const WeightLoader& w, const std::string& name, int64_t rows,
+                                                   int64_t cols) const {
+  FERRY_ASSIGN_OR_RETURN(DeviceWeight d, LoadMatrix(w, name, rows, cols, p));
+  *bytes += d.bytes();
+  return d;
+}
+
 absl::Status Workspace::Reset() {
   if (blocks_.size() > 1) {
     size_t total = 0;

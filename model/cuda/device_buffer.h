@@ -98,6 +98,20 @@ absl::StatusOr<DeviceWeight> LoadStacked(const WeightLoader& w, const std::strin
 // A float32 vector kept in float32 on the device (routing bias).
 absl::StatusOr<DeviceBuffer> UploadF32(const std::vector<float>& v);
 
+// What a CUDA loader hands a family's weight loader (LoadDsaWeights, LoadNextWeights): uploads
+// in precision p that add their device bytes to *bytes.
+struct WeightUploads {
+  Precision p;
+  int64_t* bytes;
+  // A weight in p (UploadWeight).
+  absl::StatusOr<DeviceWeight> Matrix(const Weight& w) const;
+  // A float32 vector kept in float32.
+  absl::StatusOr<DeviceBuffer> Floats(const std::vector<float>& v) const;
+  // A [rows, cols] vocab-wide matrix `name` of `w`, copied as stored when bf16 (LoadMatrix).
+  absl::StatusOr<DeviceWeight> Stored(const WeightLoader& w, const std::string& name, int64_t rows,
+                                      int64_t cols) const;
+};
+
 class Workspace {
  public:
   // Forgets every block handed out since the last Reset(). If the last step overflowed the first

@@ -10,21 +10,11 @@ namespace ferry::model::cuda {
 template <typename T>
 absl::Status GlmMoeDsaCuda::LoadImpl(const Checkpoint& ck, const ModelConfig& c, const CudaLoadOptions& opts,
                                      const TensorParallel& tp, Impl<T>* impl, int64_t* bytes) {
-  const Precision p = opts.precision;
-  auto upload = [p, bytes](Weight w) -> absl::StatusOr<DeviceWeight> {
-    FERRY_ASSIGN_OR_RETURN(DeviceWeight d, UploadWeight(w, p));
-    *bytes += d.bytes();
-    return d;
-  };
-  auto floats = [bytes](std::vector<float> v) -> absl::StatusOr<DeviceBuffer> {
-    *bytes += static_cast<int64_t>(v.size() * sizeof(float));
-    return UploadF32(v);
-  };
-  // The two vocab-wide matrices copied as stored when bf16 (LoadMatrix).
-  auto vocab = [&c, p, bytes](const WeightLoader& w, const std::string& name) -> absl::StatusOr<DeviceWeight> {
-    FERRY_ASSIGN_OR_RETURN(DeviceWeight d, LoadMatrix(w, name, c.vocab_size, c.hidden_size, p));
-    *bytes += d.bytes();
-    return d;
+  const WeightUploads up{opts.precision, bytes};
+  auto upload = [&up](const Weight& w) { return up.Matrix(w); };
+  auto floats = [&up](const std::vector<float>& v) { return up.Floats(v); };
+  auto vocab = [&up, &c](const WeightLoader& w, const std::string& name) {
+    return up.Stored(w, name, c.vocab_size, c.hidden_size);
   };
   auto ffn = [&c, &opts, &tp, bytes](const WeightLoader& w, int64_t layer) {
     return LoadFfnCuda(w, c, layer, opts, tp, bytes);
