@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -306,32 +307,47 @@ void DecodeRows(const std::string& name, model::CausalLM& m, const Counts& n, co
         continue;
       }
       std::vector<int32_t> tokens = RandomTokens(rng, B, c.vocab_size);
-      absl::StatusOr<std::vector<double>> ms = TimeWall(
-          [&]() -> absl::Status {
-            std::vector<model::ForwardSegment> segs;
-            for (int64_t i = 0; i < B; ++i) segs.push_back({rows[i].get(), {&tokens[i], 1}, false});
-            return m.Forward(segs).status();
-          },
-          std::min(o.warmup, 2), o.reps);
-      if (!ms.ok()) {
-        fail(case_name, ms.status());
-        continue;
+      // The logits of every row back to the host; at the first context also the serving path's
+      // picks on the device (greedy, and a sampled pick with log-probabilities), ids back alone.
+      kernels::RowSampler warm;
+      warm.temperature = 0.7f;
+      warm.top_p = 0.9f;
+      warm.top_logprobs = 5;
+      warm.uniform = 0.5;
+      std::vector<std::pair<std::string, std::optional<kernels::RowSampler>>> variants = {{"", std::nullopt}};
+      if (ctx == o.decode_contexts.front()) {
+        variants.push_back({" greedy on device", kernels::RowSampler{}});
+        variants.push_back({" T0.7 top-p 0.9 5 logprobs on device", warm});
       }
-      Row r(case_name);
-      const RowCost row = AttentionRow(c, n, ctx);
-      const double experts = n.moe_layers * DistinctExperts(c, B) * 2 * n.expert_elems;
-      const double weights = n.always_bytes + experts + 2 * n.lm_head_elems;
-      r.bytes = weights + B * (row.bytes + n.cache_row_bytes + 4.0 * c.vocab_size + 2.0 * c.hidden_size);
-      r.flops = B * (2.0 * (n.always_elems + n.moe_layers * c.num_experts_per_tok * n.expert_elems + n.lm_head_elems) +
-                     row.flops);
-      r.SetTimes(*ms);
-      if (B == 1) r.target = {TargetKind::kRoofline, 0.60};
-      r.note = absl::StrFormat(
-          "weights %s (%.1f routed experts a layer, lm_head %s), cache and state %s; ctx filled "
-          "in %.1f s",
-          FormatBytes(weights), DistinctExperts(c, B), FormatBytes(2 * n.lm_head_elems), FormatBytes(B * row.bytes),
-          fill_s);
-      decode->rows.push_back(r);
+      for (const auto& [suffix, sampler] : variants) {
+        absl::StatusOr<std::vector<double>> ms = TimeWall(
+            [&]() -> absl::Status {
+              std::vector<model::ForwardSegment> segs;
+              for (int64_t i = 0; i < B; ++i) segs.push_back({rows[i].get(), {&tokens[i], 1}, false, sampler});
+              return m.Forward(segs).status();
+            },
+            std::min(o.warmup, 2), o.reps);
+        if (!ms.ok()) {
+          fail(case_name + suffix, ms.status());
+          continue;
+        }
+        Row r(case_name + suffix);
+        const RowCost row = AttentionRow(c, n, ctx);
+        const double experts = n.moe_layers * DistinctExperts(c, B) * 2 * n.expert_elems;
+        const double weights = n.always_bytes + experts + 2 * n.lm_head_elems;
+        r.bytes = weights + B * (row.bytes + n.cache_row_bytes + 4.0 * c.vocab_size + 2.0 * c.hidden_size);
+        r.flops = B * (2.0 * (n.always_elems + n.moe_layers * c.num_experts_per_tok * n.expert_elems +
+                              n.lm_head_elems) +
+                       row.flops);
+        r.SetTimes(*ms);
+        if (B == 1 && !sampler) r.target = {TargetKind::kRoofline, 0.60};
+        r.note = absl::StrFormat(
+            "weights %s (%.1f routed experts a layer, lm_head %s), cache and state %s; ctx filled "
+            "in %.1f s",
+            FormatBytes(weights), DistinctExperts(c, B), FormatBytes(2 * n.lm_head_elems), FormatBytes(B * row.bytes),
+            fill_s);
+        decode->rows.push_back(r);
+      }
     }
   }
 }

@@ -40,7 +40,7 @@ absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milli
 
 absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, const ferry::v1::GenerateRequest& req,
                                                    std::chrono::milliseconds deadline,
-                                                   const std::function<void(const std::vector<int32_t>&)>& on_chunk) {
+                                                   const std::function<void(const ferry::v1::TokenChunk&)>& on_chunk) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
@@ -53,7 +53,7 @@ absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, c
   bool got_finished = false;
   while (reader->Read(&resp)) {
     if (resp.has_chunk()) {
-      on_chunk(std::vector<int32_t>(resp.chunk().token_ids().begin(), resp.chunk().token_ids().end()));
+      on_chunk(resp.chunk());
     } else if (resp.has_finished()) {
       finished = resp.finished();
       got_finished = true;

@@ -16,11 +16,11 @@ namespace ferry::cli {
 absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout,
                                   const std::string& service = "");
 
-// Runs one Generate call; `on_chunk` gets each streamed chunk's tokens. Returns the final
+// Runs one Generate call; `on_chunk` gets each streamed chunk (tokens, log-probabilities). Returns the final
 // message. gRPC errors come back as absl::Status with the server's message.
 absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, const ferry::v1::GenerateRequest& req,
                                                    std::chrono::milliseconds deadline,
-                                                   const std::function<void(const std::vector<int32_t>&)>& on_chunk);
+                                                   const std::function<void(const ferry::v1::TokenChunk&)>& on_chunk);
 
 absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address);
 // True when a live request had that id.

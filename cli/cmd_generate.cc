@@ -28,10 +28,24 @@ bool ParseIds(const std::string& text, const char* what, std::vector<int32_t>* o
   return true;
 }
 
+// With --logprobs: one line a generated token after the ids, "logprobs: ID LOGPROB" then the
+// position's most likely tokens as ID:LOGPROB.
+void PrintLogprobs(int32_t token, float logprob, const std::vector<std::pair<int32_t, float>>& top) {
+  printf("logprobs: %d %.6f", token, logprob);
+  for (const auto& [id, lp] : top) printf(" %d:%.6f", id, lp);
+  printf("\n");
+}
+
+void PrintLogprobs(const ferry::v1::TokenLogprobs& t) {
+  std::vector<std::pair<int32_t, float>> top;
+  for (const auto& p : t.top_logprobs()) top.emplace_back(p.token_id(), p.logprob());
+  PrintLogprobs(t.token_id(), t.logprob(), top);
+}
+
 }  // namespace
 
 // `generate --server`: one Generate call; the ids go to stdout as they arrive (streaming) or at
-// the end, comma-separated, and nothing else does.
+// the end, comma-separated, then with --logprobs a line for each token's log-probabilities.
 int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prompt, const model::GenerateOptions& opt) {
   ferry::v1::GenerateRequest req;
   req.set_request_id(absl::GetFlag(FLAGS_request_id));
@@ -44,25 +58,35 @@ int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prom
   sp->set_max_tokens(static_cast<int32_t>(opt.max_tokens));
   for (int32_t t : opt.stop_token_ids) sp->add_stop_token_ids(t);
   sp->set_ignore_eos(opt.ignore_eos);
+  if (opt.sampling.top_logprobs >= 0) {
+    sp->set_logprobs(true);
+    sp->set_top_logprobs(opt.sampling.top_logprobs);
+  }
   req.set_stream(absl::GetFlag(FLAGS_stream));
   bool first = true;
-  auto print = [&](const std::vector<int32_t>& ids) {
+  auto print = [&](const auto& ids) {
     for (int32_t t : ids) {
       printf(first ? "%d" : ",%d", t);
       first = false;
     }
     fflush(stdout);
   };
+  std::vector<ferry::v1::TokenLogprobs> logprobs;
   auto res = GenerateRemote(server, req,
                             std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1000)),
-                            print);
+                            [&](const ferry::v1::TokenChunk& c) {
+                              print(c.token_ids());
+                              logprobs.insert(logprobs.end(), c.logprobs().begin(), c.logprobs().end());
+                            });
   if (!res.ok()) {
     if (!first) printf("\n");
     fprintf(stderr, "ferry generate: %s\n", std::string(res.status().message()).c_str());
     return res.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  print(std::vector<int32_t>(res->token_ids().begin(), res->token_ids().end()));
+  print(res->token_ids());
   printf("\n");
+  logprobs.insert(logprobs.end(), res->logprobs().begin(), res->logprobs().end());
+  for (const ferry::v1::TokenLogprobs& t : logprobs) PrintLogprobs(t);
   fflush(stdout);  // the ids before the summary on stderr, also when both go to one terminal
   static const char* kReasons[] = {"unspecified", "stop", "length", "abort", "error"};
   const int reason = res->finish_reason();
@@ -97,13 +121,15 @@ int RunGenerate() {
   opt.seed = absl::GetFlag(FLAGS_seed);
   opt.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   opt.prefill_chunk = absl::GetFlag(FLAGS_prefill_chunk);
+  opt.sampling.top_logprobs = absl::GetFlag(FLAGS_logprobs);
   if (opt.max_tokens < 1 || opt.sampling.temperature < 0 || opt.sampling.top_k < 0 ||
-      !(opt.sampling.top_p > 0 && opt.sampling.top_p <= 1)) {
+      !(opt.sampling.top_p > 0 && opt.sampling.top_p <= 1) || opt.sampling.top_logprobs < -1 ||
+      opt.sampling.top_logprobs > step::kMaxTopLogprobs) {
     fprintf(stderr,
             "ferry generate: need --max-tokens >= 1 (got %lld), --temperature >= 0 (got %g), "
-            "--top-k >= 0 (got %d), --top-p in (0, 1] (got %g)\n",
+            "--top-k >= 0 (got %d), --top-p in (0, 1] (got %g), --logprobs in [-1, %d] (got %d)\n",
             static_cast<long long>(opt.max_tokens), opt.sampling.temperature, opt.sampling.top_k,
-            opt.sampling.top_p);
+            opt.sampling.top_p, step::kMaxTopLogprobs, opt.sampling.top_logprobs);
     return 2;
   }
   if (!server.empty()) return GenerateOnServer(server, prompt, opt);
@@ -119,6 +145,11 @@ int RunGenerate() {
     return 2;
   }
   printf("%s\n", absl::StrJoin(res->tokens, ",").c_str());
+  for (const step::SampledToken& t : res->logprobs) {
+    std::vector<std::pair<int32_t, float>> top;
+    for (const step::TokenLogprob& p : t.top) top.emplace_back(p.token, p.logprob);
+    PrintLogprobs(t.token, t.logprob.value_or(0.0f), top);
+  }
   fprintf(stderr, "finish_reason: %s, %zu tokens\n", res->finish_reason.c_str(), res->tokens.size());
   return 0;
 }

@@ -33,6 +33,8 @@ ABSL_FLAG(double, temperature, 0.0, "generate: sampling temperature (0: greedy)"
 ABSL_FLAG(int32_t, top_k, 0, "generate: sample among the k most likely tokens (0: all)");
 ABSL_FLAG(double, top_p, 1.0, "generate: nucleus mass in (0, 1] (1: all)");
 ABSL_FLAG(uint64_t, seed, 0, "generate: random seed for sampling");
+ABSL_FLAG(int32_t, logprobs, -1,
+          "generate: print each token's log-probability and those of the N most likely tokens (0 to 20; -1: none)");
 ABSL_FLAG(std::string, stop_token_ids, "", "generate: extra stop token ids, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "generate: do not stop at the model's end-of-sequence tokens");
 ABSL_FLAG(std::string, config, "", "plan: a config.json to read instead of --model DIR's");

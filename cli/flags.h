@@ -20,6 +20,7 @@ ABSL_DECLARE_FLAG(double, temperature);
 ABSL_DECLARE_FLAG(int32_t, top_k);
 ABSL_DECLARE_FLAG(double, top_p);
 ABSL_DECLARE_FLAG(uint64_t, seed);
+ABSL_DECLARE_FLAG(int32_t, logprobs);
 ABSL_DECLARE_FLAG(std::string, stop_token_ids);
 ABSL_DECLARE_FLAG(bool, ignore_eos);
 // plan

@@ -45,6 +45,16 @@ std::string NewRequestId() {
   return absl::StrCat("ferry-", absl::Hex(rng(), absl::kZeroPad16), absl::Hex(rng(), absl::kZeroPad16));
 }
 
+void ToProto(const step::SampledToken& t, pb::TokenLogprobs* out) {
+  out->set_token_id(t.token);
+  out->set_logprob(t.logprob.value_or(0.0f));
+  for (const step::TokenLogprob& top : t.top) {
+    pb::TopLogprob* p = out->add_top_logprobs();
+    p->set_token_id(top.token);
+    p->set_logprob(top.logprob);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest& req,
@@ -96,6 +106,14 @@ absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest&
     return absl::InvalidArgumentError(absl::StrCat("sampling.stop_token_ids holds ", sp.stop_token_ids_size(),
                                                    " ids; at most ", kMaxStopTokens));
   }
+  if (!sp.logprobs() && sp.top_logprobs() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.top_logprobs is ", sp.top_logprobs(),
+                                                   " without sampling.logprobs; set logprobs to get them"));
+  }
+  if (sp.top_logprobs() < 0 || sp.top_logprobs() > step::kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.top_logprobs is ", sp.top_logprobs(), "; it must be in [0, ",
+                                                   step::kMaxTopLogprobs, "]"));
+  }
   if (req.request_id().size() > 256) {
     return absl::InvalidArgumentError(absl::StrCat("request_id is ", req.request_id().size(), " bytes; at most 256"));
   }
@@ -105,6 +123,7 @@ absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest&
   r->sampling.temperature = sp.temperature();
   r->sampling.top_k = sp.top_k();
   r->sampling.top_p = sp.has_top_p() ? sp.top_p() : 1.0f;
+  r->sampling.top_logprobs = sp.logprobs() ? sp.top_logprobs() : -1;
   r->seed = sp.has_seed() ? sp.seed() : std::random_device{}();
   r->max_tokens = max_tokens;
   r->stop_token_ids.assign(sp.stop_token_ids().begin(), sp.stop_token_ids().end());
@@ -144,12 +163,14 @@ grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRe
     resp.set_request_id(r->id);
     if (!e->finished) {
       for (int32_t t : e->tokens) resp.mutable_chunk()->add_token_ids(t);
+      for (const step::SampledToken& t : e->logprobs) ToProto(t, resp.mutable_chunk()->add_logprobs());
       if (!writer->Write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
       continue;
     }
     pb::Finished* f = resp.mutable_finished();
     f->set_finish_reason(ToProto(e->reason));
     for (int32_t t : e->tokens) f->add_token_ids(t);
+    for (const step::SampledToken& t : e->logprobs) ToProto(t, f->add_logprobs());
     f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(e->usage.prompt_tokens));
     f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(e->usage.completion_tokens));
     f->mutable_usage()->set_cached_tokens(static_cast<int32_t>(e->usage.cached_tokens));

@@ -156,27 +156,16 @@ absl::Status ControlService::ReadyState() const {
   return absl::FailedPreconditionError(absl::StrCat("waiting for ", world_ - ready, " of ", world_, " ranks"));
 }
 
-absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const step::Step& step) {
+absl::StatusOr<std::vector<step::SampledToken>> ControlService::RunStep(const step::Step& step) {
   cpb::CoordinatorMessage msg;
   step::StepToProto(step, msg.mutable_step());
-  int64_t n_sampled = 0;
-  for (const step::StepSegment& s : step.segments) n_sampled += s.sample;
   FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, step.step_id, "step"));
-  std::vector<int32_t> tokens;
+  std::vector<step::SampledToken> sampled;
   std::string error;
   for (int k = 0; k < world_; ++k) {
     const cpb::StepResult& r = results[static_cast<size_t>(k)];
     if (k == 0 && r.error().empty()) {
-      if (r.tokens_size() != n_sampled) {
-        return absl::InternalError(absl::StrCat("rank 0 returned ", r.tokens_size(), " tokens for ", n_sampled,
-                                                " sampled segments in step ", step.step_id));
-      }
-      for (int32_t t : r.tokens()) {
-        if (t < 0 || t >= vocab_) {
-          return absl::InternalError(absl::StrCat("rank 0 returned token ", t, ", outside the vocabulary [0, ",
-                                                  vocab_, ")"));
-        }
-      }
+      FERRY_ASSIGN_OR_RETURN(sampled, step::SampledFromProto(r, step, vocab_));
     }
     if (!r.error().empty() && error.empty()) error = absl::StrCat("rank ", k, ": ", r.error());
     if (metrics_) metrics_->OnRankStep(k, r.step_seconds(), r.dataplane_bytes());
@@ -184,10 +173,9 @@ absl::StatusOr<std::vector<int32_t>> ControlService::RunStep(const step::Step& s
       std::lock_guard<std::mutex> lock(mu_);
       ranks_[k].last_step_seconds = r.step_seconds();
     }
-    if (k == 0) tokens.assign(r.tokens().begin(), r.tokens().end());
   }
   if (!error.empty()) return absl::InternalError(error);
-  return tokens;
+  return sampled;
 }
 
 absl::StatusOr<std::vector<cpb::StepResult>> ControlService::RoundTrip(const cpb::CoordinatorMessage& msg, uint64_t id,

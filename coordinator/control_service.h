@@ -62,7 +62,7 @@ class ControlService final : public ferry::control::v1::Control::Service, public
   absl::Status ReadyState() const;
   // Cancels every rank's step stream, so that a RunStep blocked on a rank returns at once.
   void CancelAll();
-  absl::StatusOr<std::vector<int32_t>> RunStep(const step::Step& step) override;
+  absl::StatusOr<std::vector<step::SampledToken>> RunStep(const step::Step& step) override;
   // Once every rank is ready and before the first step: every worker fixes its KV arena at
   // `pages` pages. An error names the rank that could not (its worker's message).
   absl::Status SizeArenas(int64_t pages, int64_t latent_pages = 0);

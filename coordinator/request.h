@@ -36,6 +36,7 @@ struct Timings {
 // What the scheduler tells a request's RPC: some tokens, or the end.
 struct RequestEvent {
   std::vector<int32_t> tokens;
+  std::vector<step::SampledToken> logprobs;  // one for each of tokens, with sampling.top_logprobs >= 0
   bool finished = false;
   FinishReason reason = FinishReason::kStop;
   std::string error;
@@ -75,6 +76,7 @@ struct Request {
   uint64_t seq_id = 0;
   int64_t fed = 0;                 // tokens already in the workers' state
   std::vector<int32_t> generated;  // sampled tokens (the last one not yet fed)
+  std::vector<step::SampledToken> logprobs;  // with sampling.top_logprobs >= 0: generated's
   std::vector<int32_t> pages;      // pool pages holding its fed tokens (with a page pool)
   // The latent split: the rank holding its latent rows (-1: every rank), whether every rank
   // holds them for now (a borrowed fill), and each rank's latent pages (indexed by rank).

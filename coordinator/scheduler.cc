@@ -93,7 +93,10 @@ void Scheduler::Finish(const std::shared_ptr<Request>& r, FinishReason reason, c
   e.finished = true;
   e.reason = reason;
   e.error = error;
-  if (!r->stream) e.tokens = r->generated;
+  if (!r->stream) {
+    e.tokens = r->generated;
+    e.logprobs = r->logprobs;
+  }
   e.usage.prompt_tokens = static_cast<int64_t>(r->prompt.size());
   e.usage.completion_tokens = static_cast<int64_t>(r->generated.size());
   e.usage.cached_tokens = r->cached;
@@ -463,7 +466,7 @@ bool Scheduler::RunOnce() {
   // 3. Run it on every rank.
   ++next_step_id_;
   const Clock::time_point t0 = Clock::now();
-  absl::StatusOr<std::vector<int32_t>> tokens = runner_->RunStep(step);
+  absl::StatusOr<std::vector<step::SampledToken>> tokens = runner_->RunStep(step);
   const Clock::time_point t1 = Clock::now();
   step_forks_.clear();  // the workers forked them: they may go now
   if (!tokens.ok()) {
@@ -483,6 +486,7 @@ bool Scheduler::RunOnce() {
   size_t next_token = 0;
   std::vector<std::shared_ptr<Request>> done;
   std::vector<FinishReason> reasons;
+  std::vector<std::string> errors;
   for (size_t s = 0; s < step.segments.size(); ++s) {
     const step::StepSegment& seg = step.segments[s];
     const auto& r = in_step[s];
@@ -501,8 +505,18 @@ bool Scheduler::RunOnce() {
       FailAll(why);
       return false;
     }
-    const int32_t tok = (*tokens)[next_token++];
+    step::SampledToken& sampled = (*tokens)[next_token++];
+    const int32_t tok = sampled.token;
+    if (tok < 0) {
+      // Nothing was picked: this request fails alone; the others in the step go on.
+      done.push_back(r);
+      reasons.push_back(FinishReason::kError);
+      errors.push_back(absl::StrCat("the model's logits after ", r->fed,
+                                    " tokens hold a NaN or an infinity; no token was sampled"));
+      continue;
+    }
     r->generated.push_back(tok);
+    if (r->sampling.top_logprobs >= 0) r->logprobs.push_back(sampled);
     if (!r->first_token) {
       r->first_token = t1;
       if (observer_) observer_->OnFirstToken(*r, Seconds(t1 - r->arrival));
@@ -513,20 +527,23 @@ bool Scheduler::RunOnce() {
     if (r->stream) {
       RequestEvent e;
       e.tokens = {tok};
+      if (r->sampling.top_logprobs >= 0) e.logprobs = {std::move(sampled)};
       r->events.Push(std::move(e));
     }
     const int64_t total = static_cast<int64_t>(r->prompt.size() + r->generated.size());
     if (std::find(r->stop_token_ids.begin(), r->stop_token_ids.end(), tok) != r->stop_token_ids.end()) {
       done.push_back(r);
       reasons.push_back(FinishReason::kStop);
+      errors.emplace_back();
     } else if (static_cast<int64_t>(r->generated.size()) >= r->max_tokens || total >= opts_.max_context) {
       done.push_back(r);
       reasons.push_back(FinishReason::kLength);
+      errors.emplace_back();
     }
   }
   for (size_t i = 0; i < done.size(); ++i) {
     running_.erase(std::find(running_.begin(), running_.end(), done[i]));
-    Finish(done[i], reasons[i]);
+    Finish(done[i], reasons[i], errors[i]);
   }
   int64_t live_tokens = 0;
   for (const auto& r : running_) live_tokens += r->fed;

@@ -30,7 +30,7 @@ namespace ferry::coordinator {
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
-  virtual absl::StatusOr<std::vector<int32_t>> RunStep(const step::Step& step) = 0;
+  virtual absl::StatusOr<std::vector<step::SampledToken>> RunStep(const step::Step& step) = 0;
 };
 
 // What the latent split did so far (docs/owner-split.md), counted by the scheduler.

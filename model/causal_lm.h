@@ -4,11 +4,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/sampler.h"
 #include "model/config.h"
 #include "model/tensor_parallel.h"
 
@@ -86,21 +88,21 @@ class SequenceState {
 struct ForwardSegment {
   SequenceState* state = nullptr;
   std::span<const int32_t> tokens;
-  bool all_logits = false;  // logits of every token, else only of the last one
-  // Only the last row's greedy token is wanted (ForwardOutput::argmax), not its logits: a backend
-  // picks it where the logits are (on the device) and brings back the id alone. Ignored with
-  // all_logits.
-  bool argmax_only = false;
+  bool all_logits = false;  // logits of every token, else only of the last one (unless `sample`)
+  // Sample a token after the last row where its logits are (on the device for CUDA) and bring
+  // back the token (ForwardOutput::picks), not the logits: with it the last row's logits come
+  // back only with all_logits.
+  std::optional<kernels::RowSampler> sample;
 };
 
 struct ForwardOutput {
   int64_t vocab = 0;
   std::vector<float> logits;          // [rows, vocab]
-  // Per segment: its first row in `logits`; -1 for an argmax_only segment (no logits).
+  // Per segment: its first row in `logits`; -1 for a segment with no logits (a sampled one).
   std::vector<int64_t> first_row;
-  // Per segment: its last row's greedy token (ties to the lower id, as kernels::cpu::ArgMax) when
-  // argmax_only, else -1.
-  std::vector<int32_t> argmax;
+  // Per segment: the token sampled after its last row when it had `sample` (kernels::cpu::
+  // SampleRow's pick; token -1 there when the logits were not finite); token -1 otherwise.
+  std::vector<kernels::SampledToken> picks;
 };
 
 // How a model instance caches per-token state (model/paged_cache.h).

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/sampling.h"
 #include "model/mla.h"
 #include "model/pooled_indexer.h"
 #include "model/split_rows.h"
@@ -276,8 +277,9 @@ absl::Status CpuOps::ExpandPoolSelection(const int32_t* pool_ids, int64_t k, con
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::ArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) {
-  for (int64_t r = 0; r < rows; ++r) ids[r] = cpu::ArgMax(logits + r * vocab, vocab);
+absl::Status CpuOps::Sample(const float* logits, int64_t rows, int64_t vocab, const kernels::RowSampler* samplers,
+                           kernels::SampledToken* out) {
+  for (int64_t r = 0; r < rows; ++r) out[r] = cpu::SampleRow(logits + r * vocab, vocab, samplers[r]);
   return absl::OkStatus();
 }
 

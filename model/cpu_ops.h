@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/sampler.h"
 #include "model/config.h"
 #include "model/decision_log.h"
 #include "model/ffn.h"
@@ -136,8 +137,9 @@ class CpuOps {
                       float* x, const DecisionTap& tap, bool assign = false);
   absl::Status FfnError(int32_t, int64_t) const { return absl::OkStatus(); }
   absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* ids, int32_t* counts);
-  // ids[r] = the greedy token of logits [rows, vocab] row r (cpu::ArgMax).
-  absl::Status ArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids);
+  // out[r] = the token sampled from logits [rows, vocab] row r by samplers[r] (cpu::SampleRow).
+  absl::Status Sample(const float* logits, int64_t rows, int64_t vocab, const kernels::RowSampler* samplers,
+                      kernels::SampledToken* out);
 
   // glm5_next's blocks, the CPU reference's: model/mhc.h, model/kda.h (its chunked prefill),
   // model/pooled_indexer.h.

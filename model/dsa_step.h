@@ -194,13 +194,16 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
                                    {n_keys.data(), n_keys.size() * sizeof(int32_t)},
                                    {key_table.data(), key_table.size() * sizeof(int32_t)},
                                    {head.rows.data(), head.rows.size() * sizeof(int32_t)},
-                                   {latent_table.data(), latent_table.size() * sizeof(int32_t)}}));
+                                   {latent_table.data(), latent_table.size() * sizeof(int32_t)},
+                                   {head.picked.samplers.data(),
+                                    head.picked.samplers.size() * sizeof(kernels::RowSampler)}}));
   const int64_t* pos = static_cast<const int64_t*>(sent[0]);
   const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
   const int32_t* d_nkeys = static_cast<const int32_t*>(sent[2]);
   const int32_t* d_key_table = static_cast<const int32_t*>(sent[3]);
   const int32_t* d_picked = static_cast<const int32_t*>(sent[4]);
   const int32_t* d_latent_table = static_cast<const int32_t*>(sent[5]);
+  const auto* d_samplers = static_cast<const kernels::RowSampler*>(sent[6]);
   auto take = [&](int64_t n) { return ops.template Take<T>(n); };
   auto take32 = [&](int64_t n) { return ops.template Take<float>(n); };
   auto take_ids = [&](int64_t n) { return ops.template Take<int32_t>(n); };
@@ -347,7 +350,8 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
     FERRY_RETURN_IF_ERROR(ops.ToF32(a, R * D, normed));
     FERRY_RETURN_IF_ERROR(record(normed));
   }
-  FERRY_ASSIGN_OR_RETURN(ForwardOutput out, RunHead(ops, c, head, a, d_picked, w.lm_head, ffn_scratch.error));
+  FERRY_ASSIGN_OR_RETURN(ForwardOutput out,
+                         RunHead(ops, c, head, a, d_picked, d_samplers, w.lm_head, ffn_scratch.error));
   for (size_t s = 0; s < segments.size(); ++s) seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   return out;
 }

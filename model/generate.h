@@ -27,6 +27,8 @@ struct GenerateOptions {
 struct GenerateResult {
   std::vector<int32_t> tokens;
   std::string finish_reason;  // "stop" or "length"
+  // With sampling.top_logprobs >= 0: each token's log-probabilities.
+  std::vector<step::SampledToken> logprobs;
   // Logits of every prompt position and of every generated token's step, [rows, vocab], when
   // asked for (keep_logits).
   std::vector<float> logits;

@@ -210,7 +210,9 @@ absl::StatusOr<ForwardOutput> NextStep(Ops& ops, const NextStepContext& ctx, con
                                    {offsets.data(), offsets.size() * sizeof(int32_t)},
                                    {head.rows.data(), head.rows.size() * sizeof(int32_t)},
                                    {mean_w.data(), mean_w.size() * sizeof(float)},
-                                   {latent_table.data(), latent_table.size() * sizeof(int32_t)}}));
+                                   {latent_table.data(), latent_table.size() * sizeof(int32_t)},
+                                   {head.picked.samplers.data(),
+                                    head.picked.samplers.size() * sizeof(kernels::RowSampler)}}));
   const int64_t* pos = static_cast<const int64_t*>(sent[0]);
   const int32_t* d_tokens = static_cast<const int32_t*>(sent[1]);
   const int32_t* d_key_table = static_cast<const int32_t*>(sent[2]);
@@ -219,6 +221,7 @@ absl::StatusOr<ForwardOutput> NextStep(Ops& ops, const NextStepContext& ctx, con
   const int32_t* d_picked = static_cast<const int32_t*>(sent[5]);
   const float* d_mean_w = static_cast<const float*>(sent[6]);
   const int32_t* d_latent_table = static_cast<const int32_t*>(sent[7]);
+  const auto* d_samplers = static_cast<const kernels::RowSampler*>(sent[8]);
   auto take = [&](int64_t n) { return ops.template Take<T>(n); };
   auto take32 = [&](int64_t n) { return ops.template Take<float>(n); };
   auto take_ids = [&](int64_t n) { return ops.template Take<int32_t>(n); };
@@ -368,7 +371,8 @@ absl::StatusOr<ForwardOutput> NextStep(Ops& ops, const NextStepContext& ctx, con
     FERRY_RETURN_IF_ERROR(ops.ToF32(a, R * D, u));
     FERRY_RETURN_IF_ERROR(record(u, R * D));
   }
-  FERRY_ASSIGN_OR_RETURN(ForwardOutput out, RunHead(ops, c, head, a, d_picked, w.lm_head, ffn_scratch.error));
+  FERRY_ASSIGN_OR_RETURN(ForwardOutput out,
+                         RunHead(ops, c, head, a, d_picked, d_samplers, w.lm_head, ffn_scratch.error));
   for (size_t s = 0; s < segments.size(); ++s) seqs[s]->Advance(static_cast<int64_t>(segments[s].tokens.size()));
   return out;
 }

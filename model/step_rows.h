@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/sampler.h"
 #include "model/causal_lm.h"
 #include "model/paged_cache.h"
 #include "model/weights.h"
+#include "step/sampling.h"
 
 namespace ferry::model {
 
@@ -31,26 +33,35 @@ StepRows PlanStepRows(std::span<const ForwardSegment> segments, std::span<const 
 absl::Status ReserveRows(std::span<PagedRows* const> tables, std::span<const int64_t> lengths,
                          std::span<const int64_t> adds);
 
-// The rows whose logits were asked for, in order: each segment's last row, or all its rows with
-// all_logits; first_row[s] is where segment s's start in that list (ForwardOutput::first_row; -1
-// for an argmax_only segment, whose last row is in argmax_rows instead, at argmax_of[s]).
+// The rows whose logits come back, in order: each segment's last row (none for a sampled segment),
+// or all its rows with all_logits; first_row[s] is where segment s's start in that list
+// (ForwardOutput::first_row; -1 for none). The rows sampled after: sample_rows, with their
+// samplers, at sample_of[s] for a segment with `sample` (-1 otherwise).
 struct LogitRows {
   std::vector<int32_t> rows;
   std::vector<int64_t> first_row;
-  std::vector<int32_t> argmax_rows;
-  std::vector<int64_t> argmax_of;  // per segment: its index in argmax_rows, or -1
-  // ForwardOutput::argmax from the picked ids (argmax_rows' greedy tokens, in order).
-  std::vector<int32_t> ArgmaxOf(std::span<const int32_t> ids) const;
+  std::vector<int32_t> sample_rows;
+  std::vector<kernels::RowSampler> samplers;
+  std::vector<int64_t> sample_of;
+  // ForwardOutput::picks from the sampled rows' results (in sample_rows' order).
+  std::vector<kernels::SampledToken> PicksOf(std::span<const kernels::SampledToken> sampled) const;
 };
 LogitRows PickLogitRows(std::span<const ForwardSegment> segments, const StepRows& rows);
 
-// The rows the head (final norm, lm_head) runs on: those whose logits come back, then those whose
-// greedy token does (`n_logits` + the argmax rows = rows.size()).
+// The rows the head (final norm, lm_head) runs on: those whose logits come back, then those
+// sampled (`n_logits` + the sampled rows = rows.size()).
 struct HeadRows {
   LogitRows picked;
   std::vector<int32_t> rows;
   int64_t n_logits = 0;
 };
 HeadRows PlanHeadRows(std::span<const ForwardSegment> segments, const StepRows& rows);
+
+// The sampler of the token after `position` tokens of a request seeded `seed` (its draw is
+// step::SamplingUniform's, so the pick depends on nothing else in the step).
+kernels::RowSampler SamplerAt(const step::SamplingParams& p, uint64_t seed, int64_t position);
+
+// A pick as a step returns it: the log-probabilities only when the request asked for them.
+step::SampledToken SampledOf(const kernels::SampledToken& t, int32_t top_logprobs);
 
 }  // namespace ferry::model

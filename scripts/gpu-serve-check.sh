@@ -99,6 +99,38 @@ else
     if [ "$want" = "$have" ]; then echo "$model f32 ranks 2 prompt $i: equal ($have)"; else
       echo "$model f32 ranks 2 prompt $i: DIFFERENT cpu=$want cuda=$have"; status=1; fi
   done
+  # Sampled on the device (rank 0's GPU) with log-probabilities: seeded requests sent at once get
+  # the CPU reference's tokens, and log-probabilities within 1e-3 of its.
+  sampling=(--temperature 0.8 --top-p 0.9 --top-k 60 --logprobs 3 --max-tokens 10 --ignore-eos)
+  clients=()
+  for i in 0 1 2 3; do
+    ferry generate --server "127.0.0.1:$port" --prompt-ids "${eight[$i]}" --seed "$((7 + i))" "${sampling[@]}" \
+      $([ $((i % 2)) = 0 ] && echo --stream) > "$out/sampled-$model-ranks2-$i.txt" 2>>"$log" &
+    clients+=($!)
+  done
+  wait "${clients[@]}"
+  for i in 0 1 2 3; do
+    ferry generate --model "tests/data/$model" --prompt-ids "${eight[$i]}" --seed "$((7 + i))" "${sampling[@]}" \
+      > "$out/sampled-$model-cpu-$i.txt" 2>/dev/null
+    if verdict=$(python3 - "$out/sampled-$model-cpu-$i.txt" "$out/sampled-$model-ranks2-$i.txt" <<'PY'
+import sys
+want, have = (open(p).read().split("\n") for p in sys.argv[1:3])
+if want[0] != have[0]:
+    print("tokens DIFFERENT cpu=%s cuda=%s" % (want[0], have[0])); sys.exit(1)
+worst, n = 0.0, 0
+for w, h in zip(want[1:], have[1:]):
+    if not w:
+        continue
+    wf, hf = w.split()[1:], h.split()[1:]
+    if [x.split(":")[0] for x in wf[1:]] != [x.split(":")[0] for x in hf[1:]]:
+        print("top ids DIFFERENT: cpu %s, cuda %s" % (w, h)); sys.exit(1)
+    for a, b in zip(wf, hf):
+        worst = max(worst, abs(float(a.split(":")[-1]) - float(b.split(":")[-1]))); n += 1
+print("tokens equal (%s), %d log-probabilities within %.2e" % (have[0], n, worst))
+sys.exit(0 if worst <= 1e-3 and n > 0 else 1)
+PY
+    ); then echo "$model f32 ranks 2 sampled $i: $verdict"; else echo "$model f32 ranks 2 sampled $i: FAILED: $verdict"; status=1; fi
+  done
   for r in 0 1; do
     wm=$(scrape "$((metrics + 1 + r))" 2>&1)
     echo "$model ranks 2 worker $r: $(echo "$wm" | grep -E '^ferry_worker:(owner_rows_(shipped|served|fetched)_total|dataplane_bytes_total)' | tr '\n' ' ')"

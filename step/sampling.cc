@@ -1,7 +1,5 @@
 #include "step/sampling.h"
 
-#include "kernels/cpu/sampling.h"
-
 namespace ferry::step {
 
 uint64_t SamplingStreamSeed(uint64_t seed, int64_t position) {
@@ -11,8 +9,8 @@ uint64_t SamplingStreamSeed(uint64_t seed, int64_t position) {
   return z ^ (z >> 31);
 }
 
-int32_t SampleToken(const float* logits, int64_t vocab, const SamplingParams& p, std::mt19937_64& rng) {
-  return kernels::cpu::SampleToken(logits, vocab, p.temperature, p.top_k, p.top_p, rng);
+double SamplingUniform(uint64_t seed, int64_t position) {
+  return static_cast<double>(SamplingStreamSeed(seed, position) >> 11) * 0x1.0p-53;
 }
 
 }  // namespace ferry::step

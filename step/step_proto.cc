@@ -19,6 +19,10 @@ void StepToProto(const Step& step, cpb::StepCommand* cmd) {
     seg->set_top_k(s.sampling.top_k);
     seg->set_top_p(s.sampling.top_p);
     seg->set_seed(s.seed);
+    if (s.sampling.top_logprobs >= 0) {
+      seg->set_logprobs(true);
+      seg->set_top_logprobs(s.sampling.top_logprobs);
+    }
     for (int32_t p : s.new_pages) seg->add_new_pages(p);
     seg->set_fork_from(s.fork_from);
     seg->set_fork_length(s.fork_length);
@@ -59,6 +63,14 @@ absl::StatusOr<Step> StepFromProto(const cpb::StepCommand& cmd, int rank, int wo
     seg.sampling.top_k = s.top_k();
     seg.sampling.top_p = s.top_p();
     seg.seed = s.seed();
+    if (s.logprobs()) {
+      if (s.top_logprobs() < 0 || s.top_logprobs() > kMaxTopLogprobs) {
+        return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", s.seq_id(), " asks for ",
+                                                       s.top_logprobs(), " top log-probabilities; at most ",
+                                                       kMaxTopLogprobs));
+      }
+      seg.sampling.top_logprobs = s.top_logprobs();
+    }
     seg.new_pages.assign(s.new_pages().begin(), s.new_pages().end());
     seg.fork_from = s.fork_from();
     seg.fork_length = s.fork_length();
@@ -78,6 +90,57 @@ absl::StatusOr<Step> StepFromProto(const cpb::StepCommand& cmd, int rank, int wo
     step.segments.push_back(std::move(seg));
   }
   return step;
+}
+
+void SampledToProto(std::span<const SampledToken> sampled, cpb::StepResult* res) {
+  for (const SampledToken& t : sampled) {
+    res->add_tokens(t.token);
+    if (!t.logprob.has_value()) continue;
+    cpb::SampledLogprobs* lp = res->add_logprobs();
+    lp->set_logprob(*t.logprob);
+    for (const TokenLogprob& top : t.top) {
+      lp->add_top_ids(top.token);
+      lp->add_top_logprobs(top.logprob);
+    }
+  }
+}
+
+absl::StatusOr<std::vector<SampledToken>> SampledFromProto(const cpb::StepResult& res, const Step& step,
+                                                           int64_t vocab) {
+  auto broken = [&](auto... why) {
+    return absl::InternalError(absl::StrCat("rank ", res.rank(), "'s result of step ", step.step_id, ": ", why...));
+  };
+  std::vector<SampledToken> out;
+  int next_logprobs = 0;
+  for (const StepSegment& seg : step.segments) {
+    if (!seg.sample) continue;
+    const int i = static_cast<int>(out.size());
+    if (i >= res.tokens_size()) return broken(res.tokens_size(), " tokens for more sampled segments");
+    SampledToken t;
+    t.token = res.tokens(i);
+    if (t.token < -1 || t.token >= vocab) return broken("token ", t.token, " is outside the vocabulary [0, ", vocab, ")");
+    if (seg.sampling.top_logprobs >= 0 && t.token >= 0) {
+      if (next_logprobs >= res.logprobs_size()) return broken("no log-probabilities for sequence ", seg.seq_id);
+      const cpb::SampledLogprobs& lp = res.logprobs(next_logprobs++);
+      if (lp.top_ids_size() != lp.top_logprobs_size() || lp.top_ids_size() > seg.sampling.top_logprobs) {
+        return broken(lp.top_ids_size(), " top ids and ", lp.top_logprobs_size(), " log-probabilities for ",
+                      seg.sampling.top_logprobs, " asked");
+      }
+      t.logprob = lp.logprob();
+      for (int j = 0; j < lp.top_ids_size(); ++j) {
+        if (lp.top_ids(j) < 0 || lp.top_ids(j) >= vocab) {
+          return broken("top token ", lp.top_ids(j), " is outside the vocabulary [0, ", vocab, ")");
+        }
+        t.top.push_back({lp.top_ids(j), lp.top_logprobs(j)});
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  if (static_cast<int>(out.size()) != res.tokens_size() || next_logprobs != res.logprobs_size()) {
+    return broken(res.tokens_size(), " tokens and ", res.logprobs_size(), " log-probability entries for ",
+                  out.size(), " sampled segments and ", next_logprobs, " that asked");
+  }
+  return out;
 }
 
 }  // namespace ferry::step

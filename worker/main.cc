@@ -275,8 +275,8 @@ int main(int argc, char** argv) {
     step.step_id = msg.step().step_id();
     if (decoded.ok()) step = std::move(*decoded);
     const auto t0 = std::chrono::steady_clock::now();
-    absl::StatusOr<std::vector<int32_t>> tokens =
-        decoded.ok() ? exec.Execute(step) : absl::StatusOr<std::vector<int32_t>>(decoded.status());
+    absl::StatusOr<std::vector<step::SampledToken>> tokens =
+        decoded.ok() ? exec.Execute(step) : absl::StatusOr<std::vector<step::SampledToken>>(decoded.status());
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int64_t sent = collective.TakeBytes();
     int64_t ntok = 0;
@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
     res->set_step_seconds(secs);
     res->set_dataplane_bytes(sent);
     if (tokens.ok()) {
-      for (int32_t t : *tokens) res->add_tokens(t);
+      step::SampledToProto(*tokens, res);
     } else {
       res->set_error(std::string(tokens.status().message()));
       if (absl::IsDeadlineExceeded(tokens.status())) {

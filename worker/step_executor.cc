@@ -1,12 +1,13 @@
 #include "worker/step_executor.h"
 
 #include <algorithm>
-#include <random>
+#include <optional>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "model/paged_cache.h"
+#include "model/step_rows.h"
 
 namespace ferry::worker {
 
@@ -23,7 +24,7 @@ const std::vector<int32_t>& StepExecutor::my_latent(const StepSegment& seg) cons
   return static_cast<size_t>(rank_) < seg.latent_pages.size() ? seg.latent_pages[static_cast<size_t>(rank_)] : kNone;
 }
 
-absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
+absl::StatusOr<std::vector<step::SampledToken>> StepExecutor::Execute(const Step& step) {
   // Validate the whole step before touching any state.
   std::set<uint64_t> released(step.release.begin(), step.release.end());
   for (const StepSegment& seg : step.segments) {
@@ -76,7 +77,7 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
       return absl::InternalError(absl::StrCat("step ", step.step_id, ": sequence ", id, ": ", st.message()));
     }
   }
-  if (step.segments.empty()) return std::vector<int32_t>{};
+  if (step.segments.empty()) return std::vector<step::SampledToken>{};
 
   std::vector<model::ForwardSegment> fwd;
   std::vector<model::LatentCarry> carries;
@@ -144,9 +145,10 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
     if (seg.carry_from >= 0 && std::find(created.begin(), created.end(), seg.seq_id) != created.end()) {
       carries.push_back({seqs_.at(seg.fork_from).get(), it->second.get(), seg.carry_from, seg.owner, seg.fork_length});
     }
-    // A greedy pick needs no logits on the host: the model picks it where they are.
-    fwd.push_back(model::ForwardSegment{it->second.get(), seg.tokens, false,
-                                        seg.sample && seg.sampling.temperature <= 0.0f});
+    // The model samples where the logits are: no logits come to the host.
+    std::optional<kernels::RowSampler> sampler;
+    if (seg.sample) sampler = model::SamplerAt(seg.sampling, seg.seed, seg.start + static_cast<int64_t>(seg.tokens.size()));
+    fwd.push_back(model::ForwardSegment{it->second.get(), seg.tokens, false, sampler});
   }
   // Carried rows arrive before the forward reads them (every rank runs this exchange).
   if (absl::Status st = model_->CarryLatent(carries); !st.ok()) {
@@ -158,19 +160,10 @@ absl::StatusOr<std::vector<int32_t>> StepExecutor::Execute(const Step& step) {
     for (uint64_t id : created) seqs_.erase(id);
     return out.status();
   }
-  std::vector<int32_t> tokens;
+  std::vector<step::SampledToken> tokens;
   if (rank_ != 0) return tokens;
   for (size_t s = 0; s < step.segments.size(); ++s) {
-    const StepSegment& seg = step.segments[s];
-    if (!seg.sample) continue;
-    if (fwd[s].argmax_only) {
-      tokens.push_back(out->argmax[s]);
-      continue;
-    }
-    const float* logits = out->logits.data() + out->first_row[s] * out->vocab;
-    const int64_t position = seg.start + static_cast<int64_t>(seg.tokens.size());
-    std::mt19937_64 rng(step::SamplingStreamSeed(seg.seed, position));
-    tokens.push_back(step::SampleToken(logits, out->vocab, seg.sampling, rng));
+    if (step.segments[s].sample) tokens.push_back(model::SampledOf(out->picks[s], step.segments[s].sampling.top_logprobs));
   }
   return tokens;
 }

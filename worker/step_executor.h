@@ -32,7 +32,7 @@ class StepExecutor {
   // vocabulary, a fork or carry of a conversation this group does not keep as named, or a borrow
   // ended on an unknown conversation; INTERNAL for what fails on some ranks only (latent pages
   // the holding ranks cannot adopt, a carry's exchange), after which the group cannot go on.
-  absl::StatusOr<std::vector<int32_t>> Execute(const Step& step);
+  absl::StatusOr<std::vector<step::SampledToken>> Execute(const Step& step);
 
   // Fixes the model's KV arena at `pages` pages (CausalLM::SizeArena), before the first step.
   absl::Status SizeArena(int64_t pages) { return model_->SizeArena(pages); }

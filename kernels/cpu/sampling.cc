@@ -10,7 +10,7 @@
 namespace ferry::kernels::cpu {
 
 int32_t SampleToken(const float* logits, int64_t vocab, float temperature, int32_t top_k, float top_p,
-                    std::mt19937_64& rng) {
+                    double uniform) {
   if (temperature <= 0.0f) return ArgMax(logits, vocab);
   std::vector<int32_t> order;
   order.reserve(static_cast<size_t>(vocab));
@@ -30,23 +30,54 @@ int32_t SampleToken(const float* logits, int64_t vocab, float temperature, int32
   }
   size_t keep = order.size();
   if (top_p < 1.0f) {
+    // The smallest prefix whose running mass reaches top_p of the whole.
+    const double target = static_cast<double>(top_p) * sum;
     double mass = 0.0;
     for (size_t i = 0; i < order.size(); ++i) {
-      mass += prob[i] / sum;
-      if (mass >= static_cast<double>(top_p)) {
+      mass += prob[i];
+      if (mass >= target) {
         keep = i + 1;
         break;
       }
     }
   }
   const double total = std::accumulate(prob.begin(), prob.begin() + static_cast<long>(keep), 0.0);
-  const double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  const double u = uniform * total;
   double acc = 0.0;
   for (size_t i = 0; i < keep; ++i) {
     acc += prob[i];
     if (u < acc) return order[i];
   }
   return order[keep - 1];
+}
+
+SampledToken SampleRow(const float* logits, int64_t vocab, const RowSampler& s) {
+  SampledToken out;
+  float max = -INFINITY;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const float v = logits[i];
+    if (std::isnan(v) || v == INFINITY) return out;
+    max = std::max(max, v);
+  }
+  if (max == -INFINITY) return out;
+  out.token = SampleToken(logits, vocab, s.temperature, s.top_k, s.top_p, s.uniform);
+  if (s.top_logprobs < 0) return out;
+  // log_softmax = logit - (max + log sum exp(logit - max)), in float64.
+  double sum = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - static_cast<double>(max));
+  const double lse = static_cast<double>(max) + std::log(sum);
+  out.logprob = static_cast<float>(static_cast<double>(logits[out.token]) - lse);
+  out.n_top = static_cast<int32_t>(std::min<int64_t>({s.top_logprobs, kMaxTopLogprobs, vocab}));
+  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + out.n_top, ids.end(), [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int32_t j = 0; j < out.n_top; ++j) {
+    out.top_ids[j] = ids[static_cast<size_t>(j)];
+    out.top_logprobs[j] = static_cast<float>(static_cast<double>(logits[ids[static_cast<size_t>(j)]]) - lse);
+  }
+  return out;
 }
 
 }  // namespace ferry::kernels::cpu

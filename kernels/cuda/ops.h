@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/cpu/ops.h"  // cpu::RoutingParams (plain C++)
+#include "kernels/sampler.h"
 
 namespace ferry::kernels::cuda {
 
@@ -224,11 +225,15 @@ absl::Status KdaRecurrentStep(float* state, const int32_t* slots, int64_t n_slot
 absl::Status MhcSinkhorn(const float* m, int64_t rows, int64_t streams, const float* scale, const float* base,
                          float eps, int64_t iters, float* pre, float* post, float* comb, void* stream = nullptr);
 
-// Greedy sampling: ids[r] = the index of the largest of logits[r * vocab ..), ties toward the
-// lower index, NaN never wins (an all-NaN row gives 0). CPU twin: cpu::ArgMax, exactly.
+// Sampling: out[r] = the token samplers[r] picks from logits[r * vocab ..) (greedy: the largest,
+// ties toward the lower index; else temperature, top-k, top-p and the row's draw), with the
+// log-probabilities it asks for; token -1 for a row holding a NaN or +infinity or no finite value.
+// samplers and out are device memory. CPU twin: cpu::SampleRow (greedy and the top ids exactly;
+// sampled picks except where the draw falls within float64 rounding of a boundary; log-
+// probabilities to float rounding).
 // REQUIRES: 1 <= vocab <= INT32_MAX, rows <= INT32_MAX.
-absl::Status SampleGreedy(const float* logits, int64_t rows, int64_t vocab, int32_t* ids,
-                          void* stream = nullptr);
+absl::Status SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampler* samplers,
+                        SampledToken* out, void* stream = nullptr);
 
 // ---- Model glue: the ops a whole forward needs around the kernels above (model/cuda). ----
 

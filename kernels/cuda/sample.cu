@@ -1,8 +1,18 @@
-// Greedy sampling (SampleGreedy in ops.h): one block of 1024 threads per row. Each thread scans
-// its strided share of the logits keeping the best under the CPU's strict order (rank.cuh), then
-// warps and the block reduce; the result is the unique maximum of that order, cpu::ArgMax's.
+// Sampling on the device (SampleRows in ops.h): one block of 1024 threads per row, the CPU's
+// cpu::SampleRow step by step without sorting the vocabulary.
+//
+// Every selection the CPU makes by walking the sorted row (the top_k-th token, the end of the
+// top_p prefix, the token the draw lands on) is "the first element, in the row's order, whose
+// running weight reaches a target" (weight 1 for top_k, the tempered probability otherwise). The
+// block finds it as a radix select over the elements' 64-bit order keys (rank.cuh RankKey: value,
+// then the lower id first): eight bits a pass from the top, each pass a histogram of the weight
+// and count of the elements still in play, walked in descending order to the bucket where the
+// running weight crosses; a bucket of one element ends it early (most rows take 3 to 4 passes).
+// Weights are summed in float64 as on the CPU; only the order of those sums differs, so a pick
+// can differ from the CPU's only where the draw falls within rounding of a boundary.
 #include <cuda_runtime.h>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
@@ -13,38 +23,281 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+constexpr int kBuckets = 256;
+constexpr unsigned kFull = 0xffffffffu;
+static_assert(kWarps == 32, "block reductions give one warp's result to each lane");
+static_assert(kBuckets == 32 * 8, "the bucket walk gives each lane of a warp 8 buckets");
+
+struct Smem {
+  double w[kBuckets];                  // a pass's histogram: weight,
+  unsigned long long top[kBuckets];    // largest key,
+  int count[kBuckets];                 // and elements of each bucket
+  double lane_w[kWarps][32];           // a warp's elements of one iteration, for its bucket leaders
+  unsigned long long lane_key[kWarps][32];
+  double red_d[kWarps];
+  unsigned long long red_k[kWarps];
+  Ranked red_best[kWarps];
+  int red_bad[kWarps];
+  unsigned long long prefix;  // a select's pass result: the key bits fixed so far,
+  double target;              // the weight left to cross within them,
+  unsigned long long found;   // the element when its bucket held it alone (0: none yet)
+};
+
+// An element's weight in a select: 1 (counting), or exp(v / T - top / T).
+struct Weight {
+  bool unit;
+  double inv_t, top;
+  __device__ __forceinline__ double operator()(float v) const {
+    return unit ? 1.0 : exp(static_cast<double>(v) * inv_t - top);
+  }
+};
+
+__device__ __forceinline__ double BlockSum(double v, Smem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFull, v, off);
+  if (lane == 0) sm.red_d[warp] = v;
+  __syncthreads();
+  double t = sm.red_d[lane];
+  for (int off = 16; off > 0; off >>= 1) t += __shfl_xor_sync(kFull, t, off);
+  __syncthreads();
+  return t;
+}
+
+__device__ __forceinline__ unsigned long long BlockMax(unsigned long long v, Smem& sm) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int off = 16; off > 0; off >>= 1) {
+    const unsigned long long o = __shfl_xor_sync(kFull, v, off);
+    v = o > v ? o : v;
+  }
+  if (lane == 0) sm.red_k[warp] = v;
+  __syncthreads();
+  unsigned long long t = sm.red_k[lane];
+  for (int off = 16; off > 0; off >>= 1) {
+    const unsigned long long o = __shfl_xor_sync(kFull, t, off);
+    t = o > t ? o : t;
+  }
+  __syncthreads();
+  return t;
+}
+
+__device__ __forceinline__ int32_t IdOf(unsigned long long key) {
+  return static_cast<int32_t>(~static_cast<uint32_t>(key));
+}
+
+// The sum of the weights of the row's elements with key >= floor (every key of a number is > 0).
+__device__ double WeightAbove(const float* row, int64_t vocab, unsigned long long floor, Weight wf, Smem& sm) {
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+    const float v = row[i];
+    if (RankKey(v, static_cast<int32_t>(i)) >= floor) s += wf(v);
+  }
+  return BlockSum(s, sm);
+}
+
+// Walking the row's elements with key >= floor in descending key order: the first whose running
+// weight reaches `target` (exceeds it when `strict`), or the last when none does (rounding).
+// Returns its key. REQUIRES: at least one element with key >= floor. Block-uniform call.
+__device__ unsigned long long Select(const float* row, int64_t vocab, unsigned long long floor, Weight wf,
+                                     double target, bool strict, Smem& sm) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  unsigned long long prefix = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = tid; b < kBuckets; b += kThreads) {
+      sm.w[b] = 0.0;
+      sm.top[b] = 0;
+      sm.count[b] = 0;
+    }
+    __syncthreads();
+    const unsigned long long high = shift == 56 ? 0ull : ~0ull << (shift + 8);
+    for (int64_t base = 0; base < vocab; base += kThreads) {
+      const int64_t i = base + tid;
+      float v = 0.0f;
+      unsigned long long key = 0;
+      bool in = false;
+      if (i < vocab) {
+        v = row[i];
+        key = RankKey(v, static_cast<int32_t>(i));
+        in = key >= floor && (key & high) == prefix;
+      }
+      const unsigned active = __ballot_sync(kFull, in);
+      if (!in) continue;
+      // One atomic a bucket a warp: each bucket's lowest lane sums its peers' weights.
+      const unsigned digit = static_cast<unsigned>(key >> shift) & 255u;
+      const unsigned peers = __match_any_sync(active, digit);
+      sm.lane_w[warp][lane] = wf(v);
+      sm.lane_key[warp][lane] = key;
+      __syncwarp(active);
+      if (lane == __ffs(peers) - 1) {
+        double s = 0.0;
+        unsigned long long most = 0;
+        for (unsigned m = peers; m != 0; m &= m - 1) {
+          const int j = __ffs(m) - 1;
+          s += sm.lane_w[warp][j];
+          most = sm.lane_key[warp][j] > most ? sm.lane_key[warp][j] : most;
+        }
+        atomicAdd(&sm.w[digit], s);
+        atomicAdd(&sm.count[digit], __popc(peers));
+        atomicMax(&sm.top[digit], most);
+      }
+      __syncwarp(active);
+    }
+    __syncthreads();
+    if (warp == 0) {
+      // Lane l holds buckets 255 - 8l down to 248 - 8l: a scan over lanes, then the crossing
+      // lane walks its eight.
+      double own = 0.0;
+      int own_count = 0;
+      for (int j = 0; j < 8; ++j) {
+        own += sm.w[255 - 8 * lane - j];
+        own_count += sm.count[255 - 8 * lane - j];
+      }
+      double incl = own;
+      for (int off = 1; off < 32; off <<= 1) {
+        const double y = __shfl_up_sync(kFull, incl, off);
+        if (lane >= off) incl += y;
+      }
+      double excl = __shfl_up_sync(kFull, incl, 1);
+      if (lane == 0) excl = 0.0;
+      const unsigned hits = __ballot_sync(kFull, own_count > 0 && (strict ? incl > target : incl >= target));
+      const unsigned nonempty = __ballot_sync(kFull, own_count > 0);
+      const bool last = hits == 0;  // none crosses: take the last element (the lowest key)
+      const int walker = last ? 31 - __clz(nonempty) : __ffs(hits) - 1;
+      if (nonempty == 0 && lane == 0) {
+        sm.prefix = prefix;
+        sm.found = prefix == 0 ? 1 : prefix;  // nothing in play (a broken REQUIRES): stop
+      }
+      if (nonempty != 0 && lane == walker) {
+        double cum = excl, cum_before = excl;
+        int pick = -1, last_seen = -1;
+        for (int j = 0; j < 8; ++j) {
+          const int b = 255 - 8 * lane - j;
+          if (sm.count[b] == 0) continue;
+          if (!last && (strict ? cum + sm.w[b] > target : cum + sm.w[b] >= target)) {
+            pick = b;
+            cum_before = cum;
+            break;
+          }
+          last_seen = b;
+          cum_before = cum;
+          cum += sm.w[b];
+        }
+        if (pick < 0) pick = last_seen;
+        sm.prefix = prefix | (static_cast<unsigned long long>(pick) << shift);
+        sm.target = last ? INFINITY : target - cum_before;
+        sm.found = sm.count[pick] == 1 ? sm.top[pick] : 0;
+      }
+    }
+    __syncthreads();
+    prefix = sm.prefix;
+    target = sm.target;
+    const unsigned long long found = sm.found;
+    __syncthreads();
+    if (found != 0) return found;
+  }
+  return prefix;
+}
 
 __global__ void __launch_bounds__(kThreads)
-    ArgMaxKernel(const float* __restrict__ logits, int64_t vocab, int32_t* __restrict__ ids) {
+    SampleKernel(const float* __restrict__ logits, int64_t vocab, const RowSampler* __restrict__ samplers,
+                 SampledToken* __restrict__ out) {
   PdlLaunchDependents();
   PdlWait();
-  __shared__ Ranked warp_best[kWarps];
-  const int64_t r = blockIdx.x;
+  __shared__ Smem sm;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t r = blockIdx.x;
   const float* row = logits + r * vocab;
+  const RowSampler s = samplers[r];
+  SampledToken& o = out[r];
+
+  // The argmax, and whether the row is fit to sample from.
   Ranked best{0.0f, -1};
-  for (int64_t i = tid; i < vocab; i += kThreads) best = Better(best, Ranked{row[i], static_cast<int32_t>(i)});
+  int bad = 0;
+  for (int64_t i = tid; i < vocab; i += kThreads) {
+    const float v = row[i];
+    bad |= isnan(v) || v == INFINITY;
+    best = Better(best, Ranked{v, static_cast<int32_t>(i)});
+  }
   best = WarpBest(best);
-  if (lane == 0) warp_best[warp] = best;
+  bad = __any_sync(kFull, bad);
+  if (lane == 0) {
+    sm.red_best[warp] = best;
+    sm.red_bad[warp] = bad;
+  }
   __syncthreads();
-  if (warp == 0) {
-    best = WarpBest(warp_best[lane]);  // kWarps == 32: one entry a lane
-    if (lane == 0) ids[r] = best.i;
+  best = WarpBest(sm.red_best[lane]);
+  bad = __any_sync(kFull, sm.red_bad[lane]);
+  __syncthreads();
+  if (bad || best.v == -INFINITY) {
+    if (tid == 0) {
+      o.token = -1;
+      o.n_top = 0;
+    }
+    return;
+  }
+
+  int32_t token = best.i;
+  if (s.temperature > 0.0f) {
+    unsigned long long floor = 0;  // below every number's key
+    if (s.top_k > 0 && s.top_k < vocab) {
+      floor = Select(row, vocab, 0, Weight{true, 0.0, 0.0}, static_cast<double>(s.top_k), false, sm);
+    }
+    const double inv_t = 1.0 / static_cast<double>(s.temperature);
+    const Weight prob{false, inv_t, static_cast<double>(best.v) * inv_t};
+    double mass = WeightAbove(row, vocab, floor, prob, sm);
+    if (s.top_p < 1.0f) {
+      floor = Select(row, vocab, floor, prob, static_cast<double>(s.top_p) * mass, false, sm);
+      mass = WeightAbove(row, vocab, floor, prob, sm);
+    }
+    token = IdOf(Select(row, vocab, floor, prob, s.uniform * mass, true, sm));
+  }
+  if (s.top_logprobs < 0) {
+    if (tid == 0) {
+      o.token = token;
+      o.n_top = 0;
+    }
+    return;
+  }
+
+  // log_softmax at temperature 1: v - (max + log sum exp(v - max)), in float64.
+  double e = 0.0;
+  for (int64_t i = tid; i < vocab; i += kThreads) e += exp(static_cast<double>(row[i]) - static_cast<double>(best.v));
+  const double lse = static_cast<double>(best.v) + log(BlockSum(e, sm));
+  const int n = static_cast<int>(vocab < kMaxTopLogprobs ? min(static_cast<int64_t>(s.top_logprobs), vocab)
+                                                         : min(s.top_logprobs, kMaxTopLogprobs));
+  unsigned long long below = ~0ull;
+  for (int j = 0; j < n; ++j) {
+    unsigned long long k = 0;
+    for (int64_t i = tid; i < vocab; i += kThreads) {
+      const unsigned long long key = RankKey(row[i], static_cast<int32_t>(i));
+      if (key < below && key > k) k = key;
+    }
+    below = BlockMax(k, sm);
+    if (tid == 0) {
+      o.top_ids[j] = IdOf(below);
+      o.top_logprobs[j] = static_cast<float>(static_cast<double>(row[IdOf(below)]) - lse);
+    }
+  }
+  if (tid == 0) {
+    o.token = token;
+    o.logprob = static_cast<float>(static_cast<double>(row[token]) - lse);
+    o.n_top = n;
   }
 }
-static_assert(kWarps == 32, "the final reduction gives one warp's result to each lane");
 
 }  // namespace
 
-absl::Status SampleGreedy(const float* logits, int64_t rows, int64_t vocab, int32_t* ids, void* stream) {
+absl::Status SampleRows(const float* logits, int64_t rows, int64_t vocab, const RowSampler* samplers,
+                        SampledToken* out, void* stream) {
   if (rows < 0 || rows > 0x7fffffff || vocab < 1 || vocab > 0x7fffffff) {
-    return absl::InvalidArgumentError(absl::StrCat("SampleGreedy: rows ", rows, ", vocab ", vocab,
+    return absl::InvalidArgumentError(absl::StrCat("SampleRows: rows ", rows, ", vocab ", vocab,
                                                    " (need 0 <= rows, 1 <= vocab, each <= 2^31 - 1)"));
   }
   if (rows == 0) return absl::OkStatus();
-  if (logits == nullptr || ids == nullptr) return absl::InvalidArgumentError("SampleGreedy: null logits or ids");
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(ArgMaxKernel, static_cast<unsigned>(rows), kThreads, 0,
-                                             static_cast<cudaStream_t>(stream), logits, vocab, ids));
+  if (logits == nullptr || samplers == nullptr || out == nullptr) {
+    return absl::InvalidArgumentError("SampleRows: null logits, samplers or out");
+  }
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(SampleKernel, static_cast<unsigned>(rows), kThreads, 0,
+                                             static_cast<cudaStream_t>(stream), logits, vocab, samplers, out));
   return absl::OkStatus();
 }
 

@@ -147,8 +147,9 @@ class CudaOps {
                       float* x, const DecisionTap& tap, bool assign = false) {
     return cuda::FfnAdd<T>(f, c, a, rows, s, y, x, tap, assign);
   }
-  absl::Status ArgMax(const float* logits, int64_t rows, int64_t vocab, int32_t* ids) {
-    return kernels::cuda::SampleGreedy(logits, rows, vocab, ids);
+  absl::Status Sample(const float* logits, int64_t rows, int64_t vocab, const kernels::RowSampler* samplers,
+                      kernels::SampledToken* out) {
+    return kernels::cuda::SampleRows(logits, rows, vocab, samplers, out);
   }
   absl::Status FfnError(int32_t error, int64_t n_experts) const { return FfnErrorStatus(error, n_experts); }
   absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* ids, int32_t* counts) {

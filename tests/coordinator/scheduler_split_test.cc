@@ -30,8 +30,9 @@ class GroupRunner final : public StepRunner {
       execs_.push_back(std::make_unique<worker::StepExecutor>(std::move(*m), r));
     }
   }
-  absl::StatusOr<std::vector<int32_t>> RunStep(const step::Step& step) override {
-    std::vector<absl::StatusOr<std::vector<int32_t>>> out(execs_.size(), std::vector<int32_t>{});
+  absl::StatusOr<std::vector<step::SampledToken>> RunStep(const step::Step& step) override {
+    std::vector<absl::StatusOr<std::vector<step::SampledToken>>> out(execs_.size(),
+                                                                     std::vector<step::SampledToken>{});
     std::vector<std::thread> threads;
     for (size_t r = 0; r < execs_.size(); ++r) {
       threads.emplace_back([&, r] { out[r] = execs_[r]->Execute(step); });

@@ -27,7 +27,7 @@ class LocalRunner final : public StepRunner {
     REQUIRE(m.ok());
     exec_ = std::make_unique<worker::StepExecutor>(std::move(*m), 0);
   }
-  absl::StatusOr<std::vector<int32_t>> RunStep(const step::Step& step) override {
+  absl::StatusOr<std::vector<step::SampledToken>> RunStep(const step::Step& step) override {
     ++steps;
     if (fail) return absl::UnavailableError("rank 1 died");
     max_tokens_in_step = std::max<int64_t>(max_tokens_in_step, [&] {

@@ -29,11 +29,12 @@ inline GenerateRequest Greedy(const std::vector<int32_t>& prompt, int max_tokens
 }
 
 inline absl::StatusOr<v1::Finished> Run(const std::string& address, const GenerateRequest& req,
-                                 std::vector<int32_t>* streamed = nullptr, int timeout_ms = 60000) {
-  return cli::GenerateRemote(address, req, std::chrono::milliseconds(timeout_ms),
-                             [&](const std::vector<int32_t>& ids) {
-                               if (streamed) streamed->insert(streamed->end(), ids.begin(), ids.end());
-                             });
+                                        std::vector<int32_t>* streamed = nullptr, int timeout_ms = 60000,
+                                        std::vector<v1::TokenLogprobs>* streamed_logprobs = nullptr) {
+  return cli::GenerateRemote(address, req, std::chrono::milliseconds(timeout_ms), [&](const v1::TokenChunk& c) {
+    if (streamed) streamed->insert(streamed->end(), c.token_ids().begin(), c.token_ids().end());
+    if (streamed_logprobs) streamed_logprobs->insert(streamed_logprobs->end(), c.logprobs().begin(), c.logprobs().end());
+  });
 }
 
 // Running requests on the server, or -1 when it cannot be asked.

@@ -127,6 +127,102 @@ TEST_CASE("serve: 16 concurrent requests give exactly what each gives alone", "[
   }
 }
 
+TEST_CASE("serve: seeded sampling with log-probabilities gives the in-process tokens, whatever shares the step",
+          "[serve]") {
+  for (const std::string& dir : {kDsa, kNext}) {
+    Server server(dir, 2);
+    INFO(dir << ": " << server.process().Log());
+    REQUIRE(server.serving());
+    auto local = model::LoadCausalLM(dir);
+    REQUIRE(local.ok());
+    const int n = 6;
+    std::vector<GenerateRequest> reqs;
+    std::vector<model::GenerateResult> alone;
+    for (int i = 0; i < n; ++i) {
+      std::vector<int32_t> prompt;
+      for (int k = 0; k < 5 + 3 * i; ++k) prompt.push_back(static_cast<int32_t>(2 + (k * 31 + i * 7) % 300));
+      GenerateRequest req = Greedy(prompt, 8);
+      v1::SamplingParams* sp = req.mutable_sampling();
+      sp->set_temperature(0.9f);
+      sp->set_top_k(i % 2 == 0 ? 0 : 40);
+      sp->set_top_p(i % 3 == 0 ? 1.0f : 0.9f);
+      sp->set_seed(1000 + static_cast<uint64_t>(i));
+      sp->set_logprobs(i != 1);
+      sp->set_top_logprobs(i == 1 ? 0 : i % 4);
+      req.set_stream(i % 2 == 0);
+      reqs.push_back(req);
+      model::GenerateOptions opt;
+      opt.max_tokens = 8;
+      opt.ignore_eos = true;
+      opt.seed = sp->seed();
+      opt.sampling = {sp->temperature(), sp->top_k(), sp->top_p(), sp->logprobs() ? sp->top_logprobs() : -1};
+      auto res = model::Generate(**local, prompt, opt);
+      REQUIRE(res.ok());
+      alone.push_back(*res);
+    }
+    std::vector<absl::StatusOr<v1::Finished>> done(n, absl::UnknownError("not run"));
+    std::vector<std::vector<int32_t>> streamed(n);
+    std::vector<std::vector<v1::TokenLogprobs>> streamed_lp(n);
+    std::vector<std::thread> threads;
+    std::latch start(n);
+    for (int i = 0; i < n; ++i) {
+      threads.emplace_back([&, i] {
+        start.arrive_and_wait();
+        done[i] = Run(server.address(), reqs[i], &streamed[i], 60000, &streamed_lp[i]);
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int i = 0; i < n; ++i) {
+      INFO("request " << i);
+      REQUIRE(done[i].ok());
+      const bool stream = reqs[i].stream();
+      const std::vector<int32_t> got =
+          stream ? streamed[i] : std::vector<int32_t>(done[i]->token_ids().begin(), done[i]->token_ids().end());
+      const std::vector<v1::TokenLogprobs> lp =
+          stream ? streamed_lp[i] : std::vector<v1::TokenLogprobs>(done[i]->logprobs().begin(), done[i]->logprobs().end());
+      CHECK(got == alone[i].tokens);
+      if (!reqs[i].sampling().logprobs()) {
+        CHECK(lp.empty());
+        continue;
+      }
+      REQUIRE(lp.size() == got.size());
+      REQUIRE(alone[i].logprobs.size() == got.size());
+      for (size_t t = 0; t < got.size(); ++t) {
+        CHECK(lp[t].token_id() == got[t]);
+        CHECK(lp[t].logprob() <= 0.0f);
+        CHECK(std::abs(lp[t].logprob() - *alone[i].logprobs[t].logprob) < 1e-4);
+        REQUIRE(lp[t].top_logprobs_size() == reqs[i].sampling().top_logprobs());
+        for (int j = 0; j < lp[t].top_logprobs_size(); ++j) {
+          CHECK(lp[t].top_logprobs(j).token_id() == alone[i].logprobs[t].top[static_cast<size_t>(j)].token);
+          if (j > 0) CHECK(lp[t].top_logprobs(j).logprob() <= lp[t].top_logprobs(j - 1).logprob());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("serve: top_logprobs outside [0, 20] or without logprobs is refused with the numbers", "[serve]") {
+  Server server(kDsa, 1);
+  REQUIRE(server.serving());
+  GenerateRequest req = Greedy({1, 2, 3}, 2);
+  req.mutable_sampling()->set_top_logprobs(3);
+  auto res = Run(server.address(), req);
+  REQUIRE_FALSE(res.ok());
+  CHECK(res.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(res.status().message()).find("top_logprobs is 3 without sampling.logprobs") != std::string::npos);
+  req.mutable_sampling()->set_logprobs(true);
+  req.mutable_sampling()->set_top_logprobs(21);
+  res = Run(server.address(), req);
+  REQUIRE_FALSE(res.ok());
+  CHECK(std::string(res.status().message()).find("top_logprobs is 21; it must be in [0, 20]") != std::string::npos);
+  req.mutable_sampling()->set_top_logprobs(20);
+  res = Run(server.address(), req);
+  REQUIRE(res.ok());
+  REQUIRE(res->logprobs_size() == 2);
+  CHECK(res->logprobs(0).top_logprobs_size() == 20);
+  CHECK(res->logprobs(0).top_logprobs(0).token_id() == res->token_ids(0));  // greedy: the top one
+}
+
 TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do not change", "[serve]") {
   // 8 pages of 16 tokens on each of 2 ranks for 8 concurrent requests of up to ~70 tokens.
   Server server(kDsa, 2, {"--kv-pool-pages", "8", "--page-size", "16", "--context", "96", "--max-batch-tokens", "32"});

@@ -1,5 +1,6 @@
 // ferry-kernel-check cases for the selection ops: TopK (against cpu::TopKIndices, exactly),
-// MoeRoute (cpu::RouteRow: ids exactly, weights by norm), SampleGreedy (cpu::ArgMax, exactly).
+// MoeRoute (cpu::RouteRow: ids exactly, weights by norm), SampleRows (cpu::SampleRow: ids exactly,
+// log-probabilities by relative error).
 // Rows are drawn in styles meant to break selections: exact ties (zeros after a ReLU, coarse
 // quantisation, all equal), NaN, +-inf, and -0 beside +0.
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/sampling.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -184,11 +186,21 @@ Result MoeRouteCase(std::mt19937& rng, const RouteShape& s) {
   return r;
 }
 
-Result SampleGreedyCase(std::mt19937& rng, int64_t rows, int64_t vocab) {
+// SampleRows against cpu::SampleRow: greedy rows, or each row sampled with its own temperature,
+// top-k, top-p, draw and log-probability count (rows of every style, ties and non-finite values
+// included). Ids compared exactly; log-probabilities by relative error.
+Result SampleRowsCase(std::mt19937& rng, int64_t rows, int64_t vocab, bool sampled) {
   Result r;
+  r.tolerance = 1e-5;
   std::vector<float> logits;
-  std::vector<int32_t> want;
+  std::vector<kernels::RowSampler> samplers;
+  std::vector<kernels::SampledToken> want;
   std::uniform_int_distribution<int64_t> at(0, vocab - 1);
+  std::uniform_real_distribution<double> draw(0.0, 1.0);
+  const std::vector<float> temperatures = {0.3f, 0.7f, 1.0f, 1.5f};
+  const std::vector<int32_t> top_ks = {0, 1, 40, static_cast<int32_t>(std::max<int64_t>(1, vocab / 2))};
+  const std::vector<float> top_ps = {1.0f, 0.95f, 0.5f, 0.01f};
+  const std::vector<int32_t> n_tops = {-1, 0, 5, kernels::kMaxTopLogprobs};
   for (int64_t t = 0; t < rows; ++t) {
     const int style = static_cast<int>(t % kStyles);
     std::vector<float> row = StyledRow(rng, vocab, style);
@@ -196,19 +208,47 @@ Result SampleGreedyCase(std::mt19937& rng, int64_t rows, int64_t vocab) {
       const float mx = *std::max_element(row.begin(), row.end());
       for (int i = 0; i < 3; ++i) row[at(rng)] = mx;
     }
-    if (style == 4) row[0] = NAN;  // NaN at index 0 must not win by position
+    if (style == 4 && t % 16 < 8) row[0] = NAN;  // a NaN makes the row unfit; else only -inf and ties
+    if (style == 4 && t % 16 >= 8) {
+      std::replace_if(row.begin(), row.end(), [](float v) { return !(v < INFINITY); }, -INFINITY);
+    }
+    kernels::RowSampler s;
+    if (sampled) {
+      s.temperature = temperatures[static_cast<size_t>(t) % temperatures.size()];
+      s.top_k = top_ks[static_cast<size_t>(t / 2) % top_ks.size()];
+      s.top_p = top_ps[static_cast<size_t>(t / 3) % top_ps.size()];
+      s.top_logprobs = n_tops[static_cast<size_t>(t / 5) % n_tops.size()];
+      s.uniform = draw(rng);
+    }
     logits.insert(logits.end(), row.begin(), row.end());
-    want.push_back(cpu::ArgMax(row.data(), vocab));
+    samplers.push_back(s);
+    want.push_back(cpu::SampleRow(row.data(), vocab, s));
   }
   Device dev(&r.error);
   float* l = dev.Upload(logits);
-  int32_t* ids = dev.Poisoned<int32_t>(rows);
+  const kernels::RowSampler* d_samplers = dev.Upload(samplers);
+  kernels::SampledToken* out = dev.Poisoned<kernels::SampledToken>(static_cast<size_t>(rows));
   if (!r.error.empty()) return r;
-  HARNESS_CHECK_OK(cu::SampleGreedy(l, rows, vocab, ids));
+  HARNESS_CHECK_OK(cu::SampleRows(l, rows, vocab, d_samplers, out));
   HARNESS_CHECK_OK(cu::Synchronize());
-  const std::vector<int32_t> got = dev.Download(ids, rows);
+  const std::vector<kernels::SampledToken> got = dev.Download(out, static_cast<size_t>(rows));
   if (!r.error.empty()) return r;
-  for (int64_t t = 0; t < rows; ++t) r.mismatched += got[t] != want[t];
+  std::vector<float> got_lp, want_lp;
+  for (int64_t t = 0; t < rows; ++t) {
+    const kernels::SampledToken& g = got[static_cast<size_t>(t)];
+    const kernels::SampledToken& w = want[static_cast<size_t>(t)];
+    r.mismatched += g.token != w.token;
+    if (w.token < 0 || samplers[static_cast<size_t>(t)].top_logprobs < 0) continue;
+    r.mismatched += g.n_top != w.n_top;
+    got_lp.push_back(g.logprob);
+    want_lp.push_back(w.logprob);
+    for (int32_t j = 0; j < std::min(g.n_top, w.n_top); ++j) {
+      r.mismatched += g.top_ids[j] != w.top_ids[j];
+      got_lp.push_back(g.top_logprobs[j]);
+      want_lp.push_back(w.top_logprobs[j]);
+    }
+  }
+  r.rel_err = RelErr(got_lp, want_lp, &r.unwritten);
   return r;
 }
 
@@ -266,8 +306,12 @@ void AddSelectCases(std::vector<Case>* cases) {
                       [s = s](std::mt19937& rng) { return MoeRouteCase(rng, s); }});
   }
   for (auto [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{{2 * kStyles, 154880}, {3, 1}, {kStyles, 1000}}) {
-    cases->push_back({absl::StrCat("sample_greedy rows=", rows, " vocab=", vocab),
-                      [=](std::mt19937& rng) { return SampleGreedyCase(rng, rows, vocab); }});
+    cases->push_back({absl::StrCat("sample_rows greedy rows=", rows, " vocab=", vocab),
+                      [=](std::mt19937& rng) { return SampleRowsCase(rng, rows, vocab, false); }});
+  }
+  for (auto [rows, vocab] : std::vector<std::pair<int64_t, int64_t>>{{64, 154880}, {3, 1}, {256, 1000}, {16, 7}}) {
+    cases->push_back({absl::StrCat("sample_rows sampled rows=", rows, " vocab=", vocab),
+                      [=](std::mt19937& rng) { return SampleRowsCase(rng, rows, vocab, true); }});
   }
 }
 

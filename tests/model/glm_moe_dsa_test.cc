@@ -9,6 +9,7 @@
 
 #include "model/causal_lm.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/sampling.h"
 #include "model/golden.h"
 #include "model/safetensors.h"
 #include "tests/catch.h"
@@ -197,30 +198,51 @@ TEST_CASE("glm_moe_dsa: a checkpoint that disagrees with its config is refused b
                "but the config implies [95, 128]") != std::string::npos);
 }
 
-TEST_CASE("argmax_only segments come back as their greedy token, without logits, in both families",
-          "[model]") {
+TEST_CASE("sampled segments come back as their token, without logits, in both families", "[model]") {
   for (const std::string& dir : {kDir, std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny"}) {
     INFO(dir);
     auto m = LoadCausalLM(dir);
     REQUIRE(m.ok());
     const std::vector<GoldenPrompt> g = ferry::testing::GoldensOf(dir);
-    // Each prompt twice, once asking for logits and once for the argmax alone, in one step.
+    // Each prompt three times in one step: asking for logits, for the greedy token with 5 top
+    // log-probabilities, and for a token sampled at T = 0.8, top-k 50, top-p 0.9.
     std::vector<std::unique_ptr<SequenceState>> seqs;
     std::vector<ForwardSegment> segs;
-    for (size_t i = 0; i < 2 * g.size(); ++i) {
-      seqs.push_back((*m)->NewSequence());
-      segs.push_back({seqs.back().get(), g[i / 2].ids, false, i % 2 == 1});
+    kernels::RowSampler greedy, warm;
+    greedy.top_logprobs = 5;
+    warm.temperature = 0.8f;
+    warm.top_k = 50;
+    warm.top_p = 0.9f;
+    for (size_t i = 0; i < g.size(); ++i) {
+      for (int k = 0; k < 3; ++k) {
+        seqs.push_back((*m)->NewSequence());
+        warm.uniform = 0.37 + 0.1 * static_cast<double>(i);
+        std::optional<kernels::RowSampler> sample;
+        if (k > 0) sample = k == 1 ? greedy : warm;
+        segs.push_back({seqs.back().get(), g[i].ids, false, sample});
+      }
     }
     auto out = (*m)->Forward(segs);
     REQUIRE(out.ok());
-    REQUIRE(out->argmax.size() == segs.size());
+    REQUIRE(out->picks.size() == segs.size());
     CHECK(out->logits.size() == g.size() * static_cast<size_t>(out->vocab));
-    for (size_t i = 0; i < segs.size(); i += 2) {
-      CHECK(out->argmax[i] == -1);
-      CHECK(out->first_row[i + 1] == -1);
-      const int32_t want = kernels::cpu::ArgMax(out->logits.data() + out->first_row[i] * out->vocab, out->vocab);
-      CHECK(out->argmax[i + 1] == want);
-      CHECK(want == g[i / 2].greedy[0]);
+    for (size_t s = 0; s < segs.size(); s += 3) {
+      CHECK(out->picks[s].token == -1);
+      CHECK(out->first_row[s + 1] == -1);
+      CHECK(out->first_row[s + 2] == -1);
+      const float* logits = out->logits.data() + out->first_row[s] * out->vocab;
+      const kernels::SampledToken want_greedy = kernels::cpu::SampleRow(logits, out->vocab, *segs[s + 1].sample);
+      CHECK(out->picks[s + 1].token == g[s / 3].greedy[0]);
+      CHECK(out->picks[s + 1].token == want_greedy.token);
+      REQUIRE(out->picks[s + 1].n_top == 5);
+      CHECK(out->picks[s + 1].top_ids[0] == want_greedy.token);
+      for (int j = 0; j < 5; ++j) {
+        CHECK(out->picks[s + 1].top_ids[j] == want_greedy.top_ids[j]);
+        CHECK(out->picks[s + 1].top_logprobs[j] == want_greedy.top_logprobs[j]);
+      }
+      CHECK(out->picks[s + 1].logprob == want_greedy.logprob);
+      CHECK(out->picks[s + 1].logprob <= 0.0f);
+      CHECK(out->picks[s + 2].token == kernels::cpu::SampleRow(logits, out->vocab, *segs[s + 2].sample).token);
     }
   }
 }
