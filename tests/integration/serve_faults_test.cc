@@ -7,12 +7,19 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "cli/client.h"
 #include "tests/catch.h"
 #include "tests/integration/serve_client.h"
+#include "tests/testing/files.h"
 #include "tests/testing/server_process.h"
 
 namespace ferry {
@@ -96,6 +103,50 @@ TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and servin
   INFO(ok.status().ToString());
   REQUIRE(ok.ok());
   CHECK(ok->token_ids_size() == 3);
+}
+
+// A copy of glm-dsa-tiny whose lm_head holds finite but huge weights (bf16 1.7e38): every logit
+// overflows float32 to an infinity or a NaN.
+std::string OverflowingCheckpoint(const testing::TempDir& dir) {
+  for (const auto& e : std::filesystem::directory_iterator(kDsa)) {
+    std::filesystem::copy_file(e.path(), dir.File(e.path().filename().string()));
+  }
+  std::fstream f(dir.File("model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_len = 0;
+  f.read(reinterpret_cast<char*>(&header_len), 8);
+  std::string header(header_len, '\0');
+  f.read(header.data(), static_cast<std::streamsize>(header_len));
+  const nlohmann::json h = nlohmann::json::parse(header);
+  const auto& t = h.at("lm_head.weight");
+  REQUIRE(t.at("dtype") == "BF16");
+  const int64_t begin = t.at("data_offsets")[0], end = t.at("data_offsets")[1];
+  const std::string huge(static_cast<size_t>(end - begin), '\0');
+  std::string bytes = huge;
+  for (size_t i = 0; i + 1 < bytes.size(); i += 2) {
+    bytes[i] = 0x00;
+    bytes[i + 1] = 0x7f;  // bf16 0x7f00 = 1.7e38, finite
+  }
+  f.seekp(static_cast<std::streamoff>(8 + header_len + begin));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  return dir.path();
+}
+
+TEST_CASE("serve: a request whose logits turn non-finite ends with ERROR saying so, and serving goes on",
+          "[serve]") {
+  testing::TempDir dir;
+  Server server(OverflowingCheckpoint(dir), 2);
+  INFO(server.process().Log());
+  REQUIRE(server.serving());
+  for (float temperature : {0.0f, 0.8f}) {
+    GenerateRequest req = Greedy({5, 6, 7}, 4);
+    req.mutable_sampling()->set_temperature(temperature);
+    auto res = Run(server.address(), req);
+    REQUIRE(res.ok());
+    CHECK(res->finish_reason() == v1::FINISH_REASON_ERROR);
+    CHECK(res->token_ids_size() == 0);
+    CHECK(res->error() == "the model's logits after 3 tokens hold a NaN or an infinity; no token was sampled");
+  }
+  CHECK(Running(server.address()) == 0);
 }
 
 TEST_CASE("serve: a full admission queue answers RESOURCE_EXHAUSTED at once", "[serve]") {
