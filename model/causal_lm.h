@@ -92,7 +92,7 @@ struct ForwardSegment {
   // Sample a token after the last row where its logits are (on the device for CUDA) and bring
   // back the token (ForwardOutput::picks), not the logits: with it the last row's logits come
   // back only with all_logits.
-  std::optional<kernels::RowSampler> sample;
+  std::optional<kernels::RowSampler> sample = std::nullopt;
 };
 
 struct ForwardOutput {

@@ -14,7 +14,6 @@ absl::StatusOr<GenerateResult> Generate(CausalLM& model, const std::vector<int32
   if (opt.max_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("max_tokens is ", opt.max_tokens, "; it must be >= 0"));
   }
-  const int64_t vocab = model.config().vocab_size;
   std::vector<int32_t> stops = opt.stop_token_ids;
   if (!opt.ignore_eos) {
     stops.insert(stops.end(), model.config().eos_token_ids.begin(), model.config().eos_token_ids.end());

@@ -4,7 +4,9 @@
 # tokens of the CPU reference run in-process; a bf16 server must serve (its tokens may differ on
 # these random tiny models, see bench/results/h200-check-golden-cuda.md). Each server's
 # coordinator and its CUDA worker must answer /metrics (the worker's carries
-# ferry_worker:step_tokens_total).
+# ferry_worker:step_tokens_total). At two ranks in float32, greedy and seeded sampled requests
+# (temperature, top-k, top-p, log-probabilities: sampled on rank 0's GPU) get the CPU reference's
+# tokens, and log-probabilities within 1e-3 of its.
 #
 #   source .device/env.sh && scripts/gpu-serve-check.sh
 #
@@ -121,8 +123,8 @@ worst, n = 0.0, 0
 for w, h in zip(want[1:], have[1:]):
     if not w:
         continue
-    wf, hf = w.split()[1:], h.split()[1:]
-    if [x.split(":")[0] for x in wf[1:]] != [x.split(":")[0] for x in hf[1:]]:
+    wf, hf = w.split()[1:], h.split()[1:]  # token, its log-probability, then id:log-probability
+    if [wf[0]] + [x.split(":")[0] for x in wf[2:]] != [hf[0]] + [x.split(":")[0] for x in hf[2:]]:
         print("top ids DIFFERENT: cpu %s, cuda %s" % (w, h)); sys.exit(1)
     for a, b in zip(wf, hf):
         worst = max(worst, abs(float(a.split(":")[-1]) - float(b.split(":")[-1]))); n += 1

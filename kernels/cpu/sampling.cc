@@ -20,12 +20,13 @@ int32_t SampleToken(const float* logits, int64_t vocab, float temperature, int32
   if (order.empty()) return 0;
   std::stable_sort(order.begin(), order.end(), [logits](int32_t a, int32_t b) { return logits[a] > logits[b]; });
   if (top_k > 0 && static_cast<size_t>(top_k) < order.size()) order.resize(static_cast<size_t>(top_k));
-  const double inv_t = 1.0 / static_cast<double>(temperature);
-  const double top = static_cast<double>(logits[order[0]]) * inv_t;
+  // Tempered probabilities before normalisation, expf((logit - max) / T) in float32, summed in
+  // float64 (the device sampler computes the same).
+  const float inv_t = 1.0f / temperature, max = logits[order[0]];
   std::vector<double> prob(order.size());
   double sum = 0.0;
   for (size_t i = 0; i < order.size(); ++i) {
-    prob[i] = std::exp(static_cast<double>(logits[order[i]]) * inv_t - top);
+    prob[i] = static_cast<double>(std::exp((logits[order[i]] - max) * inv_t));
     sum += prob[i];
   }
   size_t keep = order.size();
@@ -62,9 +63,9 @@ SampledToken SampleRow(const float* logits, int64_t vocab, const RowSampler& s) 
   if (max == -INFINITY) return out;
   out.token = SampleToken(logits, vocab, s.temperature, s.top_k, s.top_p, s.uniform);
   if (s.top_logprobs < 0) return out;
-  // log_softmax = logit - (max + log sum exp(logit - max)), in float64.
+  // log_softmax = logit - (max + log sum expf(logit - max)), summed in float64.
   double sum = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(logits[i]) - static_cast<double>(max));
+  for (int64_t i = 0; i < vocab; ++i) sum += static_cast<double>(std::exp(logits[i] - max));
   const double lse = static_cast<double>(max) + std::log(sum);
   out.logprob = static_cast<float>(static_cast<double>(logits[out.token]) - lse);
   out.n_top = static_cast<int32_t>(std::min<int64_t>({s.top_logprobs, kMaxTopLogprobs, vocab}));

@@ -9,9 +9,9 @@
 namespace ferry::kernels::cpu {
 
 // Picks a token from logits [vocab]. Greedy: the argmax (ties to the lower id). Otherwise:
-// softmax(logits / T) in float64 over the top_k largest (ties to the lower id), then the smallest
-// prefix, in descending probability, whose mass reaches top_p; the draw `uniform` times the kept
-// mass picks the first token whose running mass exceeds it.
+// softmax(logits / T) (float32 exponentials summed in float64) over the top_k largest (ties to
+// the lower id), then the smallest prefix, in descending probability, whose mass reaches top_p;
+// the draw `uniform` times the kept mass picks the first token whose running mass exceeds it.
 // REQUIRES: vocab >= 1, 0 <= uniform < 1. NaN logits are never picked unless every logit is NaN
 // (then id 0).
 int32_t SampleToken(const float* logits, int64_t vocab, float temperature, int32_t top_k, float top_p,

@@ -8,8 +8,9 @@
 // then the lower id first): eight bits a pass from the top, each pass a histogram of the weight
 // and count of the elements still in play, walked in descending order to the bucket where the
 // running weight crosses; a bucket of one element ends it early (most rows take 3 to 4 passes).
-// Weights are summed in float64 as on the CPU; only the order of those sums differs, so a pick
-// can differ from the CPU's only where the draw falls within rounding of a boundary.
+// Weights are the CPU's (expf in float32) summed in float64 as there; only the order of those
+// sums (and expf's last bits) differ, so a pick can differ from the CPU's only where the draw
+// falls within rounding of a boundary.
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
@@ -35,20 +36,22 @@ struct Smem {
   double lane_w[kWarps][32];           // a warp's elements of one iteration, for its bucket leaders
   unsigned long long lane_key[kWarps][32];
   double red_d[kWarps];
-  unsigned long long red_k[kWarps];
   Ranked red_best[kWarps];
   int red_bad[kWarps];
   unsigned long long prefix;  // a select's pass result: the key bits fixed so far,
   double target;              // the weight left to cross within them,
   unsigned long long found;   // the element when its bucket held it alone (0: none yet)
+  unsigned long long top_keys[kMaxTopLogprobs];  // the most likely tokens' keys
+  int n_top;
 };
 
-// An element's weight in a select: 1 (counting), or exp(v / T - top / T).
+// An element's weight in a select: 1 (counting), or its tempered probability before
+// normalisation, expf((v - max) * (1 / T)) as cpu::SampleToken computes it.
 struct Weight {
   bool unit;
-  double inv_t, top;
+  float inv_t, max;
   __device__ __forceinline__ double operator()(float v) const {
-    return unit ? 1.0 : exp(static_cast<double>(v) * inv_t - top);
+    return unit ? 1.0 : static_cast<double>(expf((v - max) * inv_t));
   }
 };
 
@@ -63,34 +66,48 @@ __device__ __forceinline__ double BlockSum(double v, Smem& sm) {
   return t;
 }
 
-__device__ __forceinline__ unsigned long long BlockMax(unsigned long long v, Smem& sm) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int off = 16; off > 0; off >>= 1) {
-    const unsigned long long o = __shfl_xor_sync(kFull, v, off);
-    v = o > v ? o : v;
-  }
-  if (lane == 0) sm.red_k[warp] = v;
-  __syncthreads();
-  unsigned long long t = sm.red_k[lane];
-  for (int off = 16; off > 0; off >>= 1) {
-    const unsigned long long o = __shfl_xor_sync(kFull, t, off);
-    t = o > t ? o : t;
-  }
-  __syncthreads();
-  return t;
-}
-
 __device__ __forceinline__ int32_t IdOf(unsigned long long key) {
   return static_cast<int32_t>(~static_cast<uint32_t>(key));
+}
+
+// Calls f(in_row, i, v) for this thread's share of the row: 16-byte loads of four elements, two in
+// flight (a pass is bound by load latency otherwise: one SM walks the whole row), then the tail.
+// Every lane of a warp makes the same calls (in_row false past the end, v then 0), so f may use
+// warp-wide intrinsics.
+template <class F>
+__device__ __forceinline__ void ForEachInRow(const float* row, int64_t vocab, F&& f) {
+  const bool vec = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
+  const int64_t groups = vec ? vocab / 4 : 0;
+  const int64_t span = (groups + 2 * kThreads - 1) / (2 * kThreads) * (2 * kThreads);
+  const float4* quads = reinterpret_cast<const float4*>(row);
+  for (int64_t g0 = threadIdx.x; g0 < span; g0 += 2 * kThreads) {
+    const int64_t g1 = g0 + kThreads;
+    const bool in0 = g0 < groups, in1 = g1 < groups;
+    const float4 a = in0 ? quads[g0] : float4{0.0f, 0.0f, 0.0f, 0.0f};
+    const float4 b = in1 ? quads[g1] : float4{0.0f, 0.0f, 0.0f, 0.0f};
+    f(in0, 4 * g0, a.x);
+    f(in0, 4 * g0 + 1, a.y);
+    f(in0, 4 * g0 + 2, a.z);
+    f(in0, 4 * g0 + 3, a.w);
+    f(in1, 4 * g1, b.x);
+    f(in1, 4 * g1 + 1, b.y);
+    f(in1, 4 * g1 + 2, b.z);
+    f(in1, 4 * g1 + 3, b.w);
+  }
+  const int64_t rest = vocab - 4 * groups;
+  const int64_t rest_span = (rest + kThreads - 1) / kThreads * kThreads;
+  for (int64_t t = threadIdx.x; t < rest_span; t += kThreads) {
+    const bool in = t < rest;
+    f(in, 4 * groups + t, in ? row[4 * groups + t] : 0.0f);
+  }
 }
 
 // The sum of the weights of the row's elements with key >= floor (every key of a number is > 0).
 __device__ double WeightAbove(const float* row, int64_t vocab, unsigned long long floor, Weight wf, Smem& sm) {
   double s = 0.0;
-  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
-    const float v = row[i];
-    if (RankKey(v, static_cast<int32_t>(i)) >= floor) s += wf(v);
-  }
+  ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+    if (in_row && RankKey(v, static_cast<int32_t>(i)) >= floor) s += wf(v);
+  });
   return BlockSum(s, sm);
 }
 
@@ -109,22 +126,35 @@ __device__ unsigned long long Select(const float* row, int64_t vocab, unsigned l
     }
     __syncthreads();
     const unsigned long long high = shift == 56 ? 0ull : ~0ull << (shift + 8);
-    for (int64_t base = 0; base < vocab; base += kThreads) {
-      const int64_t i = base + tid;
-      float v = 0.0f;
-      unsigned long long key = 0;
-      bool in = false;
-      if (i < vocab) {
-        v = row[i];
-        key = RankKey(v, static_cast<int32_t>(i));
-        in = key >= floor && (key & high) == prefix;
-      }
+    ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+      const unsigned long long key = in_row ? RankKey(v, static_cast<int32_t>(i)) : 0;
+      const bool in = in_row && key >= floor && (key & high) == prefix;
       const unsigned active = __ballot_sync(kFull, in);
-      if (!in) continue;
-      // One atomic a bucket a warp: each bucket's lowest lane sums its peers' weights.
-      const unsigned digit = static_cast<unsigned>(key >> shift) & 255u;
+      if (active == 0) return;
+      const unsigned digit = in ? static_cast<unsigned>(key >> shift) & 255u : 0u;
+      const double w = in ? wf(v) : 0.0;
+      const unsigned first = __shfl_sync(kFull, digit, __ffs(active) - 1);
+      if (__all_sync(kFull, !in || digit == first)) {
+        // Every element in play shares one bucket (the common case in a pass's hot buckets): a
+        // warp-wide sum and max, one atomic each.
+        double s = w;
+        unsigned long long most = in ? key : 0;
+        for (int off = 16; off > 0; off >>= 1) {
+          s += __shfl_xor_sync(kFull, s, off);
+          const unsigned long long o = __shfl_xor_sync(kFull, most, off);
+          most = o > most ? o : most;
+        }
+        if (lane == 0) {
+          atomicAdd(&sm.w[first], s);
+          atomicAdd(&sm.count[first], __popc(active));
+          atomicMax(&sm.top[first], most);
+        }
+        return;
+      }
+      if (!in) return;
+      // Several buckets: each bucket's lowest lane sums its peers' weights.
       const unsigned peers = __match_any_sync(active, digit);
-      sm.lane_w[warp][lane] = wf(v);
+      sm.lane_w[warp][lane] = w;
       sm.lane_key[warp][lane] = key;
       __syncwarp(active);
       if (lane == __ffs(peers) - 1) {
@@ -140,7 +170,7 @@ __device__ unsigned long long Select(const float* row, int64_t vocab, unsigned l
         atomicMax(&sm.top[digit], most);
       }
       __syncwarp(active);
-    }
+    });
     __syncthreads();
     if (warp == 0) {
       // Lane l holds buckets 255 - 8l down to 248 - 8l: a scan over lanes, then the crossing
@@ -212,11 +242,11 @@ __global__ void __launch_bounds__(kThreads)
   // The argmax, and whether the row is fit to sample from.
   Ranked best{0.0f, -1};
   int bad = 0;
-  for (int64_t i = tid; i < vocab; i += kThreads) {
-    const float v = row[i];
+  ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+    if (!in_row) return;
     bad |= isnan(v) || v == INFINITY;
     best = Better(best, Ranked{v, static_cast<int32_t>(i)});
-  }
+  });
   best = WarpBest(best);
   bad = __any_sync(kFull, bad);
   if (lane == 0) {
@@ -239,10 +269,9 @@ __global__ void __launch_bounds__(kThreads)
   if (s.temperature > 0.0f) {
     unsigned long long floor = 0;  // below every number's key
     if (s.top_k > 0 && s.top_k < vocab) {
-      floor = Select(row, vocab, 0, Weight{true, 0.0, 0.0}, static_cast<double>(s.top_k), false, sm);
+      floor = Select(row, vocab, 0, Weight{true, 0.0f, 0.0f}, static_cast<double>(s.top_k), false, sm);
     }
-    const double inv_t = 1.0 / static_cast<double>(s.temperature);
-    const Weight prob{false, inv_t, static_cast<double>(best.v) * inv_t};
+    const Weight prob{false, 1.0f / s.temperature, best.v};
     double mass = WeightAbove(row, vocab, floor, prob, sm);
     if (s.top_p < 1.0f) {
       floor = Select(row, vocab, floor, prob, static_cast<double>(s.top_p) * mass, false, sm);
@@ -258,23 +287,36 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
 
-  // log_softmax at temperature 1: v - (max + log sum exp(v - max)), in float64.
+  // log_softmax at temperature 1: v - (max + log sum expf(v - max)), summed in float64.
   double e = 0.0;
-  for (int64_t i = tid; i < vocab; i += kThreads) e += exp(static_cast<double>(row[i]) - static_cast<double>(best.v));
+  ForEachInRow(row, vocab, [&](bool in_row, int64_t, float v) {
+    if (in_row) e += static_cast<double>(expf(v - best.v));
+  });
   const double lse = static_cast<double>(best.v) + log(BlockSum(e, sm));
+  // The n most likely: the n-th's key by a counting select, then every key at or above it.
   const int n = static_cast<int>(vocab < kMaxTopLogprobs ? min(static_cast<int64_t>(s.top_logprobs), vocab)
                                                          : min(s.top_logprobs, kMaxTopLogprobs));
-  unsigned long long below = ~0ull;
-  for (int j = 0; j < n; ++j) {
-    unsigned long long k = 0;
-    for (int64_t i = tid; i < vocab; i += kThreads) {
-      const unsigned long long key = RankKey(row[i], static_cast<int32_t>(i));
-      if (key < below && key > k) k = key;
-    }
-    below = BlockMax(k, sm);
+  if (n > 0) {
+    const unsigned long long nth = Select(row, vocab, 0, Weight{true, 0.0f, 0.0f}, static_cast<double>(n), false, sm);
+    if (tid == 0) sm.n_top = 0;
+    __syncthreads();
+    ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+      if (!in_row || RankKey(v, static_cast<int32_t>(i)) < nth) return;
+      const int slot = atomicAdd(&sm.n_top, 1);
+      if (slot < kMaxTopLogprobs) sm.top_keys[slot] = RankKey(v, static_cast<int32_t>(i));  // distinct: n
+    });
+    __syncthreads();
     if (tid == 0) {
-      o.top_ids[j] = IdOf(below);
-      o.top_logprobs[j] = static_cast<float>(static_cast<double>(row[IdOf(below)]) - lse);
+      for (int a = 1; a < n; ++a) {  // n <= 20: insertion sort, descending
+        const unsigned long long k = sm.top_keys[a];
+        int b = a;
+        for (; b > 0 && sm.top_keys[b - 1] < k; --b) sm.top_keys[b] = sm.top_keys[b - 1];
+        sm.top_keys[b] = k;
+      }
+      for (int j = 0; j < n; ++j) {
+        o.top_ids[j] = IdOf(sm.top_keys[j]);
+        o.top_logprobs[j] = static_cast<float>(static_cast<double>(row[IdOf(sm.top_keys[j])]) - lse);
+      }
     }
   }
   if (tid == 0) {
