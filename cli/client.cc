@@ -65,10 +65,10 @@ absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, c
   return finished;
 }
 
-absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address) {
+absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address, std::chrono::milliseconds deadline) {
   auto stub = ferry::v1::Ferry::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   ferry::v1::ServerInfo info;
   grpc::Status st = stub->GetServerInfo(&ctx, ferry::v1::GetServerInfoRequest(), &info);
   if (!st.ok()) return FromGrpc(st, address);

@@ -22,7 +22,8 @@ absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, c
                                                    std::chrono::milliseconds deadline,
                                                    const std::function<void(const ferry::v1::TokenChunk&)>& on_chunk);
 
-absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address);
+absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address,
+                                                  std::chrono::milliseconds deadline = std::chrono::seconds(10));
 // True when a live request had that id.
 absl::StatusOr<bool> AbortRemote(const std::string& address, const std::string& request_id);
 

@@ -23,6 +23,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "worker/exit_status.h"
 
 namespace ferry::cli {
 namespace {
@@ -97,11 +98,37 @@ std::vector<Child*> Culprits(std::vector<Child>& children, std::vector<Child*> d
   return dead;
 }
 
-void ReportDead(const std::vector<Child*>& dead, const char* when) {
-  for (const Child* c : dead) {
-    fprintf(stderr, "ferry serve: %s (pid %d) %s%s; stopping the others\n", c->name.c_str(), c->pid,
-            Describe(c->status).c_str(), when);
+// Why a worker's exit status blames another process (worker/exit_status.h), or "".
+std::string Blames(const Child& c) {
+  if (c.name.rfind("worker", 0) != 0 || !WIFEXITED(c.status)) return "";
+  if (WEXITSTATUS(c.status) == worker::kExitPeerTimeout) return ": a peer rank did not take part in a step in time";
+  if (WEXITSTATUS(c.status) == worker::kExitLostCoordinator) {
+    return ": it lost the coordinator (which exited, or stopped answering its keepalive pings)";
   }
+  return "";
+}
+
+// Reports the dead; when a worker's exit blames another process, also what the coordinator holds
+// as the group's failure (asked at `address` for up to 2 s: it names the rank that hung).
+void ReportDead(const std::vector<Child*>& dead, const char* when, const std::string& address) {
+  bool blamed = false;
+  for (const Child* c : dead) {
+    const std::string blame = Blames(*c);
+    blamed = blamed || !blame.empty();
+    fprintf(stderr, "ferry serve: %s (pid %d) %s%s%s; stopping the others\n", c->name.c_str(), c->pid,
+            Describe(c->status).c_str(), blame.c_str(), when);
+  }
+  if (!blamed) return;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto info = GetServerInfo(address, std::chrono::milliseconds(300));
+    if (info.ok() && !info->failure().empty()) {
+      fprintf(stderr, "ferry serve: the coordinator says: %s\n", info->failure().c_str());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  fprintf(stderr, "ferry serve: the coordinator did not say which rank failed (it may be the one that stopped)\n");
 }
 
 bool WaitAll(std::vector<Child>& children, std::chrono::milliseconds within) {
@@ -163,9 +190,10 @@ int RunServe() {
     fprintf(stderr, "ferry serve: --model DIR and --ranks >= 1 are required\n");
     return 2;
   }
-  if (!(absl::GetFlag(FLAGS_step_timeout) > 0)) {
-    fprintf(stderr, "ferry serve: --step-timeout %g: need a positive number of seconds\n",
-            absl::GetFlag(FLAGS_step_timeout));
+  if (!(absl::GetFlag(FLAGS_step_timeout) > 0 && absl::GetFlag(FLAGS_step_timeout) <= 86400) ||
+      !(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600)) {
+    fprintf(stderr, "ferry serve: need --step-timeout in (0, 86400] s (got %g) and --keepalive-s in [0.1, 3600] (got %g)\n",
+            absl::GetFlag(FLAGS_step_timeout), absl::GetFlag(FLAGS_keepalive_s));
     return 2;
   }
   // --gpus: rank r's GPU and how many ranks share it (their free memory is split among them).
@@ -216,6 +244,8 @@ int RunServe() {
                                   absl::StrCat("--ready_timeout_s=",
                                                static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))),
                                   absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),
+                                  absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
+                                  absl::StrCat("--keepalive_s=", absl::GetFlag(FLAGS_keepalive_s)),
                                   "--cluster_token=" + token})});
   for (int64_t r = 0; r < ranks; ++r) {
     children.push_back(Child{absl::StrCat("worker rank ", r),
@@ -225,6 +255,7 @@ int RunServe() {
                                     absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),
                                     "--device=" + absl::GetFlag(FLAGS_device), "--precision=" + absl::GetFlag(FLAGS_precision),
                                     absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
+                                    absl::StrCat("--keepalive_s=", absl::GetFlag(FLAGS_keepalive_s)),
                                     absl::StrCat("--fp8_experts=", absl::GetFlag(FLAGS_fp8_experts) ? "true" : "false"),
                                     absl::StrCat("--gpu=", gpu_of[static_cast<size_t>(r)]),
                                     absl::StrCat("--gpu_share=", share_of[static_cast<size_t>(r)]),
@@ -240,7 +271,7 @@ int RunServe() {
   bool serving = false;
   while (!serving && g_signal == 0) {
     if (std::vector<Child*> dead = Reap(children); !dead.empty()) {
-      ReportDead(Culprits(children, dead), " while starting");
+      ReportDead(Culprits(children, dead), " while starting", address);
       StopAll(children, std::chrono::seconds(10));
       return 1;
     }
@@ -260,12 +291,24 @@ int RunServe() {
                 ? absl::StrCat("; metrics on http://", host, ":", absl::GetFlag(FLAGS_metrics_port), "/metrics").c_str()
                 : "");
   }
-  // Supervise.
+  // Supervise: a child's death, or the coordinator's health turning NOT_SERVING (a rank it holds
+  // dead whose process still lives: stopped, hung or cut off), stops the deployment.
+  auto next_health = std::chrono::steady_clock::now();
   while (g_signal == 0) {
     if (std::vector<Child*> dead = Reap(children); !dead.empty()) {
-      ReportDead(Culprits(children, dead), "");
+      ReportDead(Culprits(children, dead), "", address);
       StopAll(children, std::chrono::seconds(10));
       return 1;
+    }
+    if (std::chrono::steady_clock::now() >= next_health) {
+      next_health = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+      if (auto st = CheckServing(address, std::chrono::milliseconds(300)); st.ok() && !*st) {
+        auto info = GetServerInfo(address, std::chrono::milliseconds(500));
+        fprintf(stderr, "ferry serve: the coordinator stopped serving: %s; stopping everyone\n",
+                info.ok() && !info->failure().empty() ? info->failure().c_str() : "it did not say why");
+        StopAll(children, std::chrono::seconds(10));
+        return 1;
+      }
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

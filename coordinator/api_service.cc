@@ -223,6 +223,11 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
   resp->set_borrowed_pages(s.latent.borrowed_pages);
   resp->set_steps(s.steps);
   resp->set_version("ferry 0.1");
+  if (const auto [rank, why] = control_->FirstDeath(); rank >= 0) {
+    resp->set_failure(absl::StrCat("rank ", rank, " is dead: ", why));
+  } else if (!s.serving && !s.failure.empty()) {
+    resp->set_failure(s.failure);
+  }
   const std::vector<RankState> ranks = control_->Ranks();
   for (size_t k = 0; k < ranks.size(); ++k) {
     pb::RankInfo* ri = resp->add_ranks();
@@ -234,6 +239,7 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
     ri->set_page_bytes(ranks[k].page_bytes);
     ri->set_fixed_bytes(ranks[k].fixed_bytes);
     ri->set_latent_page_bytes(ranks[k].latent_page_bytes);
+    ri->set_death(ranks[k].death);
     if (k < s.latent_used_pages.size()) ri->set_latent_used_pages(s.latent_used_pages[k]);
   }
   return grpc::Status::OK;

@@ -18,7 +18,8 @@ ControlService::ControlService(std::string model_path, int world, int64_t vocab,
       page_size_(page_size),
       register_timeout_(register_timeout),
       metrics_(metrics),
-      ranks_(static_cast<size_t>(world)) {}
+      ranks_(static_cast<size_t>(world)),
+      inbox_(static_cast<size_t>(world)) {}
 
 grpc::Status ControlService::CheckToken(const grpc::ServerContext* ctx) const {
   if (token_.empty()) return grpc::Status::OK;
@@ -107,17 +108,37 @@ grpc::Status ControlService::Steps(grpc::ServerContext* ctx,
     FERRY_LOG(INFO) << "rank " << rank << " ready (" << first.ready().weight_bytes() << " bytes of weights)";
   }
   cv_.notify_all();
-  // Keep the call open until shutdown; a cancelled call (the worker went away) marks the rank dead.
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!shutdown_ && !ranks_[rank].dead) {
-    cv_.wait_for(lock, std::chrono::milliseconds(100));
-    if (ctx->IsCancelled() && !shutdown_ && !ranks_[rank].dead && !ranks_[rank].closing) {
-      lock.unlock();
-      MarkDead(rank, "its control stream closed (the worker exited or lost its connection)");
-      lock.lock();
+  // Read the rank's results as they come (RoundTrip waits for them). The stream's end is the
+  // worker's: a death, unless the coordinator ended it (shutdown, CancelAll).
+  cpb::WorkerMessage reply;
+  bool stray = false;
+  while (stream->Read(&reply)) {
+    if (!reply.has_result()) {
+      stray = true;
+      break;
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ranks_[rank].failed_step = ranks_[rank].failed_step || !reply.result().error().empty();
+      inbox_[rank].push_back(std::move(*reply.mutable_result()));
+    }
+    cv_.notify_all();
   }
+  bool death = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const RankState& r = ranks_[rank];
+    // A worker that answered a step with a failure exits after it (its watchdog fired, or the
+    // step broke the group): that answer says what failed, not this stream's end.
+    death = !shutdown_ && !r.dead && !r.closing && !r.cancelled && !r.failed_step;
+  }
+  if (death) {
+    MarkDead(rank, stray ? "it sent a message that is not a step result; its stream is closed"
+                         : "its control stream closed (the worker exited, or its connection or keepalive failed)");
+  }
+  if (stray) ctx->TryCancel();
   // gRPC destroys the stream when this handler returns: wait until no step uses it.
+  std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return ranks_[rank].users == 0; });
   ranks_[rank].stream = nullptr;
   ranks_[rank].ctx = nullptr;
@@ -130,19 +151,29 @@ void ControlService::MarkDead(int rank, const std::string& why) {
     if (ranks_[rank].dead) return;
     ranks_[rank].dead = true;
     ranks_[rank].death = why;
+    if (first_dead_ < 0) first_dead_ = rank;
   }
-  cv_.notify_all();
+  cv_.notify_all();  // a step waiting for this rank returns
   FERRY_LOG(ERROR) << "rank " << rank << " is dead: " << why;
-  // The group cannot step without it: release any step blocked on the others.
-  CancelAll();
   if (on_death_) on_death_(rank, why);
 }
 
-void ControlService::CancelAll() {
+std::pair<int, std::string> ControlService::FirstDeath() const {
   std::lock_guard<std::mutex> lock(mu_);
-  for (RankState& r : ranks_) {
-    if (r.ctx != nullptr) r.ctx->TryCancel();
+  if (first_dead_ < 0) return {-1, ""};
+  return {first_dead_, ranks_[first_dead_].death};
+}
+
+void ControlService::CancelAll() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    for (RankState& r : ranks_) {
+      r.cancelled = true;
+      if (r.ctx != nullptr) r.ctx->TryCancel();
+    }
   }
+  cv_.notify_all();
 }
 
 absl::Status ControlService::ReadyState() const {
@@ -162,18 +193,22 @@ absl::StatusOr<std::vector<step::SampledToken>> ControlService::RunStep(const st
   FERRY_ASSIGN_OR_RETURN(std::vector<cpb::StepResult> results, RoundTrip(msg, step.step_id, "step"));
   std::vector<step::SampledToken> sampled;
   std::string error;
+  int refused = 0;
   for (int k = 0; k < world_; ++k) {
     const cpb::StepResult& r = results[static_cast<size_t>(k)];
     if (k == 0 && r.error().empty()) {
       FERRY_ASSIGN_OR_RETURN(sampled, step::SampledFromProto(r, step, vocab_));
     }
     if (!r.error().empty() && error.empty()) error = absl::StrCat("rank ", k, ": ", r.error());
+    refused += !r.error().empty() && r.refused();
     if (metrics_) metrics_->OnRankStep(k, r.step_seconds(), r.dataplane_bytes());
     {
       std::lock_guard<std::mutex> lock(mu_);
       ranks_[k].last_step_seconds = r.step_seconds();
     }
   }
+  // Refused by every rank before any state changed: the group is as it was, without this step.
+  if (refused == world_) return absl::InvalidArgumentError(absl::StrCat("every rank refused step ", step.step_id, ": ", error));
   if (!error.empty()) return absl::InternalError(error);
   return sampled;
 }
@@ -184,7 +219,7 @@ absl::StatusOr<std::vector<cpb::StepResult>> ControlService::RoundTrip(const cpb
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (int k = 0; k < world_; ++k) {
-      if (ranks_[k].dead || ranks_[k].stream == nullptr || shutdown_) {
+      if (ranks_[k].dead || ranks_[k].stream == nullptr || shutdown_ || cancelled_) {
         return absl::UnavailableError(absl::StrCat("rank ", k, " is not serving",
                                                    ranks_[k].death.empty() ? "" : ": " + ranks_[k].death));
       }
@@ -192,6 +227,7 @@ absl::StatusOr<std::vector<cpb::StepResult>> ControlService::RoundTrip(const cpb
     for (int k = 0; k < world_; ++k) {
       streams.push_back(ranks_[k].stream);
       ++ranks_[k].users;  // the handler keeps the stream alive until this drops back
+      inbox_[k].clear();  // answers to an earlier, failed round
     }
   }
   struct Release {
@@ -204,24 +240,66 @@ absl::StatusOr<std::vector<cpb::StepResult>> ControlService::RoundTrip(const cpb
       self->cv_.notify_all();
     }
   } release{this};
+  const auto start = std::chrono::steady_clock::now();
   for (int k = 0; k < world_; ++k) {
     if (!streams[k]->Write(msg)) {
       MarkDead(k, absl::StrCat("writing a ", what, " to its control stream failed"));
       return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (writing ", what, " ", id, " failed)"));
     }
   }
-  std::vector<cpb::StepResult> results;
-  for (int k = 0; k < world_; ++k) {
-    cpb::WorkerMessage reply;
-    if (!streams[k]->Read(&reply) || !reply.has_result()) {
-      MarkDead(k, absl::StrCat("its control stream closed during a ", what));
-      return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (no result for ", what, " ", id, ")"));
+  std::vector<cpb::StepResult> results(static_cast<size_t>(world_));
+  std::vector<bool> answered(static_cast<size_t>(world_), false);
+  std::unique_lock<std::mutex> lock(mu_);
+  for (int left = world_; left > 0;) {
+    // Take what has arrived.
+    for (int k = 0; k < world_; ++k) {
+      if (answered[k] || inbox_[k].empty()) continue;
+      cpb::StepResult r = std::move(inbox_[k].front());
+      inbox_[k].pop_front();
+      if (r.step_id() != id || r.rank() != k) {
+        // Out of step with the group: it cannot serve in it any more.
+        const std::string why = absl::StrCat("it answered ", what, " ", id, " with the result of ", what, " ",
+                                             r.step_id(), " as rank ", r.rank());
+        lock.unlock();
+        MarkDead(k, why);
+        return absl::UnavailableError(absl::StrCat("rank ", k, " is dead: ", why));
+      }
+      results[k] = std::move(r);
+      answered[k] = true;
+      --left;
     }
-    if (reply.result().step_id() != id || reply.result().rank() != k) {
-      return absl::InternalError(absl::StrCat("rank ", k, " answered ", what, " ", reply.result().step_id(),
-                                              " as rank ", reply.result().rank(), " to ", what, " ", id));
+    if (left == 0) break;
+    // A rank whose data plane waited in vain for peers names them: the first that has not
+    // answered is the one that hung.
+    for (int k = 0; k < world_; ++k) {
+      if (!answered[k]) continue;
+      for (int32_t peer : results[k].waited_for()) {
+        if (peer < 0 || peer >= world_ || answered[peer]) continue;
+        const std::string why = absl::StrCat("rank ", k, " waited for it in vain during ", what, " ", id,
+                                             " (stopped, hung or cut off): ", results[k].error());
+        lock.unlock();
+        MarkDead(peer, why);
+        return absl::UnavailableError(absl::StrCat("rank ", peer, " is dead: ", why));
+      }
     }
-    results.push_back(std::move(*reply.mutable_result()));
+    for (int k = 0; k < world_; ++k) {
+      if (!answered[k] && ranks_[k].dead) {
+        return absl::UnavailableError(absl::StrCat("rank ", k, " is gone (no result for ", what, " ", id, "): ",
+                                                   ranks_[k].death));
+      }
+    }
+    if (cancelled_ || shutdown_) return absl::UnavailableError(absl::StrCat(what, " ", id, ": the group is stopping"));
+    if (cv_.wait_until(lock, start + step_deadline_) == std::cv_status::timeout) {
+      for (int k = 0; k < world_; ++k) {
+        if (answered[k] || !inbox_[k].empty()) continue;
+        const std::string why =
+            absl::StrCat("it did not answer ", what, " ", id, " within ",
+                         std::chrono::duration<double>(step_deadline_).count(), " s (the step deadline)");
+        lock.unlock();
+        MarkDead(k, why);
+        return absl::UnavailableError(absl::StrCat("rank ", k, " is dead: ", why));
+      }
+    }
   }
   return results;
 }

@@ -51,6 +51,11 @@ ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
 ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to register and load (seconds)");
+ABSL_FLAG(double, step_timeout, 60,
+          "The workers' --step-timeout (seconds): a rank that has not answered a step 5 s past it is dead");
+ABSL_FLAG(double, keepalive_s, 10,
+          "Seconds between keepalive pings to each connection, and to wait for their answer: a worker that "
+          "stops answering loses its control stream (and is dead)");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
 namespace {
@@ -132,6 +137,12 @@ int main(int argc, char** argv) {
             static_cast<long long>(opts.max_queue), static_cast<long long>(opts.max_context));
     return 2;
   }
+  if (!(absl::GetFlag(FLAGS_step_timeout) > 0 && absl::GetFlag(FLAGS_step_timeout) <= 86400) ||
+      !(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600)) {
+    fprintf(stderr, "ferry-coordinator: need --step-timeout in (0, 86400] s (got %g), --keepalive-s in [0.1, 3600] (got %g)\n",
+            absl::GetFlag(FLAGS_step_timeout), absl::GetFlag(FLAGS_keepalive_s));
+    return 2;
+  }
   if (opts.carry_min_tokens < 0) {
     fprintf(stderr, "ferry-coordinator: need --carry-min-tokens >= 0 (got %lld)\n",
             static_cast<long long>(opts.carry_min_tokens));
@@ -154,8 +165,7 @@ int main(int argc, char** argv) {
   std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs
   coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting);
 
-  std::atomic<int> dead_rank{-1};
-  control.OnRankDeath([&](int rank, const std::string&) { dead_rank = rank; });
+  control.SetStepDeadline(std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_step_timeout) * 1000) + 5000));
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -171,6 +181,16 @@ int main(int argc, char** argv) {
   // is parsed, so no client can make the coordinator hold more than this a call.
   const int64_t receive_limit = std::min<int64_t>((int64_t{1} << 20) + 10 * opts.max_context, int64_t{256} << 20);
   builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
+  // Keepalive both ways: this server pings every connection each --keepalive-s and drops one whose
+  // peer does not answer within as long (a stopped or cut-off worker loses its control stream:
+  // dead); workers ping it as often (their --keepalive-s), which it permits.
+  const int keepalive_ms = static_cast<int>(absl::GetFlag(FLAGS_keepalive_s) * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   builder.SetMaxSendMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || bound_port == 0) {
@@ -229,12 +249,13 @@ int main(int argc, char** argv) {
       }
       continue;
     }
+    const auto [dead_rank, death] = control.FirstDeath();
     if (started && !failed && (dead_rank >= 0 || !scheduler.Snapshot().serving)) {
       // Keep answering (health NOT_SERVING, UNAVAILABLE for new requests) until told to stop.
       failed = true;
       accepting = false;
       health->SetServingStatus(false);
-      const std::string why = dead_rank >= 0 ? absl::StrCat("rank ", dead_rank.load(), " died")
+      const std::string why = dead_rank >= 0 ? absl::StrCat("rank ", dead_rank, " is dead: ", death)
                                              : scheduler.Snapshot().failure;
       FERRY_LOG(ERROR) << "not serving any more: " << why;
       control.CancelAll();  // a step blocked on a live rank returns at once

@@ -469,6 +469,25 @@ bool Scheduler::RunOnce() {
   absl::StatusOr<std::vector<step::SampledToken>> tokens = runner_->RunStep(step);
   const Clock::time_point t1 = Clock::now();
   step_forks_.clear();  // the workers forked them: they may go now
+  if (absl::IsInvalidArgument(tokens.status())) {
+    // Refused unchanged by every rank: its requests fail, the rest go on. What the step would have
+    // created on the workers does not exist there; Finish releases the rest as usual.
+    const std::string why = absl::StrCat("step ", step.step_id, " was refused: ", tokens.status().message());
+    FERRY_LOG(ERROR) << why << "; its requests fail, serving goes on";
+    std::vector<std::shared_ptr<Request>> failed;
+    for (const auto& r : in_step) {
+      if (std::find(failed.begin(), failed.end(), r) == failed.end()) failed.push_back(r);
+    }
+    // Nothing of the step was applied: its releases go with the next one, and its ended borrows
+    // too unless they were all it carried (then they are what was refused).
+    release_.insert(release_.begin(), step.release.begin(), step.release.end());
+    if (!step.segments.empty()) end_borrow_.insert(end_borrow_.begin(), step.end_borrow.begin(), step.end_borrow.end());
+    for (const auto& r : failed) {
+      running_.erase(std::find(running_.begin(), running_.end(), r));
+      Finish(r, FinishReason::kError, why);
+    }
+    return true;
+  }
   if (!tokens.ok()) {
     const std::string why = absl::StrCat("step ", step.step_id, " failed: ", tokens.status().message());
     FERRY_LOG(ERROR) << why << "; the scheduler stops serving";

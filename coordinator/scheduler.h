@@ -26,7 +26,9 @@
 namespace ferry::coordinator {
 
 // Runs one step on every rank and returns rank 0's sampled tokens (one per segment with
-// `sample`, in order). An error means the group can no longer serve (a rank died or failed).
+// `sample`, in order). INVALID_ARGUMENT: every rank refused the step before it changed any state
+// (the group goes on without it; the step's requests fail). Any other error means the group can
+// no longer serve (a rank died or failed).
 class StepRunner {
  public:
   virtual ~StepRunner() = default;

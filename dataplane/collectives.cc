@@ -29,8 +29,9 @@ std::chrono::milliseconds Left(Clock::time_point deadline) {
 }
 
 absl::Status Annotate(absl::string_view op, const DataPlane& dp, const absl::Status& st) {
-  return absl::Status(st.code(), absl::StrCat(op, " on rank ", dp.rank(), " of ", dp.world(),
-                                              ": ", st.message()));
+  absl::Status out(st.code(), absl::StrCat(op, " on rank ", dp.rank(), " of ", dp.world(), ": ", st.message()));
+  st.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
+  return out;
 }
 
 // Waits for every transfer, returning the first error seen (of any of them, not only the one
@@ -57,13 +58,16 @@ absl::Status WaitAll(std::vector<Pending>& pending, Clock::time_point deadline) 
     if (left == 0 || any) continue;
     if (Clock::now() >= deadline) {
       std::string waiting;
+      std::vector<int> peers;
       for (size_t i = 0; i < pending.size(); ++i) {
         if (done[i]) continue;
         absl::StrAppend(&waiting, waiting.empty() ? "" : ", ",
                         pending[i].recv ? "receive from rank " : "send to rank ", pending[i].peer);
+        peers.push_back(pending[i].peer);
       }
-      return absl::DeadlineExceededError(
-          absl::StrCat(left, " transfers not complete at the deadline, waiting for: ", waiting));
+      return WithWaitedFor(
+          absl::DeadlineExceededError(absl::StrCat(left, " transfers not complete at the deadline, waiting for: ", waiting)),
+          peers);
     }
     // Nothing finished in a sweep: block a little on the first open transfer. A LocalDataPlane
     // sleeps on its condition variable; UCX progresses the whole worker, which serves them all.

@@ -22,11 +22,19 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace ferry::dataplane {
+
+// A transfer that did not finish in time (DEADLINE_EXCEEDED) names the peers it waited for in
+// a payload of its status, which survives copies and FERRY_RETURN_IF_ERROR on the way up, so a
+// worker can report whom it waited for without parsing messages. WithWaitedFor attaches them;
+// WaitedFor reads them back (empty when none were attached).
+absl::Status WithWaitedFor(absl::Status st, const std::vector<int>& peers);
+std::vector<int> WaitedFor(const absl::Status& st);
 
 struct Capabilities {
   std::string transport;       // e.g. "ucx(tcp,posix)", "local"

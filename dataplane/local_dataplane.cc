@@ -90,9 +90,10 @@ class LocalRecvRequest final : public Request {
     std::unique_lock<std::mutex> lock(hub_->mu);
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     if (!hub_->cv.wait_until(lock, deadline, [&] { return CheckLocked(); })) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("receive from rank ", std::get<1>(key_), " (tag ", std::get<2>(key_),
-                       ") not complete after ", timeout.count(), " ms"));
+      return WithWaitedFor(absl::DeadlineExceededError(absl::StrCat("receive from rank ", std::get<1>(key_), " (tag ",
+                                                                    std::get<2>(key_), ") not complete after ",
+                                                                    timeout.count(), " ms")),
+                           {static_cast<int>(std::get<1>(key_))});
     }
     return recv_->status;
   }

@@ -219,10 +219,11 @@ class UcxRequest final : public Request {
       if (CheckDone()) break;
       if (events == 0) {
         if (Clock::now() >= deadline) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              recv_ ? "receive from" : "send to", " rank ", peer_, " (tag ",
-              wire_tag_ & UcxDataPlane::kMaxUserTag, ", ", size_, " bytes) not complete after ",
-              timeout.count(), " ms"));
+          return WithWaitedFor(absl::DeadlineExceededError(absl::StrCat(
+                                   recv_ ? "receive from" : "send to", " rank ", peer_, " (tag ",
+                                   wire_tag_ & UcxDataPlane::kMaxUserTag, ", ", size_, " bytes) not complete after ",
+                                   timeout.count(), " ms")),
+                               {peer_});
         }
         sched_yield();  // ranks often share cores: let the peer run
       }

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include <grpcpp/grpcpp.h>
 #include <prometheus/counter.h>
@@ -23,6 +25,7 @@
 #include "common/args.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
+#include "dataplane/dataplane.h"
 #include "dataplane/group_collective.h"
 #include "dataplane/ucx_dataplane.h"
 #include "ferry/v1/control.grpc.pb.h"
@@ -31,6 +34,7 @@
 #include "kernels/cuda/ops.h"
 #include "model/cuda/load_cuda.h"
 #endif
+#include "worker/exit_status.h"
 #include "worker/step_executor.h"
 #include "step/step_proto.h"
 
@@ -53,6 +57,9 @@ ABSL_FLAG(bool, fp8_experts, true,
 ABSL_FLAG(double, step_timeout, 60,
           "Seconds a step's data-plane transfers (the tensor-parallel reductions, the owner exchange, carries) may "
           "wait for a peer; past it the step is aborted and the worker exits 1 naming the step and the peer (seconds)");
+ABSL_FLAG(double, keepalive_s, 10,
+          "Seconds between keepalive pings to the coordinator, and to wait for their answer: past it the "
+          "coordinator is taken as gone and the worker exits");
 ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
 ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
@@ -69,6 +76,10 @@ int main(int argc, char** argv) {
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world);
   if (world < 1 || rank < 0 || rank >= world) {
     fprintf(stderr, "ferry-worker: need 0 <= --rank < --world, got rank %d of %d\n", rank, world);
+    return 2;
+  }
+  if (!(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600)) {
+    fprintf(stderr, "ferry-worker: need --keepalive-s in [0.1, 3600], got %g\n", absl::GetFlag(FLAGS_keepalive_s));
     return 2;
   }
   const auto timeout = std::chrono::seconds(absl::GetFlag(FLAGS_connect_timeout_s));
@@ -97,6 +108,13 @@ int main(int argc, char** argv) {
   }
   grpc::ChannelArguments chan_args;
   chan_args.SetMaxReceiveMessageSize(256 << 20);
+  // Keepalive: a coordinator that stops answering pings within --keepalive-s ends the control
+  // stream, and this worker exits (kExitLostCoordinator) instead of waiting forever.
+  const int keepalive_ms = static_cast<int>(absl::GetFlag(FLAGS_keepalive_s) * 1000);
+  chan_args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  chan_args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  chan_args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  chan_args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   auto channel = grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator), grpc::InsecureChannelCredentials(),
                                            chan_args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() + timeout)) {
@@ -308,9 +326,12 @@ int main(int argc, char** argv) {
       step::SampledToProto(*tokens, res);
     } else {
       res->set_error(std::string(tokens.status().message()));
+      // INVALID_ARGUMENT: refused before any state changed, alike on every rank (StepExecutor).
+      res->set_refused(absl::IsInvalidArgument(tokens.status()));
       if (absl::IsDeadlineExceeded(tokens.status())) {
         // The data-plane watchdog: a peer did not take part in the step in time (stopped, hung or
-        // partitioned). The group cannot go on; the message names the peers waited for.
+        // partitioned). The group cannot go on; the message and waited_for name the peers.
+        for (int peer : dataplane::WaitedFor(tokens.status())) res->add_waited_for(peer);
         FERRY_LOG(ERROR) << "rank " << rank << ": step " << step.step_id << " aborted after --step-timeout "
                          << step_timeout << " s: " << tokens.status().message();
       } else {
@@ -318,10 +339,22 @@ int main(int argc, char** argv) {
       }
     }
     if (!stream->Write(out)) break;
-    // A failed collective leaves the group out of step: stop rather than run on.
-    if (!tokens.ok() && tokens.status().code() != absl::StatusCode::kInvalidArgument) return 1;
+    // A failed collective leaves the group out of step: stop rather than run on, once the answer
+    // is on its way (half-close, and wait up to 2 s for the coordinator to take it).
+    if (!tokens.ok() && !absl::IsInvalidArgument(tokens.status())) {
+      stream->WritesDone();
+      std::atomic<bool> finished{false};
+      std::thread cut([&] {
+        for (int i = 0; i < 200 && !finished.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        if (!finished.load()) ctx.TryCancel();
+      });
+      (void)stream->Finish();
+      finished = true;
+      cut.join();
+      return absl::IsDeadlineExceeded(tokens.status()) ? worker::kExitPeerTimeout : 1;
+    }
   }
   grpc::Status st = stream->Finish();
   FERRY_LOG(ERROR) << "rank " << rank << ": the coordinator went away (" << st.error_message() << ")";
-  return 1;
+  return worker::kExitLostCoordinator;
 }

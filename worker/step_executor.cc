@@ -60,6 +60,14 @@ absl::StatusOr<std::vector<step::SampledToken>> StepExecutor::Execute(const Step
       return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, " starts at ",
                                                      seg.start, " but this rank holds ", have, " of its tokens"));
     }
+    const int64_t vocab = model_->config().vocab_size;
+    for (size_t i = 0; i < seg.tokens.size(); ++i) {
+      if (seg.tokens[i] < 0 || seg.tokens[i] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, " token ", i,
+                                                       " is ", seg.tokens[i], ", outside the vocabulary [0, ", vocab,
+                                                       ")"));
+      }
+    }
   }
   for (uint64_t id : step.end_borrow) {
     auto it = seqs_.find(id);
@@ -109,8 +117,7 @@ absl::StatusOr<std::vector<step::SampledToken>> StepExecutor::Execute(const Step
         state = model_->NewSequence();
         if (absl::Status st = state->SetLatentOwner(seg.owner, seg.borrowed); !st.ok()) {
           for (uint64_t id : created) seqs_.erase(id);
-          return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ",
-                                                         st.message()));
+          return absl::InternalError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ", st.message()));
         }
       }
       it = seqs_.emplace(seg.seq_id, std::move(state)).first;
@@ -138,8 +145,7 @@ absl::StatusOr<std::vector<step::SampledToken>> StepExecutor::Execute(const Step
     if (!adopt.empty()) {
       if (absl::Status st = it->second->AdoptPages(adopt); !st.ok()) {
         for (uint64_t id : created) seqs_.erase(id);
-        return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ",
-                                                       st.message()));
+        return absl::InternalError(absl::StrCat("step ", step.step_id, ": sequence ", seg.seq_id, ": ", st.message()));
       }
     }
     if (seg.carry_from >= 0 && std::find(created.begin(), created.end(), seg.seq_id) != created.end()) {
@@ -158,6 +164,8 @@ absl::StatusOr<std::vector<step::SampledToken>> StepExecutor::Execute(const Step
   auto out = model_->Forward(fwd);
   if (!out.ok()) {
     for (uint64_t id : created) seqs_.erase(id);
+    // Past validation the step has changed state (releases, pages): no longer a clean refusal.
+    if (absl::IsInvalidArgument(out.status())) return absl::InternalError(out.status().message());
     return out.status();
   }
   std::vector<step::SampledToken> tokens;

@@ -27,11 +27,12 @@ class StepExecutor {
   // runs the step, and returns the sampled tokens (rank 0; empty elsewhere), one per segment
   // with `sample`, in segment order. The token drawn for a position depends only on the logits,
   // the sampling parameters, the seed and the position, never on the rest of the batch.
-  // Errors (no state changes): INVALID_ARGUMENT, alike on every rank and before any exchange,
-  // for a segment whose start is not the conversation's length, a token outside the
-  // vocabulary, a fork or carry of a conversation this group does not keep as named, or a borrow
-  // ended on an unknown conversation; INTERNAL for what fails on some ranks only (latent pages
-  // the holding ranks cannot adopt, a carry's exchange), after which the group cannot go on.
+  // Errors: INVALID_ARGUMENT only from the validation that comes before any change (no release
+  // applied, nothing created), alike on every rank and before any exchange: a segment whose start
+  // is not the conversation's length, a token outside the vocabulary, a fork or carry of a
+  // conversation this group does not keep as named, or a borrow ended on an unknown conversation.
+  // Anything later is another code (INTERNAL, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...): the
+  // step changed state, or failed on some ranks only, and the group cannot go on.
   absl::StatusOr<std::vector<step::SampledToken>> Execute(const Step& step);
 
   // Fixes the model's KV arena at `pages` pages (CausalLM::SizeArena), before the first step.

@@ -3,6 +3,8 @@
 // failing worker group behave as the API promises.
 #include "coordinator/scheduler.h"
 
+#include <functional>
+
 #include <memory>
 #include <random>
 #include <string>
@@ -35,12 +37,19 @@ class LocalRunner final : public StepRunner {
       for (const auto& s : step.segments) n += static_cast<int64_t>(s.tokens.size());
       return n;
     }());
+    if (tamper) {
+      step::Step changed = step;
+      tamper(changed);
+      tamper = nullptr;
+      return exec_->Execute(changed);
+    }
     return exec_->Execute(step);
   }
   worker::StepExecutor& exec() { return *exec_; }
   int64_t steps = 0;
   int64_t max_tokens_in_step = 0;
   bool fail = false;
+  std::function<void(step::Step&)> tamper;  // changes the next step before the executor sees it
 
  private:
   std::unique_ptr<worker::StepExecutor> exec_;
@@ -440,6 +449,42 @@ TEST_CASE("scheduler: a failing worker group ends every request with an error", 
   }
   CHECK_FALSE(sched.Snapshot().serving);
   CHECK(sched.Submit(MakeRequest("c", {5}, 1)).code() == absl::StatusCode::kUnavailable);
+}
+
+TEST_CASE("scheduler: a step every rank refuses unchanged fails its requests and serving goes on", "[scheduler]") {
+  LocalRunner runner(kDsa, model::CacheOptions{16, 64});
+  SchedulerOptions opts;
+  opts.page_size = 16;
+  opts.kv_pages = 64;
+  Scheduler sched(opts, &runner);
+  auto a = MakeRequest("a", {5, 6, 7}, 6), b = MakeRequest("b", {9, 8}, 6);
+  REQUIRE(sched.Submit(a).ok());
+  REQUIRE(sched.RunOnce());
+  REQUIRE(sched.RunOnce());  // a is decoding
+  // The next step carries a token the executor refuses (outside the vocabulary): nothing of it
+  // is applied on the rank, and its request fails alone.
+  runner.tamper = [](step::Step& s) { s.segments.front().tokens.front() = 1 << 20; };
+  REQUIRE(sched.RunOnce());
+  std::vector<int32_t> none;
+  const RequestEvent ea = Collect(*a, &none);
+  CHECK(ea.reason == FinishReason::kError);
+  CHECK(ea.error.find("was refused") != std::string::npos);
+  CHECK(ea.error.find("outside the vocabulary [0, 384)") != std::string::npos);
+  CHECK(sched.Snapshot().serving);
+  // Serving goes on: b gets exactly what it gets alone, and nothing is left behind.
+  REQUIRE(sched.Submit(b).ok());
+  RunUntilIdle(sched);
+  const RequestEvent eb = Collect(*b, &none);
+  CHECK(eb.reason == FinishReason::kLength);
+  LocalRunner alone_runner(kDsa, model::CacheOptions{16, 64});
+  Scheduler alone(opts, &alone_runner);
+  auto b2 = MakeRequest("b2", {9, 8}, 6);
+  REQUIRE(alone.Submit(b2).ok());
+  RunUntilIdle(alone);
+  CHECK(eb.tokens == Collect(*b2, &none).tokens);
+  CHECK(runner.exec().live_sequences() == 0);
+  CHECK(sched.Snapshot().used_pages == 0);
+  CHECK(runner.exec().model().arena().used_pages() == 0);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "cli/client.h"
 #include "tests/catch.h"
 #include "tests/integration/serve_client.h"
@@ -203,34 +204,93 @@ TEST_CASE("serve: a killed worker is reported, serve exits non-zero", "[serve]")
 // The data plane's watchdog: a worker stopped with SIGSTOP takes no part in the next step's
 // reductions; its peer gives up after --step-timeout, exits 1 naming the step and the rank it
 // waited for, and serve stops the group (the stopped worker included) and exits 1.
-TEST_CASE("serve: a stopped worker is caught by the step timeout and no process is left", "[serve]") {
-  Server server(kDsa, 2, {"--step-timeout", "2"});
+// Stops one rank of a running group (SIGSTOP: its process lives, its sockets stay open) and
+// returns serve's log once serve has exited, with its exit status and how long that took.
+struct StoppedRun {
+  std::string log;
+  int status = 0;
+  double seconds = 0;
+  pid_t stopped = 0, other = 0;
+};
+StoppedRun StopRankAndWait(int world, int victim, const std::vector<std::string>& flags) {
+  Server server(kDsa, world, flags);
   REQUIRE(server.serving());
   auto info = cli::GetServerInfo(server.address());
   REQUIRE(info.ok());
-  REQUIRE(info->ranks_size() == 2);
-  const pid_t w0 = static_cast<pid_t>(info->ranks(0).pid()), w1 = static_cast<pid_t>(info->ranks(1).pid());
-  REQUIRE(kill(w1, SIGSTOP) == 0);
+  REQUIRE(info->ranks_size() == world);
+  StoppedRun run;
+  run.stopped = static_cast<pid_t>(info->ranks(victim).pid());
+  run.other = world > 1 ? static_cast<pid_t>(info->ranks(1 - victim).pid()) : 0;
+  REQUIRE(kill(run.stopped, SIGSTOP) == 0);
   const auto t0 = std::chrono::steady_clock::now();
   BackgroundRequest stuck(server.address(), Greedy({5, 6, 7}, 8));
-  int status = 0;
-  REQUIRE(server.process().Wait(std::chrono::seconds(30), &status));
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 1);
-  const std::string log = server.process().Log();
-  INFO(log);
-  CHECK(log.find("rank 0: step ") != std::string::npos);
-  CHECK(log.find("aborted after --step-timeout 2 s") != std::string::npos);
-  CHECK(log.find("waiting for: receive from rank 1") != std::string::npos);
-  CHECK(log.find("worker rank 0 (pid " + std::to_string(w0) + ") exited with status 1") != std::string::npos);
-  // Detected within the timeout (and serve's stop of the others), not at the 60 s default.
-  CHECK(secs < 20);
-  // serve reaped every child: none is left, the stopped one included.
-  CHECK((kill(w0, 0) == -1 && errno == ESRCH));
-  CHECK((kill(w1, 0) == -1 && errno == ESRCH));
+  REQUIRE(server.process().Wait(std::chrono::seconds(40), &run.status));
+  run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run.log = server.process().Log();
   stuck.thread.join();
   CHECK_FALSE((stuck.result.ok() && stuck.result->finish_reason() == v1::FINISH_REASON_LENGTH));
+  return run;
+}
+
+TEST_CASE("serve: a stopped worker is caught by the step timeout, named, and no process is left", "[serve]") {
+  for (int victim : {1, 0}) {
+    const StoppedRun run = StopRankAndWait(2, victim, {"--step-timeout", "2"});
+    const int other = 1 - victim;
+    INFO("stopped rank " << victim << ": " << run.log);
+    CHECK(WIFEXITED(run.status));
+    CHECK(WEXITSTATUS(run.status) == 1);
+    // The live rank's watchdog fires and names the stopped one.
+    CHECK(run.log.find(absl::StrCat("rank ", other, ": step ")) != std::string::npos);
+    CHECK(run.log.find("aborted after --step-timeout 2 s") != std::string::npos);
+    CHECK(run.log.find(absl::StrCat("waiting for: receive from rank ", victim)) != std::string::npos);
+    // The coordinator holds the stopped rank dead, not the one that gave up waiting, and serve
+    // says so (from the coordinator's health, or when the live worker exits blaming a peer).
+    CHECK(run.log.find(absl::StrCat("ferry serve: the coordinator ")) != std::string::npos);
+    CHECK(run.log.find(absl::StrCat(": rank ", victim, " is dead: rank ", other, " waited for it in vain during step")) !=
+          std::string::npos);
+    CHECK(run.log.find(absl::StrCat("rank ", other, " is dead")) == std::string::npos);
+    // Detected within the timeout (and serve's stop of the others), not at the 60 s default.
+    CHECK(run.seconds < 20);
+    // serve reaped every child: none is left, the stopped one included.
+    CHECK((kill(run.stopped, 0) == -1 && errno == ESRCH));
+    CHECK((kill(run.other, 0) == -1 && errno == ESRCH));
+  }
+}
+
+TEST_CASE("serve: a rank that answers no step is dead at the coordinator's step deadline", "[serve]") {
+  // One rank: no peer's watchdog can name it; the coordinator's deadline (--step-timeout + 5 s)
+  // does, well before keepalive (30 s here) would.
+  const StoppedRun run = StopRankAndWait(1, 0, {"--step-timeout", "1", "--keepalive-s", "30"});
+  INFO(run.log);
+  CHECK(WIFEXITED(run.status));
+  CHECK(WEXITSTATUS(run.status) == 1);
+  CHECK(run.log.find("rank 0 is dead: it did not answer step ") != std::string::npos);
+  CHECK(run.log.find("within 6 s (the step deadline)") != std::string::npos);
+  CHECK(run.seconds < 25);
+  CHECK((kill(run.stopped, 0) == -1 && errno == ESRCH));
+}
+
+TEST_CASE("serve: a stopped coordinator is found by the workers' keepalive; they exit and serve names it",
+          "[serve]") {
+  Server server(kDsa, 2, {"--keepalive-s", "1"});
+  REQUIRE(server.serving());
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  const pid_t w0 = static_cast<pid_t>(info->ranks(0).pid()), w1 = static_cast<pid_t>(info->ranks(1).pid());
+  const pid_t coordinator = server.CoordinatorPid();
+  REQUIRE(coordinator > 0);
+  REQUIRE(kill(coordinator, SIGSTOP) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  REQUIRE(server.process().Wait(std::chrono::seconds(40), &status));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = server.process().Log();
+  INFO(log);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK(log.find("exited with status 4: it lost the coordinator") != std::string::npos);
+  CHECK(secs < 25);  // keepalive 1 s: the workers notice within seconds; serve then stops everyone
+  for (pid_t p : {w0, w1, coordinator}) CHECK((kill(p, 0) == -1 && errno == ESRCH));
 }
 
 TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails requests instead of hanging",

@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -135,6 +136,26 @@ Server::Server(const std::string& model_dir, int ranks, const std::vector<std::s
     if (proc_->Wait(std::chrono::milliseconds(0), &status)) return;  // died while starting
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+pid_t Server::CoordinatorPid() const {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    // pid (comm) state ppid ...: comm is cut to 15 bytes and may hold spaces, so parse after ')'.
+    const size_t open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    const std::string comm = line.substr(open + 1, close - open - 1);
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t ppid = -1;
+    rest >> state >> ppid;
+    if (ppid == proc_->pid() && comm.rfind("ferry-coordinat", 0) == 0) return static_cast<pid_t>(std::stoi(name));
+  }
+  return -1;
 }
 
 Server::~Server() {

@@ -55,6 +55,8 @@ class Server {
   int metrics_port() const { return metrics_port_; }
   Process& process() { return *proc_; }
   bool serving() const { return serving_; }
+  // The pid of serve's ferry-coordinator child (found in /proc), or -1.
+  pid_t CoordinatorPid() const;
 
  private:
   std::string address_;
