@@ -32,7 +32,7 @@ using model::ModelConfig;
 
 namespace {
 
-// What a step reads and computes, from the config (../shared/MODELS.md's tensors; bf16 weights
+// What a step reads and computes, from the config (docs/models.md's tensors; bf16 weights
 // unless named float32, as the CUDA model holds them).
 struct Counts {
   double always_bytes = 0;  // weights every step reads whatever its rows: attention, indexer,

@@ -1,5 +1,10 @@
 #include "cli/client.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +27,22 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
   }
 }
 
+// One channel (so one connection) per address for the request calls: a client-chosen request id is
+// scoped to the connection that sent it, so Abort must come the way Generate went. Never freed
+// (channels must not be destroyed after gRPC's own statics at exit).
+std::shared_ptr<grpc::Channel> RequestChannel(const std::string& address) {
+  static std::mutex mu;
+  static auto* channels = new std::map<std::string, std::shared_ptr<grpc::Channel>>();
+  std::lock_guard<std::mutex> lock(mu);
+  auto& channel = (*channels)[address];
+  if (channel == nullptr) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  }
+  return channel;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milliseconds timeout,
@@ -41,10 +62,7 @@ absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milli
 absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, const ferry::v1::GenerateRequest& req,
                                                    std::chrono::milliseconds deadline,
                                                    const std::function<void(const ferry::v1::TokenChunk&)>& on_chunk) {
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  auto stub = ferry::v1::Ferry::NewStub(channel);
+  auto stub = ferry::v1::Ferry::NewStub(RequestChannel(address));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   auto reader = stub->Generate(&ctx, req);
@@ -76,7 +94,7 @@ absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address, 
 }
 
 absl::StatusOr<bool> AbortRemote(const std::string& address, const std::string& request_id) {
-  auto stub = ferry::v1::Ferry::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  auto stub = ferry::v1::Ferry::NewStub(RequestChannel(address));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   ferry::v1::AbortRequest req;

@@ -17,14 +17,16 @@ absl::StatusOr<bool> CheckServing(const std::string& address, std::chrono::milli
                                   const std::string& service = "");
 
 // Runs one Generate call; `on_chunk` gets each streamed chunk (tokens, log-probabilities). Returns the final
-// message. gRPC errors come back as absl::Status with the server's message.
+// message. gRPC errors come back as absl::Status with the server's message. Generate and Abort
+// share one connection per address (a client-chosen request id is scoped to its connection).
 absl::StatusOr<ferry::v1::Finished> GenerateRemote(const std::string& address, const ferry::v1::GenerateRequest& req,
                                                    std::chrono::milliseconds deadline,
                                                    const std::function<void(const ferry::v1::TokenChunk&)>& on_chunk);
 
 absl::StatusOr<ferry::v1::ServerInfo> GetServerInfo(const std::string& address,
                                                   std::chrono::milliseconds deadline = std::chrono::seconds(10));
-// True when a live request had that id.
+// True when a live request had that id and this client may abort it (a server-assigned id, or
+// a client-chosen one sent over this process's connection).
 absl::StatusOr<bool> AbortRemote(const std::string& address, const std::string& request_id);
 
 }  // namespace ferry::cli

@@ -246,6 +246,7 @@ int RunServe() {
                                   absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),
                                   absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
                                   absl::StrCat("--keepalive_s=", absl::GetFlag(FLAGS_keepalive_s)),
+                                  "--served_model_name=" + absl::GetFlag(FLAGS_served_model_name),
                                   "--cluster_token=" + token})});
   for (int64_t r = 0; r < ranks; ++r) {
     children.push_back(Child{absl::StrCat("worker rank ", r),

@@ -80,6 +80,8 @@ ABSL_FLAG(double, memory_gib, 0,
 ABSL_FLAG(double, step_timeout, 60,
           "serve, check-golden: seconds a step's data-plane transfers may wait for a peer before the step is aborted and the "
           "worker exits, naming the peer (seconds)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "serve: the name the model is served under (the metrics' model_name label); empty: --model's last path part");
 ABSL_FLAG(double, keepalive_s, 10,
           "serve: seconds between keepalive pings on the control streams, and to wait for their answer (a "
           "stopped coordinator or worker is found within about twice this)");

@@ -51,6 +51,7 @@ ABSL_DECLARE_FLAG(int64_t, max_queue);
 ABSL_DECLARE_FLAG(double, ready_timeout_s);
 ABSL_DECLARE_FLAG(double, step_timeout);
 ABSL_DECLARE_FLAG(double, keepalive_s);
+ABSL_DECLARE_FLAG(std::string, served_model_name);
 ABSL_DECLARE_FLAG(bool, fp8_experts);
 ABSL_DECLARE_FLAG(int64_t, kv_pool_pages);
 ABSL_DECLARE_FLAG(int64_t, prompt_cache_tokens);

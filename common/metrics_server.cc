@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "prometheus/text_serializer.h"
@@ -127,93 +128,113 @@ MetricsServer::~MetricsServer() {
   close(wake_write_);
 }
 
+// One connection's progress: reading the request head, writing the response, then reading and
+// discarding what the client still sends after the half-close (see the header).
+struct MetricsServer::Conn {
+  int fd = -1;
+  Clock::time_point deadline;
+  enum class Phase { kHead, kWrite, kDrain } phase = Phase::kHead;
+  std::string head;
+  std::string response;
+  size_t sent = 0;
+};
+
 void MetricsServer::Loop() {
+  std::vector<Conn> conns;
+  Clock::time_point accept_paused_until{};
+  std::vector<pollfd> fds;
   for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
-      if (errno == EINTR) continue;
-      return;
+    const Clock::time_point now = Clock::now();
+    // Past its deadline a connection is closed as it stands (unanswered, or cut short).
+    for (size_t c = 0; c < conns.size();) {
+      if (now >= conns[c].deadline) {
+        close(conns[c].fd);
+        conns[c] = std::move(conns.back());
+        conns.pop_back();
+      } else {
+        ++c;
+      }
     }
-    if (fds[1].revents != 0) return;
-    if (fds[0].revents == 0) continue;
+    const bool accepting = conns.size() < kMaxConnections && now >= accept_paused_until;
+    fds.assign({{wake_read_, POLLIN, 0}, {accepting ? listen_fd_ : -1, POLLIN, 0}});
+    Clock::time_point wake_at = accepting ? Clock::time_point::max() : accept_paused_until;
+    for (const Conn& c : conns) {
+      fds.push_back({c.fd, static_cast<short>(c.phase == Conn::Phase::kWrite ? POLLOUT : POLLIN), 0});
+      wake_at = std::min(wake_at, c.deadline);
+    }
+    int timeout_ms = -1;
+    if (wake_at != Clock::time_point::max()) {
+      timeout_ms = static_cast<int>(std::clamp<int64_t>(
+          std::chrono::ceil<std::chrono::milliseconds>(wake_at - now).count(), 0, 60'000));
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (fds[0].revents != 0) break;  // the destructor
+    for (size_t c = conns.size(); c-- > 0;) {
+      if (fds[2 + c].revents == 0) continue;
+      if (!Progress(conns[c])) {
+        close(conns[c].fd);
+        conns[c] = std::move(conns.back());
+        conns.pop_back();
+      }
+    }
+    if (fds[1].revents == 0) continue;
     const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       // The client gave up already, or a signal came: try again now. Anything else (EMFILE,
       // ENFILE, ENOBUFS, ENOMEM, ...) leaves the connection queued and the socket readable, so
-      // retrying at once would spin: wait (for the stop pipe only) and retry.
-      if (errno == ECONNABORTED || errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
-      if (WaitFor(-1, 0, Clock::now() + kAcceptBackoff) == Wait::kStopping) return;
+      // retrying at once would spin: leave the listening socket alone for a while.
+      if (errno != ECONNABORTED && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+        accept_paused_until = Clock::now() + kAcceptBackoff;
+      }
       continue;
     }
-    Serve(fd, Clock::now() + kConnectionDeadline);
-    close(fd);
+    Conn conn;
+    conn.fd = fd;
+    conn.deadline = Clock::now() + kConnectionDeadline;
+    conns.push_back(std::move(conn));
   }
+  for (const Conn& c : conns) close(c.fd);
 }
 
-MetricsServer::Wait MetricsServer::WaitFor(int fd, short events, Clock::time_point deadline) const {
-  for (;;) {
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) return Wait::kExpired;
-    // poll ignores an entry whose fd is negative (the back-off's wait on the stop pipe alone).
-    pollfd fds[2] = {{wake_read_, POLLIN, 0}, {fd, events, 0}};
-    const int n = poll(fds, 2, static_cast<int>(std::min<int64_t>(left.count(), 60'000)));
-    if (n < 0 && errno != EINTR) return Wait::kExpired;  // cannot wait: give the client up
-    if (n <= 0) continue;
-    if (fds[0].revents != 0) return Wait::kStopping;
-    if (fds[1].revents != 0) return Wait::kReady;  // POLLERR/POLLHUP too: the next recv/send says
-  }
-}
-
-void MetricsServer::Serve(int fd, Clock::time_point deadline) {
+bool MetricsServer::Progress(Conn& c) {
   char buf[4096];
-  // Reads what is there; false when the client is to be dropped (reset, deadline, stop).
-  // `*eof` when the client has closed its side.
-  const auto read_some = [&](std::string* into, bool* eof) {
-    for (;;) {
-      // Checked before each read too, not only when one would block: a client that keeps the
-      // socket readable (a flood after the response) must not outlast the deadline or a stop.
-      if (stopping_.load() || Clock::now() >= deadline) return false;
-      const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+  for (;;) {
+    if (c.phase == Conn::Phase::kWrite) {
+      const ssize_t n = send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent, MSG_NOSIGNAL);
       if (n > 0) {
-        if (into != nullptr) into->append(buf, static_cast<size_t>(n));
-        return true;
+        c.sent += static_cast<size_t>(n);
+        if (c.sent < c.response.size()) continue;
+        // Closing with unread bytes (the rest of an oversized head, a POST body), or before the
+        // client has sent all of them, sends a reset that can cost the client its answer:
+        // half-close, and read to the client's end-of-stream (bounded by the deadline) first.
+        shutdown(c.fd, SHUT_WR);
+        c.phase = Conn::Phase::kDrain;
+        continue;
       }
-      if (n == 0) {
-        *eof = true;
-        return true;
-      }
+      if (n < 0 && errno == EINTR) continue;
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);  // else the client went away
+    }
+    // Reading: the head, or what follows the response.
+    const ssize_t n = recv(c.fd, buf, sizeof(buf), 0);
+    if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
-      if (WaitFor(fd, POLLIN, deadline) != Wait::kReady) return false;
+      return errno == EAGAIN || errno == EWOULDBLOCK;  // else reset: drop it
     }
-  };
-
-  std::string head;
-  bool eof = false;
-  while (!eof && HeadEnd(head) == std::string::npos && head.size() <= kMaxHead) {
-    if (!read_some(&head, &eof)) return;  // dropped unanswered
-  }
-  // A head cut short by end-of-stream is answered as it stands (the client may still read).
-  ++requests_;
-  const std::string response = Answer(head, *metrics_);
-  for (size_t off = 0; off < response.size();) {
-    const ssize_t n = send(fd, response.data() + off, response.size() - off, MSG_NOSIGNAL);
-    if (n > 0) {
-      off += static_cast<size_t>(n);
-      continue;
+    if (c.phase == Conn::Phase::kDrain) {
+      if (n == 0) return false;  // the client's end-of-stream: done
+      continue;                  // discarded (a flood still ends at the deadline)
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return;  // the client went away
-    if (WaitFor(fd, POLLOUT, deadline) != Wait::kReady) return;       // not reading: cut short
-  }
-  // Closing with unread bytes (the rest of an oversized head, a POST body), or before the client
-  // has sent all of them, sends a reset: the client's writes of the rest fail (so a client that
-  // writes its whole request before reading gives up without the answer), and a stack that drops
-  // received data on a reset loses the answer too. Half-close, and read to the client's
-  // end-of-stream (bounded by the deadline) first.
-  shutdown(fd, SHUT_WR);
-  while (!eof) {
-    if (!read_some(nullptr, &eof)) return;
+    if (n > 0) c.head.append(buf, static_cast<size_t>(n));
+    // A head cut short by end-of-stream is answered as it stands (the client may still read).
+    if (n == 0 || HeadEnd(c.head) != std::string::npos || c.head.size() > kMaxHead) {
+      ++requests_;
+      c.response = Answer(c.head, *metrics_);
+      c.head.clear();
+      c.phase = Conn::Phase::kWrite;
+    }
   }
 }
 

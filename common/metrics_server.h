@@ -1,5 +1,6 @@
 // A process's /metrics endpoint: a prometheus::Collectable (a Registry) served in the Prometheus
-// text format over plain HTTP/1.x, one request per connection, on one thread of its own.
+// text format over plain HTTP/1.x, one request per connection, on one thread of its own that
+// serves many connections at once.
 //
 // Why not prometheus::Exposer (civetweb): Debian's and Ubuntu's libcivetweb are built with
 // USE_STACK_SIZE=102400, so every civetweb thread gets a 100 KiB stack, and glibc carves each
@@ -13,21 +14,21 @@
 // that does not parse, or whose head is over 8 KiB -> 400 (a head cut short by the client's
 // end-of-stream is answered as it stands, likely 400).
 //
-// Invariants (one connection at a time, so these bound what one client costs every other one):
+// Invariants (what one client can cost the others):
+//   - Connections are served at once, multiplexed on the server's one thread with poll(): up to
+//     kMaxConnections (64) are open, more wait in the listen backlog. A client that drips bytes,
+//     stalls, does not read or keeps its connection open holds only its own slot.
 //   - Each connection gets one deadline, kConnectionDeadline (2 s) from accept, for everything:
-//     reading the head, Collect(), writing the response and the drain below. The client socket is
-//     non-blocking and the thread only ever waits in poll() on it and the stop pipe, for the time
-//     left, so a client that drips bytes, stalls, or does not read is dropped (closed unanswered,
-//     or with the response cut short) when the deadline passes: a scrape queued behind it waits
-//     at most 2 s plus Collect() for it.
+//     reading the head, writing the response and the drain below; past it the connection is
+//     closed as it stands (unanswered, or with the response cut short). Collect() runs on the
+//     server's thread when a head is complete (other connections wait for it, not for clients).
 //   - After the response, the server half-closes (shutdown(SHUT_WR)) and reads and discards what
 //     the client still sends until it closes or the deadline passes, then closes: a request with
 //     bytes the server does not need (an oversized head, a POST body) is not reset, so the client
-//     can send them all and then read its 4xx. A client that keeps the connection open after the
-//     response holds the server until the deadline.
-//   - accept4 failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) backs
-//     off kAcceptBackoff (100 ms) before the next try instead of spinning on the still-readable
-//     listening socket; ECONNABORTED, EINTR and EAGAIN are retried at once.
+//     can send them all and then read its 4xx.
+//   - accept4 failing for want of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) leaves
+//     the listening socket unpolled for kAcceptBackoff (100 ms) instead of spinning on it;
+//     ECONNABORTED, EINTR and EAGAIN are retried at the next wake.
 // Thread safety: Start() and the destructor from one thread; the collectable must be safe to
 // Collect() from the server's thread (prometheus::Registry is). The destructor wakes the thread
 // through a pipe that every wait of it watches, so it returns within a few milliseconds whatever
@@ -49,6 +50,8 @@ class MetricsServer {
  public:
   // The whole life of one connection, accept to close (see Invariants above).
   static constexpr std::chrono::milliseconds kConnectionDeadline{2000};
+  // Connections open at once; more wait in the listen backlog.
+  static constexpr size_t kMaxConnections = 64;
   // The pause after accept4 fails for want of descriptors or memory.
   static constexpr std::chrono::milliseconds kAcceptBackoff{100};
 
@@ -72,21 +75,17 @@ class MetricsServer {
  private:
   MetricsServer(int listen_fd, int wake_read, int wake_write, int port,
                 std::shared_ptr<prometheus::Collectable> metrics);
-  // What a wait in Serve() ended with.
-  enum class Wait { kReady, kExpired, kStopping };
+  struct Conn;
 
   void Loop();
-  // Serves the connected, non-blocking `fd` until `deadline`; the caller closes it.
-  void Serve(int fd, std::chrono::steady_clock::time_point deadline);
-  // Waits until `fd` has one of `events`, `deadline` passes or the destructor asks the thread to
-  // stop (wake_read_ readable), whichever comes first.
-  Wait WaitFor(int fd, short events, std::chrono::steady_clock::time_point deadline) const;
+  // Moves `c` on as far as its socket allows without blocking; false when it is done or dropped
+  // (the caller closes it).
+  bool Progress(Conn& c);
 
   const int listen_fd_, wake_read_, wake_write_, port_;
   std::shared_ptr<prometheus::Collectable> metrics_;
   std::atomic<int64_t> requests_{0};
-  // Set by the destructor before it writes to the wake pipe (which a wait sees); read between
-  // reads that did not wait.
+  // Set by the destructor before it writes to the wake pipe (which the loop's poll sees).
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };

@@ -147,6 +147,7 @@ grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRe
   auto built = BuildRequest(*req, config_, scheduler_->options().max_context);
   if (!built.ok()) return ToGrpc(built.status());
   std::shared_ptr<Request> r = *built;
+  if (!req->request_id().empty()) r->caller = ctx->peer();
   if (!accepting_->load()) {
     absl::Status ready = control_->ReadyState();
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -184,8 +185,8 @@ grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRe
   }
 }
 
-grpc::Status ApiService::Abort(grpc::ServerContext*, const pb::AbortRequest* req, pb::AbortResponse* resp) {
-  resp->set_found(scheduler_->Abort(req->request_id()));
+grpc::Status ApiService::Abort(grpc::ServerContext* ctx, const pb::AbortRequest* req, pb::AbortResponse* resp) {
+  resp->set_found(scheduler_->Abort(req->request_id(), ctx->peer()));
   return grpc::Status::OK;
 }
 

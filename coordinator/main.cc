@@ -51,6 +51,8 @@ ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 
 ABSL_FLAG(std::string, cluster_token, "",
           "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
 ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to register and load (seconds)");
+ABSL_FLAG(std::string, served_model_name, "",
+          "The name the model is served under (the metrics' model_name label); empty: --model's last path part");
 ABSL_FLAG(double, step_timeout, 60,
           "The workers' --step-timeout (seconds): a rank that has not answered a step 5 s past it is dead");
 ABSL_FLAG(double, keepalive_s, 10,
@@ -74,6 +76,12 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_verbose)) SetMinLogLevel(LogLevel::kDebug);
 
   const std::string dir = absl::GetFlag(FLAGS_model);
+  std::string served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (served_model_name.empty()) {
+    std::string trimmed = dir;
+    while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+    served_model_name = trimmed.substr(trimmed.rfind('/') == std::string::npos ? 0 : trimmed.rfind('/') + 1);
+  }
   const int world = absl::GetFlag(FLAGS_ranks);
   if (dir.empty() || world < 1) {
     fprintf(stderr, "ferry-coordinator: --model DIR and --ranks >= 1 are required\n");
@@ -149,10 +157,10 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  coordinator::Metrics metrics(world);
+  coordinator::Metrics metrics(world, served_model_name);
   const std::string host = absl::GetFlag(FLAGS_host);
   if (absl::GetFlag(FLAGS_metrics_port) > 0) {
-    absl::Status st = metrics.Expose(absl::StrCat(host, ":", absl::GetFlag(FLAGS_metrics_port)));
+    absl::Status st = metrics.Expose(host, absl::GetFlag(FLAGS_metrics_port));
     if (!st.ok()) {
       fprintf(stderr, "ferry-coordinator: %s\n", std::string(st.message()).c_str());
       return 2;

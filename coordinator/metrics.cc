@@ -1,5 +1,8 @@
 #include "coordinator/metrics.h"
 
+#include <map>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 
 namespace ferry::coordinator {
@@ -26,55 +29,57 @@ const Histogram::BucketBoundaries kStepBuckets = {0.0005, 0.001, 0.0025, 0.005, 
 }  // namespace
 
 // ALL_METRICS: every family the coordinator exports is built here and nowhere else.
-Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()) {
+Metrics::Metrics(int world, const std::string& model_name) : registry_(std::make_shared<prometheus::Registry>()) {
   auto& r = *registry_;
+  // Every series carries the served model's name, as vLLM's do.
+  const std::map<std::string, std::string> model = {{"model_name", model_name}};
   running_ = &prometheus::BuildGauge().Name("ferry:num_requests_running")
-                  .Help("Requests holding a lane (in prefill or decode)").Register(r).Add({});
+                  .Help("Requests holding a lane (in prefill or decode)").Labels(model).Register(r).Add({});
   waiting_ = &prometheus::BuildGauge().Name("ferry:num_requests_waiting")
-                  .Help("Requests waiting in the admission queue").Register(r).Add({});
+                  .Help("Requests waiting in the admission queue").Labels(model).Register(r).Add({});
   kv_usage_ = &prometheus::BuildGauge().Name("ferry:kv_cache_usage_perc")
                    .Help("KV pool use, 1 = full: used pool pages over pool pages (pages the prompt cache keeps "
                          "included); without a page pool, running requests' tokens over the lanes' capacity")
-                   .Register(r).Add({});
+                   .Labels(model).Register(r).Add({});
   prompt_tokens_ = &prometheus::BuildCounter().Name("ferry:prompt_tokens_total")
-                        .Help("Prompt tokens of finished requests").Register(r).Add({});
+                        .Help("Prompt tokens of finished requests").Labels(model).Register(r).Add({});
   generation_tokens_ = &prometheus::BuildCounter().Name("ferry:generation_tokens_total")
-                            .Help("Tokens generated").Register(r).Add({});
+                            .Help("Tokens generated").Labels(model).Register(r).Add({});
   preemptions_ = &prometheus::BuildCounter().Name("ferry:num_preemptions_total")
-                      .Help("Requests preempted for lack of pages (recomputed later)").Register(r).Add({});
+                      .Help("Requests preempted for lack of pages (recomputed later)").Labels(model).Register(r).Add({});
   prefix_queries_ = &prometheus::BuildCounter().Name("ferry:prefix_cache_queries_total")
-                         .Help("Prompt tokens looked up in the prompt cache").Register(r).Add({});
+                         .Help("Prompt tokens looked up in the prompt cache").Labels(model).Register(r).Add({});
   prefix_hits_ = &prometheus::BuildCounter().Name("ferry:prefix_cache_hits_total")
-                      .Help("Prompt tokens the prompt cache supplied").Register(r).Add({});
+                      .Help("Prompt tokens the prompt cache supplied").Labels(model).Register(r).Add({});
   success_ = &prometheus::BuildCounter().Name("ferry:request_success_total")
-                  .Help("Finished requests by finish reason").Register(r);
+                  .Help("Finished requests by finish reason").Labels(model).Register(r);
   for (const char* reason : {"stop", "length", "abort", "error"}) success_->Add({{"finished_reason", reason}});
   ttft_ = &prometheus::BuildHistogram().Name("ferry:time_to_first_token_seconds")
-               .Help("Arrival to first generated token").Register(r).Add({}, kTtftBuckets);
+               .Help("Arrival to first generated token").Labels(model).Register(r).Add({}, kTtftBuckets);
   itl_ = &prometheus::BuildHistogram().Name("ferry:inter_token_latency_seconds")
-              .Help("Time between two generated tokens of a request").Register(r).Add({}, kItlBuckets);
+              .Help("Time between two generated tokens of a request").Labels(model).Register(r).Add({}, kItlBuckets);
   e2e_ = &prometheus::BuildHistogram().Name("ferry:e2e_request_latency_seconds")
-              .Help("Arrival to finish").Register(r).Add({}, kRequestBuckets);
+              .Help("Arrival to finish").Labels(model).Register(r).Add({}, kRequestBuckets);
   queue_ = &prometheus::BuildHistogram().Name("ferry:request_queue_time_seconds")
-                .Help("Arrival to first scheduled step").Register(r).Add({}, kRequestBuckets);
+                .Help("Arrival to first scheduled step").Labels(model).Register(r).Add({}, kRequestBuckets);
   prefill_time_ = &prometheus::BuildHistogram().Name("ferry:request_prefill_time_seconds")
                        .Help("First scheduled step to first generated token (the prompt's prefill)")
-                       .Register(r).Add({}, kRequestBuckets);
+                       .Labels(model).Register(r).Add({}, kRequestBuckets);
   decode_time_ = &prometheus::BuildHistogram().Name("ferry:request_decode_time_seconds")
-                      .Help("First generated token to finish (the decode phase)").Register(r).Add({}, kRequestBuckets);
+                      .Help("First generated token to finish (the decode phase)").Labels(model).Register(r).Add({}, kRequestBuckets);
   prompt_hist_ = &prometheus::BuildHistogram().Name("ferry:request_prompt_tokens")
-                      .Help("Prompt tokens of finished requests").Register(r).Add({}, kRequestTokenBuckets);
+                      .Help("Prompt tokens of finished requests").Labels(model).Register(r).Add({}, kRequestTokenBuckets);
   generation_hist_ = &prometheus::BuildHistogram().Name("ferry:request_generation_tokens")
-                          .Help("Tokens generated by finished requests").Register(r).Add({}, kRequestTokenBuckets);
+                          .Help("Tokens generated by finished requests").Labels(model).Register(r).Add({}, kRequestTokenBuckets);
   iteration_tokens_ = &prometheus::BuildHistogram().Name("ferry:iteration_tokens_total")
                            .Help("Tokens in one step (decode rows + prefill chunks)")
-                           .Register(r).Add({}, kIterationTokenBuckets);
+                           .Labels(model).Register(r).Add({}, kIterationTokenBuckets);
   auto& step_family = prometheus::BuildHistogram().Name("ferry:rank_step_time_seconds")
-                          .Help("Time a rank spent executing a step").Register(r);
+                          .Help("Time a rank spent executing a step").Labels(model).Register(r);
   auto& bytes_family = prometheus::BuildCounter().Name("ferry:rank_dataplane_bytes_total")
-                           .Help("Bytes a rank sent over the data plane").Register(r);
+                           .Help("Bytes a rank sent over the data plane").Labels(model).Register(r);
   auto& latent_family = prometheus::BuildGauge().Name("ferry:latent_pages_used")
-                            .Help("Latent pages in use in a rank's arena (latent split)").Register(r);
+                            .Help("Latent pages in use in a rank's arena (latent split)").Labels(model).Register(r);
   for (int k = 0; k < world; ++k) {
     rank_step_.push_back(&step_family.Add({{"rank", absl::StrCat(k)}}, kStepBuckets));
     rank_bytes_.push_back(&bytes_family.Add({{"rank", absl::StrCat(k)}}));
@@ -82,25 +87,25 @@ Metrics::Metrics(int world) : registry_(std::make_shared<prometheus::Registry>()
   }
   borrows_ended_ = &prometheus::BuildCounter().Name("ferry:latent_borrows_ended_total")
                         .Help("Fills that borrowed latent pages on every rank and gave them back (latent split)")
-                        .Register(r).Add({});
+                        .Labels(model).Register(r).Add({});
   borrows_cut_ = &prometheus::BuildCounter().Name("ferry:latent_borrows_cut_total")
                       .Help("Borrows ended mid-fill because a rank ran out of latent pages (latent split)")
-                      .Register(r).Add({});
+                      .Labels(model).Register(r).Add({});
   remote_fills_ = &prometheus::BuildCounter().Name("ferry:latent_remote_fills_total")
                        .Help("Fills that ran at their owner without borrowing, history fetched (latent split)")
-                       .Register(r).Add({});
+                       .Labels(model).Register(r).Add({});
   borrowed_pages_ = &prometheus::BuildCounter().Name("ferry:latent_borrowed_pages_total")
                          .Help("Latent pages lent to fills on ranks other than their owners (latent split)")
-                         .Register(r).Add({});
+                         .Labels(model).Register(r).Add({});
   carries_ = &prometheus::BuildCounter().Name("ferry:latent_carries_total")
                   .Help("Resumes whose kept latent rows were carried to a new owner (latent split)")
-                  .Register(r).Add({});
+                  .Labels(model).Register(r).Add({});
   carried_tokens_ = &prometheus::BuildCounter().Name("ferry:latent_carried_tokens_total")
                         .Help("Tokens of kept conversations carried to a new owner (latent split)")
-                        .Register(r).Add({});
+                        .Labels(model).Register(r).Add({});
   recomputed_ = &prometheus::BuildCounter().Name("ferry:latent_carry_recomputes_total")
                      .Help("Resumes too short to carry whose owner lacked room, recomputed instead (latent split)")
-                     .Register(r).Add({});
+                     .Labels(model).Register(r).Add({});
 }
 
 void Metrics::OnLatentBooks(const std::vector<int64_t>& used, const LatentSplitCounts& counts) {
@@ -116,13 +121,10 @@ void Metrics::OnLatentBooks(const std::vector<int64_t>& used, const LatentSplitC
   catch_up(recomputed_, counts.recomputed);
 }
 
-absl::Status Metrics::Expose(const std::string& address) {
-  try {
-    exposer_ = std::make_unique<prometheus::Exposer>(address);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", address, ": ", e.what()));
-  }
-  exposer_->RegisterCollectable(registry_);
+absl::Status Metrics::Expose(const std::string& host, int port) {
+  absl::StatusOr<std::unique_ptr<MetricsServer>> server = MetricsServer::Start(host, port, registry_);
+  if (!server.ok()) return server.status();
+  server_ = std::move(*server);
   return absl::OkStatus();
 }
 

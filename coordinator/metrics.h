@@ -12,24 +12,25 @@
 #include <string>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
 #include "absl/status/statusor.h"
+#include "common/metrics_server.h"
 #include "coordinator/scheduler.h"
 
 namespace ferry::coordinator {
 
 class Metrics final : public SchedulerObserver {
  public:
-  // `world` ranks get per-rank series.
-  explicit Metrics(int world);
+  // `world` ranks get per-rank series; every series is labelled model_name=`model_name`.
+  Metrics(int world, const std::string& model_name);
 
-  // Serves /metrics on `address` ("0.0.0.0:9400"). Errors: UNAVAILABLE when the port is taken.
-  absl::Status Expose(const std::string& address);
+  // Serves /metrics on host:port (common/metrics_server.h: many scrapes at once, each connection
+  // bounded in time). Errors: UNAVAILABLE when the port is taken, INVALID_ARGUMENT for a bad host.
+  absl::Status Expose(const std::string& host, int port);
   std::shared_ptr<prometheus::Registry> registry() const { return registry_; }
 
   // SchedulerObserver
@@ -48,7 +49,7 @@ class Metrics final : public SchedulerObserver {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<MetricsServer> server_;
 
   prometheus::Gauge* running_;
   prometheus::Gauge* waiting_;

@@ -67,6 +67,9 @@ struct Request {
   int64_t max_tokens = 0;                // >= 1
   std::vector<int32_t> stop_token_ids;   // eos included unless ignore_eos
   bool stream = false;
+  // Who may abort it by id: for a client-chosen id, the connection that sent it (gRPC's peer);
+  // empty for a server-assigned id (unguessable: whoever holds it may).
+  std::string caller;
   Clock::time_point arrival = Clock::now();
   EventChannel events;
   // Set by Abort() or a cancelled RPC from any thread; the scheduler acts on it at the next step.

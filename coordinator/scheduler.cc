@@ -61,10 +61,11 @@ absl::Status Scheduler::Submit(std::shared_ptr<Request> r) {
   return absl::OkStatus();
 }
 
-bool Scheduler::Abort(const std::string& id) {
+bool Scheduler::Abort(const std::string& id, const std::string& caller) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = live_.find(id);
   if (it == live_.end()) return false;
+  if (!caller.empty() && !it->second->caller.empty() && it->second->caller != caller) return false;
   it->second->abort_requested = true;
   cv_.notify_all();
   return true;

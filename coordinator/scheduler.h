@@ -122,8 +122,9 @@ class Scheduler {
   // Queues a request. RESOURCE_EXHAUSTED when max_queue requests already wait (the request is
   // not queued); UNAVAILABLE once the scheduler has stopped; ALREADY_EXISTS for a live id.
   absl::Status Submit(std::shared_ptr<Request> r);
-  // Marks a live request for abort; false when no live request has that id.
-  bool Abort(const std::string& id);
+  // Marks a live request for abort; false when no live request has that id, or it has a caller
+  // (Request::caller) other than `caller` (empty: any, for the server's own use).
+  bool Abort(const std::string& id, const std::string& caller = {});
 
   // Runs the step loop on its own thread until Stop().
   void Start();

@@ -1,5 +1,5 @@
 // The model configuration: every config.json field that changes the math of the two GLM-5.x
-// families (see ../shared/MODELS.md), parsed and checked once at load.
+// families (see docs/models.md), parsed and checked once at load.
 #pragma once
 
 #include <cstdint>

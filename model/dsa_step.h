@@ -1,4 +1,4 @@
-// glm_moe_dsa's layer sequence (GLM-5 / 5.1 / 5.2 / 5.3; ../shared/MODELS.md), written once over a
+// glm_moe_dsa's layer sequence (GLM-5 / 5.1 / 5.2 / 5.3; docs/models.md), written once over a
 // backend's ops: model/cpu_ops.h (float32 on the host, the reference) and model/cuda/cuda_ops.h
 // (bf16 or float32 on one GPU). A backend supplies buffers (Take, Send, Receive), views of its
 // page arenas, and the ops of model/cuda/act_ops.h under the same names; the sequence, the cache

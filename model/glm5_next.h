@@ -1,7 +1,7 @@
 // GLM-5.3-Flash (`glm5_next`, Glm5NextForConditionalGeneration, text model only): four
 // hyper-connected residual streams (mHC), KDA linear attention on most layers and NoPE MLA with
 // the pooled indexer on the rest, SwiGLU with a clamp on every FFN, sigmoid-routed MoE.
-// The vision tower in the checkpoint is not loaded. Math: ../shared/MODELS.md.
+// The vision tower in the checkpoint is not loaded. Math: docs/models.md.
 #pragma once
 
 #include <map>

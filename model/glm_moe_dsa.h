@@ -2,7 +2,7 @@
 // interleaved RoPE, the lightning indexer (full and shared layers), dense first layers,
 // sigmoid-routed MoE with a shared expert. The layer sequence is model/dsa_step.h's, run over
 // model/cpu_ops.h (float32, the reference); the CUDA model runs the same sequence
-// (model/cuda/glm_moe_dsa_cuda.h). The math, op by op, is in ../shared/MODELS.md; tensors are the
+// (model/cuda/glm_moe_dsa_cuda.h). The math, op by op, is in docs/models.md; tensors are the
 // Hub's names.
 #pragma once
 

@@ -1,4 +1,4 @@
-// glm5_next's layer sequence (GLM-5.3-Flash's text model; ../shared/MODELS.md), written once over
+// glm5_next's layer sequence (GLM-5.3-Flash's text model; docs/models.md), written once over
 // a backend's ops as glm_moe_dsa's is (model/dsa_step.h): model/cpu_ops.h (float32 on the host,
 // the reference) and model/cuda/cuda_ops.h (bf16 or float32 on one GPU). Four hyper-connected
 // residual streams (mHC) around every block; KDA linear attention on most layers, NoPE MLA with

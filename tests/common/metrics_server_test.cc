@@ -119,12 +119,18 @@ TEST_CASE("the metrics server refuses a port that is taken, and bad arguments", 
         absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("a client dripping its request holds up a scrape for the connection deadline at most", "[metrics_server]") {
+TEST_CASE("idle and dripping clients do not hold up a scrape, and are dropped at their deadline", "[metrics_server]") {
   auto registry = std::make_shared<prometheus::Registry>();
   auto s = MetricsServer::Start("127.0.0.1", 0, registry);
   REQUIRE(s.ok());
   const int port = (*s)->port();
-  // One byte every 300 ms: each read waits well under 2 s, the head would take 40 min to finish.
+  // Three connections that never send a byte, and one that drips its request (one byte every
+  // 300 ms: its head would take 40 min to finish).
+  std::vector<int> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(Connect(port, milliseconds(1000)));
+    REQUIRE(idle.back() >= 0);
+  }
   const int drip = Connect(port, milliseconds(1000));
   REQUIRE(drip >= 0);
   std::atomic<bool> stop{false};
@@ -138,24 +144,52 @@ TEST_CASE("a client dripping its request holds up a scrape for the connection de
       }
     }
   });
-  std::this_thread::sleep_for(milliseconds(100));  // the server is reading the dripper's request
+  std::this_thread::sleep_for(milliseconds(100));  // the server holds all four
 
-  const auto t0 = Clock::now();
-  const std::string ok = Ask(port, "GET /metrics HTTP/1.0\r\n\r\n", milliseconds(4000));
-  const auto waited = Clock::now() - t0;
-  CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
-  // The dripper's deadline (2 s from its accept) passed, then the scrape was served at once.
-  CHECK(waited < milliseconds(3000));
-  // The dripper was dropped unanswered: end-of-stream (or a reset, if a byte was in flight),
-  // not a read timeout, and only the scrape counts as answered.
+  // Scrapes are answered at once, well inside the others' 2 s deadline.
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    const std::string ok = Ask(port, "GET /metrics HTTP/1.0\r\n\r\n", milliseconds(4000));
+    CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+    CHECK(Clock::now() - t0 < milliseconds(500));
+  }
+  // At their deadline the idle and dripping clients are dropped unanswered: end-of-stream (or a
+  // reset, if a byte was in flight), not a read timeout; only the scrapes count as answered.
+  std::this_thread::sleep_for(MetricsServer::kConnectionDeadline);
+  for (int fd : idle) {
+    char b;
+    errno = 0;
+    const ssize_t n = recv(fd, &b, 1, MSG_DONTWAIT);
+    CHECK((n == 0 || (n < 0 && errno == ECONNRESET)));
+    close(fd);
+  }
   char b;
   errno = 0;
   const ssize_t n = recv(drip, &b, 1, 0);
   CHECK((n == 0 || (n < 0 && errno == ECONNRESET)));
-  CHECK((*s)->requests() == 1);
+  CHECK((*s)->requests() == 3);
   stop.store(true);
   dripper.join();
   close(drip);
+}
+
+TEST_CASE("more clients than the server holds at once wait in the backlog and are served", "[metrics_server]") {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto s = MetricsServer::Start("127.0.0.1", 0, registry);
+  REQUIRE(s.ok());
+  const int port = (*s)->port();
+  std::vector<int> idle;
+  for (size_t i = 0; i < MetricsServer::kMaxConnections; ++i) {
+    idle.push_back(Connect(port, milliseconds(1000)));
+    REQUIRE(idle.back() >= 0);
+  }
+  std::this_thread::sleep_for(milliseconds(100));
+  // Every slot is held: this scrape waits for the idle ones' deadline, then is served.
+  const auto t0 = Clock::now();
+  const std::string ok = Ask(port, "GET /metrics HTTP/1.0\r\n\r\n", milliseconds(5000));
+  CHECK(ok.rfind("HTTP/1.1 200 OK\r\n", 0) == 0);
+  CHECK(Clock::now() - t0 < MetricsServer::kConnectionDeadline + milliseconds(1000));
+  for (int fd : idle) close(fd);
 }
 
 TEST_CASE("destroying the metrics server returns at once whatever a client does", "[metrics_server]") {

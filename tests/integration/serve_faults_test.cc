@@ -17,7 +17,10 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include <grpcpp/grpcpp.h>
+
 #include "cli/client.h"
+#include "ferry/v1/ferry.grpc.pb.h"
 #include "tests/catch.h"
 #include "tests/integration/serve_client.h"
 #include "tests/testing/files.h"
@@ -51,6 +54,19 @@ TEST_CASE("serve: cancellation and Abort end a request within a step and free it
   const bool running = victim.SeenRunning(server.address());
   INFO("the request: " << victim.Status());
   REQUIRE(running);
+  {
+    // Over another connection a client-chosen id is not found, and the request runs on.
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto stub = v1::Ferry::NewStub(grpc::CreateCustomChannel(server.address(), grpc::InsecureChannelCredentials(), args));
+    grpc::ClientContext ctx;
+    v1::AbortRequest other;
+    other.set_request_id("victim");
+    v1::AbortResponse resp;
+    REQUIRE(stub->Abort(&ctx, other, &resp).ok());
+    CHECK_FALSE(resp.found());
+    CHECK(Running(server.address()) == 1);
+  }
   auto found = cli::AbortRemote(server.address(), "victim");
   REQUIRE(found.ok());
   CHECK(*found);

@@ -133,9 +133,11 @@ Server::Server(const std::string& model_dir, int ranks, const std::vector<std::s
       return;
     }
     int status;
-    if (proc_->Wait(std::chrono::milliseconds(0), &status)) return;  // died while starting
+    if (proc_->Wait(std::chrono::milliseconds(0), &status)) break;  // died while starting
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  // Not serving: say why where the test's report shows it.
+  fprintf(stderr, "ferry serve on %s did not come up; its log:\n%s\n", address_.c_str(), proc_->Log().c_str());
 }
 
 pid_t Server::CoordinatorPid() const {
@@ -166,7 +168,7 @@ Server::~Server() {
   std::remove(log_.c_str());
 }
 
-std::string ScrapeMetrics(int port) {
+int ConnectLoopback(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -174,8 +176,14 @@ std::string ScrapeMetrics(int port) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
-    return "";
+    return -1;
   }
+  return fd;
+}
+
+std::string ScrapeMetrics(int port) {
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return "";
   // Something else on the port must not hang the test: give up after 10 s without an answer.
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
@@ -197,6 +205,21 @@ double MetricValue(const std::string& body, const std::string& series) {
   std::istringstream in(body);
   std::string line;
   while (std::getline(in, line)) {
+    // The model_name label every coordinator series carries is not part of `series`.
+    const size_t label = line.find("model_name=\"");
+    if (label != std::string::npos) {
+      const size_t end = line.find('"', label + 12);
+      size_t from = label, to = end + 1;
+      if (to < line.size() && line[to] == ',') {
+        ++to;  // model_name="x",rank="1" -> rank="1"
+      } else if (from > 0 && line[from - 1] == ',') {
+        --from;  // a="b",model_name="x" -> a="b"
+      } else if (from > 0 && line[from - 1] == '{' && to < line.size() && line[to] == '}') {
+        --from;  // {model_name="x"} -> nothing
+        ++to;
+      }
+      line.erase(from, to - from);
+    }
     if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
   }
   return -1;

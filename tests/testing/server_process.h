@@ -66,10 +66,12 @@ class Server {
   bool serving_ = false;
 };
 
+// A TCP connection to 127.0.0.1:port (the fd), or -1.
+int ConnectLoopback(int port);
 // GET http://127.0.0.1:port/metrics; the body, or "" on failure.
 std::string ScrapeMetrics(int port);
-// The value of an exposition line "name{labels} value" (labels exactly as written, or none);
-// -1 when absent.
+// The value of an exposition line "name{labels} value" (labels exactly as written, or none, the
+// model_name label every coordinator series carries left out); -1 when absent.
 double MetricValue(const std::string& body, const std::string& series);
 
 }  // namespace ferry::testing
