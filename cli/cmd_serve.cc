@@ -23,6 +23,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/cluster_token.h"
 #include "worker/exit_status.h"
 
 namespace ferry::cli {
@@ -221,10 +222,12 @@ int RunServe() {
 
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
-  // A fresh secret for this deployment's control plane, so that no API client can pose as a rank.
+  // A fresh secret for this deployment's control plane, so that no API client can pose as a rank:
+  // the children inherit it in their environment (never argv, which any local user reads).
   std::random_device rd;
   const std::string token = absl::StrCat(absl::Hex(static_cast<uint64_t>(rd()) << 32 | rd(), absl::kZeroPad16),
                                          absl::Hex(static_cast<uint64_t>(rd()) << 32 | rd(), absl::kZeroPad16));
+  setenv(kClusterTokenEnv, token.c_str(), /*overwrite=*/1);
   std::vector<Child> children;
   children.push_back(Child{"the coordinator",
                            Spawn({dir + "/ferry-coordinator", "--model=" + model, absl::StrCat("--ranks=", ranks),
@@ -246,11 +249,10 @@ int RunServe() {
                                   absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),
                                   absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
                                   absl::StrCat("--keepalive_s=", absl::GetFlag(FLAGS_keepalive_s)),
-                                  "--served_model_name=" + absl::GetFlag(FLAGS_served_model_name),
-                                  "--cluster_token=" + token})});
+                                  "--served_model_name=" + absl::GetFlag(FLAGS_served_model_name)})});
   for (int64_t r = 0; r < ranks; ++r) {
     children.push_back(Child{absl::StrCat("worker rank ", r),
-                             Spawn({dir + "/ferry-worker", "--coordinator=" + address, "--cluster_token=" + token,
+                             Spawn({dir + "/ferry-worker", "--coordinator=" + address,
                                     absl::StrCat("--rank=", r),
                                     absl::StrCat("--world=", ranks), "--metrics_host=" + host,
                                     absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),

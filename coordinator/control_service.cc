@@ -1,6 +1,7 @@
 #include "coordinator/control_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_token.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "coordinator/metrics.h"
@@ -25,9 +26,10 @@ grpc::Status ControlService::CheckToken(const grpc::ServerContext* ctx) const {
   if (token_.empty()) return grpc::Status::OK;
   const auto& md = ctx->client_metadata();
   auto it = md.find(kClusterTokenKey);
-  if (it == md.end() || std::string(it->second.data(), it->second.size()) != token_) {
+  if (it == md.end() || !TokensEqual(std::string_view(it->second.data(), it->second.size()), token_)) {
+    FERRY_LOG(WARNING) << "refused a control call from " << ctx->peer() << ": no or a wrong cluster token";
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "control calls need this deployment's cluster token (--cluster-token)");
+                        "control calls need this deployment's cluster token (--token-file or FERRY_CLUSTER_TOKEN)");
   }
   return grpc::Status::OK;
 }

@@ -14,6 +14,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
+#include "common/cluster_token.h"
 #include "common/log.h"
 #include "coordinator/api_service.h"
 #include "coordinator/control_service.h"
@@ -48,8 +49,9 @@ ABSL_FLAG(int64_t, carry_min_tokens, 2048,
           "Latent split: a resume whose owner lacks room moves its kept rows to a new owner from this many "
           "tokens; shorter ones are recomputed");
 ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
-ABSL_FLAG(std::string, cluster_token, "",
-          "Secret the workers must present on control calls (empty: none; set it when --host is not loopback)");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the cluster token the workers must present (mode 0600); empty: FERRY_CLUSTER_TOKEN, "
+          "or none. Required when --host is not loopback");
 ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to register and load (seconds)");
 ABSL_FLAG(std::string, served_model_name, "",
           "The name the model is served under (the metrics' model_name label); empty: --model's last path part");
@@ -159,6 +161,18 @@ int main(int argc, char** argv) {
 
   coordinator::Metrics metrics(world, served_model_name);
   const std::string host = absl::GetFlag(FLAGS_host);
+  const absl::StatusOr<std::string> token = LoadClusterToken(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    fprintf(stderr, "ferry-coordinator: %s\n", std::string(token.status().message()).c_str());
+    return 2;
+  }
+  if (token->empty() && !IsLoopbackHost(host)) {
+    fprintf(stderr,
+            "ferry-coordinator: --host %s listens beyond this machine: give the cluster token (--token-file, or "
+            "FERRY_CLUSTER_TOKEN) so that no one else can join as a rank\n",
+            host.c_str());
+    return 2;
+  }
   if (absl::GetFlag(FLAGS_metrics_port) > 0) {
     absl::Status st = metrics.Expose(host, absl::GetFlag(FLAGS_metrics_port));
     if (!st.ok()) {
@@ -168,7 +182,7 @@ int main(int argc, char** argv) {
   }
   coordinator::ControlService control(dir, world, config->vocab_size, opts.page_size,
                                       std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
-  control.RequireToken(absl::GetFlag(FLAGS_cluster_token));
+  control.RequireToken(*token);
   coordinator::Scheduler scheduler(opts, &control, &metrics);
   std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs
   coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting);

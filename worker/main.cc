@@ -23,6 +23,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
+#include "common/cluster_token.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "dataplane/dataplane.h"
@@ -41,7 +42,8 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC address (host:port)");
 ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the group (the coordinator's --ranks)");
-ABSL_FLAG(std::string, cluster_token, "", "The coordinator's --cluster-token (empty: none)");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the cluster token (mode 0600); empty: FERRY_CLUSTER_TOKEN, or none");
 ABSL_FLAG(int32_t, connect_timeout_s, 60, "Seconds to wait for the coordinator and the peers (seconds)");
 ABSL_FLAG(double, memory_gib, 0,
           "Memory this rank may use for weights and caches, GiB (0: the host's available memory over --world)");
@@ -76,6 +78,11 @@ int main(int argc, char** argv) {
   const int rank = absl::GetFlag(FLAGS_rank), world = absl::GetFlag(FLAGS_world);
   if (world < 1 || rank < 0 || rank >= world) {
     fprintf(stderr, "ferry-worker: need 0 <= --rank < --world, got rank %d of %d\n", rank, world);
+    return 2;
+  }
+  const absl::StatusOr<std::string> token = LoadClusterToken(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    fprintf(stderr, "ferry-worker: %s\n", std::string(token.status().message()).c_str());
     return 2;
   }
   if (!(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600)) {
@@ -130,7 +137,7 @@ int main(int argc, char** argv) {
   cpb::RegisterResponse conf;
   {
     grpc::ClientContext ctx;
-    ctx.AddMetadata("ferry-cluster-token", absl::GetFlag(FLAGS_cluster_token));
+    ctx.AddMetadata("ferry-cluster-token", *token);
     grpc::Status st = stub->Register(&ctx, reg, &conf);
     if (!st.ok()) {
       FERRY_LOG(ERROR) << "rank " << rank << ": registration refused: " << st.error_message();
@@ -236,7 +243,7 @@ int main(int argc, char** argv) {
   model::OwnerSplitStats split_seen;
 
   grpc::ClientContext ctx;
-  ctx.AddMetadata("ferry-cluster-token", absl::GetFlag(FLAGS_cluster_token));
+  ctx.AddMetadata("ferry-cluster-token", *token);
   auto stream = stub->Steps(&ctx);
   cpb::WorkerMessage hello;
   hello.mutable_ready()->set_rank(rank);

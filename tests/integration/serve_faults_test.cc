@@ -2,6 +2,7 @@
 // bad requests, a full admission queue, a killed or dead worker, a worker without the cluster
 // token (real coordinator and worker processes on loopback, through the gRPC API).
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <atomic>
@@ -10,15 +11,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include <grpcpp/grpcpp.h>
-
 #include "cli/client.h"
 #include "ferry/v1/ferry.grpc.pb.h"
 #include "tests/catch.h"
@@ -360,31 +361,90 @@ TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails request
   for (const std::string& f : {coord_log, w0_log, w1_log}) std::remove(f.c_str());
 }
 
+// A token file with `mode`, holding `token`.
+std::string TokenFile(const testing::TempDir& dir, const std::string& name, const std::string& token, mode_t mode) {
+  const std::string path = dir.File(name);
+  testing::WriteFile(path, token + "\n");
+  REQUIRE(chmod(path.c_str(), mode) == 0);
+  return path;
+}
+
 TEST_CASE("coordinator: a worker without the cluster token cannot register", "[serve]") {
   const int port = testing::FreePort();
   const std::string address = "127.0.0.1:" + std::to_string(port);
   const std::string bin = testing::BinDir();
+  testing::TempDir dir;
+  const std::string secret = TokenFile(dir, "secret", "s3cret", 0600), guess = TokenFile(dir, "guess", "guess", 0600);
   const std::string coord_log = testing::TempLog("ferry-coord"), bad_log = testing::TempLog("ferry-wbad"),
                     good_log = testing::TempLog("ferry-wgood");
   testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "1", "--port", std::to_string(port),
-                          "--metrics-port", "0", "--cluster-token", "s3cret"},
+                          "--metrics-port", "0", "--token-file", secret},
                          coord_log);
-  testing::Process bad({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--cluster-token", "guess"},
-                       bad_log);
+  testing::Process bad({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--token-file", guess}, bad_log);
   int status = 0;
   REQUIRE(bad.Wait(std::chrono::seconds(20), &status));
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 1);
   CHECK(bad.Log().find("cluster token") != std::string::npos);
-  testing::Process good({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--cluster-token", "s3cret"},
+  testing::Process good({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--token-file", secret},
                         good_log);
   CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
                    30000));
+  CHECK(coord.Log().find("no or a wrong cluster token") != std::string::npos);  // the refusal is logged
   coord.Signal(SIGTERM);
   CHECK(coord.Wait(std::chrono::seconds(10), &status));
   CHECK(good.Wait(std::chrono::seconds(10), &status));
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
   for (const std::string& f : {coord_log, bad_log, good_log}) std::remove(f.c_str());
+}
+
+TEST_CASE("coordinator: the cluster token comes from a private file, and is required off loopback", "[serve]") {
+  const std::string bin = testing::BinDir();
+  testing::TempDir dir;
+  const std::string shared = TokenFile(dir, "shared", "s3cret", 0644);
+  auto refused = [&](std::vector<std::string> argv, const std::string& why) {
+    const std::string log = testing::TempLog("ferry-refused");
+    testing::Process p(argv, log);
+    int status = 0;
+    REQUIRE(p.Wait(std::chrono::seconds(20), &status));
+    INFO(p.Log());
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 2));
+    CHECK(p.Log().find(why) != std::string::npos);
+    std::remove(log.c_str());
+  };
+  refused({bin + "/ferry-coordinator", "--model", kDsa, "--port", std::to_string(testing::FreePort()), "--metrics-port",
+           "0", "--token-file", shared},
+          "has mode 0644: group or others can read or write it; chmod 600 it");
+  refused({bin + "/ferry-worker", "--coordinator", "127.0.0.1:1", "--token-file", shared}, "has mode 0644");
+  refused({bin + "/ferry-coordinator", "--model", kDsa, "--host", "0.0.0.0", "--port",
+           std::to_string(testing::FreePort()), "--metrics-port", "0"},
+          "--host 0.0.0.0 listens beyond this machine: give the cluster token");
+}
+
+TEST_CASE("serve: the cluster token never appears on a command line", "[serve]") {
+  Server server(kDsa, 2);
+  REQUIRE(server.serving());
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  std::vector<pid_t> pids = {server.process().pid(), server.CoordinatorPid()};
+  for (const auto& r : info->ranks()) pids.push_back(static_cast<pid_t>(r.pid()));
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  // The children got it in their environment (which only their user can read).
+  const std::string env = read("/proc/" + std::to_string(server.CoordinatorPid()) + "/environ");
+  const size_t at = env.find("FERRY_CLUSTER_TOKEN=");
+  REQUIRE(at != std::string::npos);
+  const std::string token = env.substr(at + 20, env.find('\0', at) - at - 20);
+  REQUIRE(token.size() == 32);
+  for (pid_t pid : pids) {
+    const std::string args = read("/proc/" + std::to_string(pid) + "/cmdline");
+    INFO("pid " << pid);
+    CHECK_FALSE(args.empty());
+    CHECK(args.find(token) == std::string::npos);
+    CHECK(args.find("cluster") == std::string::npos);
+  }
 }
 
 }  // namespace
