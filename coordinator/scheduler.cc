@@ -220,7 +220,18 @@ void Scheduler::FailAll(const std::string& error) {
 }
 
 bool Scheduler::RunOnce() {
-  // 1. Aborts, on running and waiting requests alike.
+  FinishAborted();
+  StepPlan p = PlanStep();
+  if (p.step.segments.empty() && p.step.release.empty() && p.step.end_borrow.empty()) return false;
+  ++next_step_id_;
+  const Clock::time_point t0 = Clock::now();
+  absl::StatusOr<std::vector<step::SampledToken>> tokens = runner_->RunStep(p.step);
+  const Clock::time_point t1 = Clock::now();
+  step_forks_.clear();  // the workers forked them: they may go now
+  return ApplyResults(p, tokens, t0, t1);
+}
+
+void Scheduler::FinishAborted() {
   for (size_t i = 0; i < running_.size();) {
     if (running_[i]->abort_requested) {
       auto r = running_[i];
@@ -243,246 +254,23 @@ bool Scheduler::RunOnce() {
     }
   }
   for (auto& r : aborted) Finish(r, FinishReason::kAbort);
+}
 
-  // 2. Build the step: decode rows first, then prefill chunks, then admissions. A request's
-  // known tokens are its prompt and what it generated; `fed` of them are in the workers' state.
-  // With a page pool each piece first gets the pages it will write; a decode row that finds none
-  // free preempts the newest running request (recomputed later), a prefill chunk shrinks.
-  step::Step step;
-  step.step_id = next_step_id_;
-  step_forks_.clear();
-  int64_t budget = opts_.max_batch_tokens;
-  std::vector<std::shared_ptr<Request>> in_step;
-  const int64_t P = opts_.page_size;
-  auto known = [](const Request& r) { return static_cast<int64_t>(r.prompt.size() + r.generated.size()); };
-  auto token_at = [](const Request& r, int64_t i) {
-    const int64_t n = static_cast<int64_t>(r.prompt.size());
-    return i < n ? r.prompt[static_cast<size_t>(i)] : r.generated[static_cast<size_t>(i - n)];
-  };
-  // The latent split's owner for a conversation that moves or starts: the rank with the most free
-  // latent pages, ties to the lowest.
-  auto most_free = [&] {
-    int most = 0;
-    for (int k = 1; k < static_cast<int>(latent_books_.size()); ++k) {
-      if (latent_books_[k]->free_pages() > latent_books_[most]->free_pages()) most = k;
-    }
-    return most;
-  };
-  auto is_decode = [&](const Request& r) { return !r.generated.empty() && known(r) - r.fed == 1; };
-  // Tokens (up to `want`) whose pages can be had now; takes those pages into `pages`.
-  // With the latent split, also the latent pages of the ranks holding r's rows (`latent`,
-  // indexed by rank): the owner's, and every rank's while r borrows. A borrower that runs out
-  // ends the borrow (the rest of the fill ships its queries to the owner).
-  std::vector<std::vector<int32_t>> latent;
-  auto take_pages = [&](Request& r, int64_t want, std::vector<int32_t>* pages) -> int64_t {
-    latent.assign(split() ? static_cast<size_t>(opts_.world) : 0, {});
-    if (!books_) return want;
-    const int64_t held = static_cast<int64_t>(r.pages.size());
-    int64_t room = (held + books_->free_pages()) * P - r.fed;  // tokens the pages could hold
-    auto latent_room = [&](int k) {
-      return (static_cast<int64_t>(r.latent_pages[static_cast<size_t>(k)].size()) + latent_books_[k]->free_pages()) * P -
-             r.fed;
-    };
-    if (split()) {
-      room = std::min(room, latent_room(r.owner));
-      if (r.borrowed) {
-        for (int k = 0; k < opts_.world; ++k) {
-          if (latent_room(k) < std::min(want, room)) {
-            EndBorrow(r, /*cut=*/r.fed + std::min(want, room) < static_cast<int64_t>(r.prompt.size()));
-            break;
-          }
-        }
-      }
-    }
-    const int64_t n = std::min(want, room);
-    if (n <= 0) return 0;
-    const int64_t need = (r.fed + n + P - 1) / P - held;
-    if (need > 0) {
-      *pages = *books_->Allocate(need);  // cannot fail: `room` counted the free pages
-      r.pages.insert(r.pages.end(), pages->begin(), pages->end());
-    }
-    for (int k = 0; k < static_cast<int>(latent.size()); ++k) {
-      if (k != r.owner && !r.borrowed) continue;
-      std::vector<int32_t>& mine = r.latent_pages[static_cast<size_t>(k)];
-      const int64_t lneed = (r.fed + n + P - 1) / P - static_cast<int64_t>(mine.size());
-      if (lneed <= 0) continue;
-      latent[static_cast<size_t>(k)] = *latent_books_[k]->Allocate(lneed);  // counted above
-      if (k != r.owner) latent_counts_.borrowed_pages += lneed;
-      mine.insert(mine.end(), latent[static_cast<size_t>(k)].begin(), latent[static_cast<size_t>(k)].end());
-    }
-    return n;
-  };
-  auto add_segment = [&](const std::shared_ptr<Request>& r, int64_t n, std::vector<int32_t> pages) {
-    step::StepSegment seg;
-    seg.seq_id = r->seq_id;
-    seg.start = r->fed;
-    seg.sampling = r->sampling;
-    seg.seed = r->seed;
-    for (int64_t i = r->fed; i < r->fed + n; ++i) seg.tokens.push_back(token_at(*r, i));
-    seg.sample = r->fed + n == known(*r);
-    seg.new_pages = std::move(pages);
-    if (r->owner >= 0) {
-      seg.owner = r->owner;
-      seg.borrowed = r->borrowed;
-      seg.latent_pages = latent;
-    }
-    budget -= n;
-    step.segments.push_back(std::move(seg));
-    in_step.push_back(r);
-  };
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    const std::shared_ptr<Request> r = running_[i];
-    if (!is_decode(*r)) continue;
-    if (r->borrowed) EndBorrow(*r);  // the fill is over: before its first decode round
-    std::vector<int32_t> pages;
-    while (take_pages(*r, 1, &pages) == 0) {
-      // No page for this row: kept prompt-cache states give way first, then the newest running
-      // request is preempted (it may be this one).
-      if (EvictKept()) continue;
-      const std::shared_ptr<Request> victim = running_.back();
-      Preempt(victim);
-      if (victim == r) break;
-    }
-    if (std::find(running_.begin(), running_.end(), r) == running_.end()) break;  // r itself went
-    add_segment(r, 1, std::move(pages));
-  }
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    const std::shared_ptr<Request> r = running_[i];
-    if (is_decode(*r) || std::find(in_step.begin(), in_step.end(), r) != in_step.end()) continue;
-    std::vector<int32_t> pages;
-    int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
-    while (n <= 0) {
-      // Kept states give way first; then a newer request not in this step is preempted, so
-      // that prompts being filled can never hold every page between them and stall.
-      if (!EvictKept()) {
-        size_t v = running_.size();
-        while (v > i + 1 && std::find(in_step.begin(), in_step.end(), running_[v - 1]) != in_step.end()) --v;
-        if (v <= i + 1) break;
-        Preempt(running_[v - 1]);
-      }
-      n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
-    }
-    if (n > 0) add_segment(r, n, std::move(pages));
-  }
-  while (budget > 0 && static_cast<int64_t>(running_.size()) < opts_.max_running) {
-    std::shared_ptr<Request> r;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (waiting_.empty()) break;
-      r = waiting_.front();
-    }
-    // The prompt cache: start from the longest kept prefix, sharing its whole pages.
-    PromptCache::Match hit;
-    if (cache_ && r->generated.empty() && r->fed == 0) hit = cache_->Lookup(r->prompt);
-    // The latent split: a resume stays with the owner of its kept rows when that owner has the
-    // latent pages for the rest of its prompt. Otherwise it moves to the rank with the most free
-    // latent pages (when that one has them all): its rows are carried there from a length of
-    // carry_min_tokens, and below it the prompt runs as a fresh one (recomputed, borrowing).
-    int carry_from = -1;
-    bool recomputed = false;
-    if (split() && hit.seq_id != 0) {
-      const int owner = kept_latent_.at(hit.seq_id).first, most = most_free();
-      const int64_t all_pages = (known(*r) + P - 1) / P;
-      if (latent_books_[owner]->free_pages() < all_pages - hit.length / P && most != owner &&
-          latent_books_[most]->free_pages() >= all_pages) {
-        if (hit.length >= opts_.carry_min_tokens) {
-          carry_from = owner;
-        } else {
-          hit = {};
-          recomputed = true;
-        }
-      }
-    }
-    std::vector<int32_t> shared, shared_latent;
-    if (books_ && hit.seq_id != 0) {
-      const std::vector<int32_t>& kp = kept_pages_.at(hit.seq_id);
-      shared.assign(kp.begin(), kp.begin() + hit.length / P);
-    }
-    r->fed = hit.length;  // as if admitted; undone below when it is not
-    r->pages = shared;
-    if (split()) {
-      // A resumed state stays with the owner of its rows, or moves with them when carried (no
-      // borrow: the others lack its history); a fresh prompt goes to the rank with the most free
-      // latent pages and borrows.
-      r->latent_pages.assign(static_cast<size_t>(opts_.world), {});
-      if (hit.seq_id != 0 && carry_from >= 0) {
-        r->owner = most_free();  // as chosen above: every latent page is new there
-        r->borrowed = false;
-      } else if (hit.seq_id != 0) {
-        const auto& [owner, lp] = kept_latent_.at(hit.seq_id);
-        r->owner = owner;
-        shared_latent.assign(lp.begin(), lp.begin() + hit.length / P);
-        r->latent_pages[static_cast<size_t>(owner)] = shared_latent;
-        r->borrowed = false;
-      } else {
-        r->owner = most_free();
-        r->borrowed = true;
-      }
-    }
-    std::vector<int32_t> pages;
-    int64_t n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
-    if (hit.seq_id != 0) step_forks_.push_back(hit.seq_id);
-    while (n <= 0 && EvictKept()) n = take_pages(*r, std::min(budget, known(*r) - r->fed), &pages);
-    if (n <= 0) {  // no page for a new request: it keeps its place in the queue
-      r->fed = 0;
-      r->pages.clear();
-      r->latent_pages.clear();
-      r->owner = -1;
-      r->borrowed = false;
-      break;
-    }
-    if (!shared.empty()) (void)books_->AddRef(shared);
-    if (!shared_latent.empty()) (void)latent_books_[static_cast<size_t>(r->owner)]->AddRef(shared_latent);
-    if (split() && !r->borrowed) ++latent_counts_.remote_fills;
-    if (carry_from >= 0) {
-      ++latent_counts_.carries;
-      latent_counts_.carried_tokens += hit.length;
-    }
-    if (recomputed) ++latent_counts_.recomputed;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      waiting_.pop_front();
-    }
-    r->seq_id = next_seq_id_++;
-    if (cache_ && r->generated.empty()) {
-      if (observer_) observer_->OnPrefixLookup(static_cast<int64_t>(r->prompt.size()), hit.length);
-      r->cached = hit.length;
-    }
-    if (!r->first_scheduled) {
-      r->first_scheduled = Clock::now();
-      if (observer_) observer_->OnScheduled(*r, Seconds(*r->first_scheduled - r->arrival));
-    }
-    running_.push_back(r);
-    add_segment(r, n, std::move(pages));
-    step.segments.back().fork_from = hit.seq_id;
-    step.segments.back().fork_length = hit.length;
-    step.segments.back().carry_from = carry_from;
-  }
-  step.release = std::move(release_);
-  release_.clear();
-  step.end_borrow = std::move(end_borrow_);
-  end_borrow_.clear();
-  if (step.segments.empty() && step.release.empty() && step.end_borrow.empty()) return false;
-
-  // 3. Run it on every rank.
-  ++next_step_id_;
-  const Clock::time_point t0 = Clock::now();
-  absl::StatusOr<std::vector<step::SampledToken>> tokens = runner_->RunStep(step);
-  const Clock::time_point t1 = Clock::now();
-  step_forks_.clear();  // the workers forked them: they may go now
+bool Scheduler::ApplyResults(StepPlan& p, absl::StatusOr<std::vector<step::SampledToken>>& tokens,
+                             Clock::time_point t0, Clock::time_point t1) {
   if (absl::IsInvalidArgument(tokens.status())) {
     // Refused unchanged by every rank: its requests fail, the rest go on. What the step would have
     // created on the workers does not exist there; Finish releases the rest as usual.
-    const std::string why = absl::StrCat("step ", step.step_id, " was refused: ", tokens.status().message());
+    const std::string why = absl::StrCat("step ", p.step.step_id, " was refused: ", tokens.status().message());
     FERRY_LOG(ERROR) << why << "; its requests fail, serving goes on";
     std::vector<std::shared_ptr<Request>> failed;
-    for (const auto& r : in_step) {
+    for (const auto& r : p.in_step) {
       if (std::find(failed.begin(), failed.end(), r) == failed.end()) failed.push_back(r);
     }
     // Nothing of the step was applied: its releases go with the next one, and its ended borrows
     // too unless they were all it carried (then they are what was refused).
-    release_.insert(release_.begin(), step.release.begin(), step.release.end());
-    if (!step.segments.empty()) end_borrow_.insert(end_borrow_.begin(), step.end_borrow.begin(), step.end_borrow.end());
+    release_.insert(release_.begin(), p.step.release.begin(), p.step.release.end());
+    if (!p.step.segments.empty()) end_borrow_.insert(end_borrow_.begin(), p.step.end_borrow.begin(), p.step.end_borrow.end());
     for (const auto& r : failed) {
       running_.erase(std::find(running_.begin(), running_.end(), r));
       Finish(r, FinishReason::kError, why);
@@ -490,7 +278,7 @@ bool Scheduler::RunOnce() {
     return true;
   }
   if (!tokens.ok()) {
-    const std::string why = absl::StrCat("step ", step.step_id, " failed: ", tokens.status().message());
+    const std::string why = absl::StrCat("step ", p.step.step_id, " failed: ", tokens.status().message());
     FERRY_LOG(ERROR) << why << "; the scheduler stops serving";
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -507,16 +295,16 @@ bool Scheduler::RunOnce() {
   std::vector<std::shared_ptr<Request>> done;
   std::vector<FinishReason> reasons;
   std::vector<std::string> errors;
-  for (size_t s = 0; s < step.segments.size(); ++s) {
-    const step::StepSegment& seg = step.segments[s];
-    const auto& r = in_step[s];
+  for (size_t s = 0; s < p.step.segments.size(); ++s) {
+    const step::StepSegment& seg = p.step.segments[s];
+    const auto& r = p.in_step[s];
     step_tokens += static_cast<int64_t>(seg.tokens.size());
     r->fed += static_cast<int64_t>(seg.tokens.size());
     if (!seg.sample) continue;
     if (next_token >= tokens->size()) {
       // A runner that returns too few tokens is a broken invariant of the control plane.
       const std::string why =
-          absl::StrCat("step ", step.step_id, " returned ", tokens->size(), " tokens for more sampled segments");
+          absl::StrCat("step ", p.step.step_id, " returned ", tokens->size(), " tokens for more sampled segments");
       {
         std::lock_guard<std::mutex> lock(mu_);
         serving_ = false;

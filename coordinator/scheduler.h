@@ -141,6 +141,33 @@ class Scheduler {
   }
 
  private:
+  // RunOnce in phases: end what was aborted; plan the step (coordinator/step_plan.cc: decode rows,
+  // then the chunks of prompts being filled, then admissions, each with the pages it writes);
+  // run it on every rank; apply what came back (tokens to their requests, the ends of finished,
+  // refused or failed ones) and publish the books.
+  struct StepPlan {
+    step::Step step;
+    std::vector<std::shared_ptr<Request>> in_step;  // the request of each segment
+    int64_t budget = 0;                             // tokens the step may still take
+    // With the latent split: the latent pages the last TakePages handed out, by rank.
+    std::vector<std::vector<int32_t>> latent;
+  };
+  void FinishAborted();
+  StepPlan PlanStep();
+  void ScheduleDecodes(StepPlan& p);
+  void ContinuePrefills(StepPlan& p);
+  void Admit(StepPlan& p);
+  // Tokens of r (up to `want`) whose pages can be had now; takes those pages into `pages`, and
+  // with the latent split the latent pages of the ranks holding r's rows into p.latent (the
+  // owner's, and every rank's while r borrows; a borrower that runs out ends the borrow).
+  int64_t TakePages(StepPlan& p, Request& r, int64_t want, std::vector<int32_t>* pages);
+  void AddSegment(StepPlan& p, const std::shared_ptr<Request>& r, int64_t n, std::vector<int32_t> pages);
+  // The latent split's owner for a conversation that starts or moves: the rank with the most free
+  // latent pages, ties to the lowest.
+  int MostFreeLatentRank() const;
+  // false when the group can no longer serve (every live request has then failed).
+  bool ApplyResults(StepPlan& p, absl::StatusOr<std::vector<step::SampledToken>>& tokens, Clock::time_point t0,
+                    Clock::time_point t1);
   void Finish(const std::shared_ptr<Request>& r, FinishReason reason, const std::string& error = {});
   void ReleasePages(Request& r);
   // Releases a kept state: its conversation on the workers, its pages in the books.
