@@ -1,5 +1,8 @@
-// Sampling on the device (SampleRows in ops.h): one block of 1024 threads per row, the CPU's
-// cpu::SampleRow step by step without sorting the vocabulary.
+// Sampling on the device (SampleRows in ops.h): a cluster of kCluster blocks of 1024 threads per
+// row, each block on its slice of the row, the CPU's cpu::SampleRow step by step without sorting
+// the vocabulary. The blocks combine what they find through distributed shared memory (each reads
+// the others' partial sums, maxima and histograms in rank order, so every block reaches the same
+// result, run after run).
 //
 // Every selection the CPU makes by walking the sorted row (the top_k-th token, the end of the
 // top_p prefix, the token the draw lands on) is "the first element, in the row's order, whose
@@ -11,6 +14,7 @@
 // Weights are the CPU's (expf in float32) summed in float64 as there; only the order of those
 // sums (and expf's last bits) differ, so a pick can differ from the CPU's only where the draw
 // falls within rounding of a boundary.
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
 #include "absl/strings/str_cat.h"
@@ -22,7 +26,10 @@
 namespace ferry::kernels::cuda {
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 1024;
+constexpr int kCluster = 8;  // blocks a row (the portable cluster size)
 constexpr int kWarps = kThreads / 32;
 constexpr int kBuckets = 256;
 constexpr unsigned kFull = 0xffffffffu;
@@ -41,9 +48,24 @@ struct Smem {
   unsigned long long prefix;  // a select's pass result: the key bits fixed so far,
   double target;              // the weight left to cross within them,
   unsigned long long found;   // the element when its bucket held it alone (0: none yet)
-  unsigned long long top_keys[kMaxTopLogprobs];  // the most likely tokens' keys
+  unsigned long long top_keys[kMaxTopLogprobs];  // the most likely tokens' keys in this slice
   int n_top;
+  double part_d;     // this block's part of a cluster reduction
+  Ranked part_best;
+  int part_bad;
 };
+
+// This block's slice of its row: elements [lo, hi) (lo a multiple of 4, for 16-byte loads).
+struct Slice {
+  const float* row;
+  int64_t lo, hi;
+};
+
+__device__ __forceinline__ Slice SliceOf(const float* row, int64_t vocab, unsigned rank) {
+  const int64_t chunk = ((vocab + kCluster - 1) / kCluster + 3) / 4 * 4;
+  const int64_t lo = min(vocab, static_cast<int64_t>(rank) * chunk);
+  return Slice{row, lo, min(vocab, lo + chunk)};
+}
 
 // An element's weight in a select: 1 (counting), or its tempered probability before
 // normalisation, expf((v - max) * (1 / T)) as cpu::SampleToken computes it.
@@ -66,16 +88,30 @@ __device__ __forceinline__ double BlockSum(double v, Smem& sm) {
   return t;
 }
 
+// The sum of v over the cluster's threads, in every thread: each block's sum, then the blocks'
+// sums in rank order.
+__device__ double ClusterSum(double v, Smem& sm, cg::cluster_group& cluster) {
+  const double mine = BlockSum(v, sm);
+  if (threadIdx.x == 0) sm.part_d = mine;
+  cluster.sync();
+  double total = 0.0;
+  for (unsigned r = 0; r < kCluster; ++r) total += cluster.map_shared_rank(&sm, r)->part_d;
+  cluster.sync();  // every block has read the parts before any writes another
+  return total;
+}
+
 __device__ __forceinline__ int32_t IdOf(unsigned long long key) {
   return static_cast<int32_t>(~static_cast<uint32_t>(key));
 }
 
-// Calls f(in_row, i, v) for this thread's share of the row: 16-byte loads of four elements, two in
-// flight (a pass is bound by load latency otherwise: one SM walks the whole row), then the tail.
-// Every lane of a warp makes the same calls (in_row false past the end, v then 0), so f may use
-// warp-wide intrinsics.
+// Calls f(in_row, i, v) for this thread's share of the slice (i the index in the row): 16-byte
+// loads of four elements, two in flight (a pass is bound by load latency otherwise), then the
+// tail. Every lane of a warp makes the same calls (in_row false past the end, v then 0), so f may
+// use warp-wide intrinsics.
 template <class F>
-__device__ __forceinline__ void ForEachInRow(const float* row, int64_t vocab, F&& f) {
+__device__ __forceinline__ void ForEachInRow(const Slice& slice, F&& f) {
+  const float* row = slice.row + slice.lo;
+  const int64_t vocab = slice.hi - slice.lo, base = slice.lo;
   const bool vec = (reinterpret_cast<uintptr_t>(row) & 15) == 0;
   const int64_t groups = vec ? vocab / 4 : 0;
   const int64_t span = (groups + 2 * kThreads - 1) / (2 * kThreads) * (2 * kThreads);
@@ -85,37 +121,39 @@ __device__ __forceinline__ void ForEachInRow(const float* row, int64_t vocab, F&
     const bool in0 = g0 < groups, in1 = g1 < groups;
     const float4 a = in0 ? quads[g0] : float4{0.0f, 0.0f, 0.0f, 0.0f};
     const float4 b = in1 ? quads[g1] : float4{0.0f, 0.0f, 0.0f, 0.0f};
-    f(in0, 4 * g0, a.x);
-    f(in0, 4 * g0 + 1, a.y);
-    f(in0, 4 * g0 + 2, a.z);
-    f(in0, 4 * g0 + 3, a.w);
-    f(in1, 4 * g1, b.x);
-    f(in1, 4 * g1 + 1, b.y);
-    f(in1, 4 * g1 + 2, b.z);
-    f(in1, 4 * g1 + 3, b.w);
+    f(in0, base + 4 * g0, a.x);
+    f(in0, base + 4 * g0 + 1, a.y);
+    f(in0, base + 4 * g0 + 2, a.z);
+    f(in0, base + 4 * g0 + 3, a.w);
+    f(in1, base + 4 * g1, b.x);
+    f(in1, base + 4 * g1 + 1, b.y);
+    f(in1, base + 4 * g1 + 2, b.z);
+    f(in1, base + 4 * g1 + 3, b.w);
   }
   const int64_t rest = vocab - 4 * groups;
   const int64_t rest_span = (rest + kThreads - 1) / kThreads * kThreads;
   for (int64_t t = threadIdx.x; t < rest_span; t += kThreads) {
     const bool in = t < rest;
-    f(in, 4 * groups + t, in ? row[4 * groups + t] : 0.0f);
+    f(in, base + 4 * groups + t, in ? row[4 * groups + t] : 0.0f);
   }
 }
 
 // The sum of the weights of the row's elements with key >= floor (every key of a number is > 0).
-__device__ double WeightAbove(const float* row, int64_t vocab, unsigned long long floor, Weight wf, Smem& sm) {
+__device__ double WeightAbove(const Slice& slice, unsigned long long floor, Weight wf, Smem& sm,
+                              cg::cluster_group& cluster) {
   double s = 0.0;
-  ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+  ForEachInRow(slice, [&](bool in_row, int64_t i, float v) {
     if (in_row && RankKey(v, static_cast<int32_t>(i)) >= floor) s += wf(v);
   });
-  return BlockSum(s, sm);
+  return ClusterSum(s, sm, cluster);
 }
 
 // Walking the row's elements with key >= floor in descending key order: the first whose running
 // weight reaches `target` (exceeds it when `strict`), or the last when none does (rounding).
-// Returns its key. REQUIRES: at least one element with key >= floor. Block-uniform call.
-__device__ unsigned long long Select(const float* row, int64_t vocab, unsigned long long floor, Weight wf,
-                                     double target, bool strict, Smem& sm) {
+// Returns its key. REQUIRES: at least one element with key >= floor. Cluster-uniform call: each
+// block histograms its slice; every block's warp 0 walks the sum of the cluster's histograms.
+__device__ unsigned long long Select(const Slice& slice, unsigned long long floor, Weight wf, double target,
+                                     bool strict, Smem& sm, cg::cluster_group& cluster) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   unsigned long long prefix = 0;
   for (int shift = 56; shift >= 0; shift -= 8) {
@@ -126,7 +164,7 @@ __device__ unsigned long long Select(const float* row, int64_t vocab, unsigned l
     }
     __syncthreads();
     const unsigned long long high = shift == 56 ? 0ull : ~0ull << (shift + 8);
-    ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+    ForEachInRow(slice, [&](bool in_row, int64_t i, float v) {
       const unsigned long long key = in_row ? RankKey(v, static_cast<int32_t>(i)) : 0;
       const bool in = in_row && key >= floor && (key & high) == prefix;
       const unsigned active = __ballot_sync(kFull, in);
@@ -171,15 +209,38 @@ __device__ unsigned long long Select(const float* row, int64_t vocab, unsigned l
       }
       __syncwarp(active);
     });
-    __syncthreads();
+    cluster.sync();  // every block's histogram is complete
     if (warp == 0) {
+      // The cluster's histogram: the blocks' buckets summed in rank order (so every block walks
+      // the same numbers).
+      Smem* parts[kCluster];
+      for (unsigned r = 0; r < kCluster; ++r) parts[r] = cluster.map_shared_rank(&sm, r);
+      auto weight_of = [&](int b) {
+        double t = 0.0;
+        for (unsigned r = 0; r < kCluster; ++r) t += parts[r]->w[b];
+        return t;
+      };
+      auto count_of = [&](int b) {
+        int t = 0;
+        for (unsigned r = 0; r < kCluster; ++r) t += parts[r]->count[b];
+        return t;
+      };
+      auto top_of = [&](int b) {
+        unsigned long long t = 0;
+        for (unsigned r = 0; r < kCluster; ++r) t = parts[r]->top[b] > t ? parts[r]->top[b] : t;
+        return t;
+      };
       // Lane l holds buckets 255 - 8l down to 248 - 8l: a scan over lanes, then the crossing
       // lane walks its eight.
+      double w8[8];
+      int c8[8];
       double own = 0.0;
       int own_count = 0;
       for (int j = 0; j < 8; ++j) {
-        own += sm.w[255 - 8 * lane - j];
-        own_count += sm.count[255 - 8 * lane - j];
+        w8[j] = weight_of(255 - 8 * lane - j);
+        c8[j] = count_of(255 - 8 * lane - j);
+        own += w8[j];
+        own_count += c8[j];
       }
       double incl = own;
       for (int off = 1; off < 32; off <<= 1) {
@@ -198,30 +259,30 @@ __device__ unsigned long long Select(const float* row, int64_t vocab, unsigned l
       }
       if (nonempty != 0 && lane == walker) {
         double cum = excl, cum_before = excl;
-        int pick = -1, last_seen = -1;
+        int pick_j = -1, last_j = -1;
         for (int j = 0; j < 8; ++j) {
-          const int b = 255 - 8 * lane - j;
-          if (sm.count[b] == 0) continue;
-          if (!last && (strict ? cum + sm.w[b] > target : cum + sm.w[b] >= target)) {
-            pick = b;
+          if (c8[j] == 0) continue;
+          if (!last && (strict ? cum + w8[j] > target : cum + w8[j] >= target)) {
+            pick_j = j;
             cum_before = cum;
             break;
           }
-          last_seen = b;
+          last_j = j;
           cum_before = cum;
-          cum += sm.w[b];
+          cum += w8[j];
         }
-        if (pick < 0) pick = last_seen;
+        if (pick_j < 0) pick_j = last_j;
+        const int pick = 255 - 8 * lane - pick_j;
         sm.prefix = prefix | (static_cast<unsigned long long>(pick) << shift);
         sm.target = last ? INFINITY : target - cum_before;
-        sm.found = sm.count[pick] == 1 ? sm.top[pick] : 0;
+        sm.found = c8[pick_j] == 1 ? top_of(pick) : 0;
       }
     }
     __syncthreads();
     prefix = sm.prefix;
     target = sm.target;
     const unsigned long long found = sm.found;
-    __syncthreads();
+    cluster.sync();  // no block clears its histogram while another still reads it
     if (found != 0) return found;
   }
   return prefix;
@@ -233,16 +294,20 @@ __global__ void __launch_bounds__(kThreads)
   PdlLaunchDependents();
   PdlWait();
   __shared__ Smem sm;
+  cg::cluster_group cluster = cg::this_cluster();
+  const unsigned rank = cluster.block_rank();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t r = blockIdx.x;
+  const int64_t r = blockIdx.x / kCluster;
   const float* row = logits + r * vocab;
+  const Slice slice = SliceOf(row, vocab, rank);
   const RowSampler s = samplers[r];
   SampledToken& o = out[r];
+  const bool writer = rank == 0 && tid == 0;
 
   // The argmax, and whether the row is fit to sample from.
   Ranked best{0.0f, -1};
   int bad = 0;
-  ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+  ForEachInRow(slice, [&](bool in_row, int64_t i, float v) {
     if (!in_row) return;
     bad |= isnan(v) || v == INFINITY;
     best = Better(best, Ranked{v, static_cast<int32_t>(i)});
@@ -256,9 +321,19 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   best = WarpBest(sm.red_best[lane]);
   bad = __any_sync(kFull, sm.red_bad[lane]);
-  __syncthreads();
+  if (tid == 0) {
+    sm.part_best = best;
+    sm.part_bad = bad;
+  }
+  cluster.sync();
+  for (unsigned k = 0; k < kCluster; ++k) {
+    const Smem* part = cluster.map_shared_rank(&sm, k);
+    best = Better(best, part->part_best);
+    bad |= part->part_bad;
+  }
+  cluster.sync();  // the parts are read before any block writes its next one
   if (bad || best.v == -INFINITY) {
-    if (tid == 0) {
+    if (writer) {
       o.token = -1;
       o.n_top = 0;
     }
@@ -269,18 +344,18 @@ __global__ void __launch_bounds__(kThreads)
   if (s.temperature > 0.0f) {
     unsigned long long floor = 0;  // below every number's key
     if (s.top_k > 0 && s.top_k < vocab) {
-      floor = Select(row, vocab, 0, Weight{true, 0.0f, 0.0f}, static_cast<double>(s.top_k), false, sm);
+      floor = Select(slice, 0, Weight{true, 0.0f, 0.0f}, static_cast<double>(s.top_k), false, sm, cluster);
     }
     const Weight prob{false, 1.0f / s.temperature, best.v};
-    double mass = WeightAbove(row, vocab, floor, prob, sm);
+    double mass = WeightAbove(slice, floor, prob, sm, cluster);
     if (s.top_p < 1.0f) {
-      floor = Select(row, vocab, floor, prob, static_cast<double>(s.top_p) * mass, false, sm);
-      mass = WeightAbove(row, vocab, floor, prob, sm);
+      floor = Select(slice, floor, prob, static_cast<double>(s.top_p) * mass, false, sm, cluster);
+      mass = WeightAbove(slice, floor, prob, sm, cluster);
     }
-    token = IdOf(Select(row, vocab, floor, prob, s.uniform * mass, true, sm));
+    token = IdOf(Select(slice, floor, prob, s.uniform * mass, true, sm, cluster));
   }
   if (s.top_logprobs < 0) {
-    if (tid == 0) {
+    if (writer) {
       o.token = token;
       o.n_top = 0;
     }
@@ -289,37 +364,48 @@ __global__ void __launch_bounds__(kThreads)
 
   // log_softmax at temperature 1: v - (max + log sum expf(v - max)), summed in float64.
   double e = 0.0;
-  ForEachInRow(row, vocab, [&](bool in_row, int64_t, float v) {
+  ForEachInRow(slice, [&](bool in_row, int64_t, float v) {
     if (in_row) e += static_cast<double>(expf(v - best.v));
   });
-  const double lse = static_cast<double>(best.v) + log(BlockSum(e, sm));
-  // The n most likely: the n-th's key by a counting select, then every key at or above it.
+  const double lse = static_cast<double>(best.v) + log(ClusterSum(e, sm, cluster));
+  // The n most likely: the n-th's key by a counting select, then every key at or above it from
+  // each slice, merged by rank 0.
   const int n = static_cast<int>(vocab < kMaxTopLogprobs ? min(static_cast<int64_t>(s.top_logprobs), vocab)
                                                          : min(s.top_logprobs, kMaxTopLogprobs));
   if (n > 0) {
-    const unsigned long long nth = Select(row, vocab, 0, Weight{true, 0.0f, 0.0f}, static_cast<double>(n), false, sm);
+    const unsigned long long nth =
+        Select(slice, 0, Weight{true, 0.0f, 0.0f}, static_cast<double>(n), false, sm, cluster);
     if (tid == 0) sm.n_top = 0;
     __syncthreads();
-    ForEachInRow(row, vocab, [&](bool in_row, int64_t i, float v) {
+    ForEachInRow(slice, [&](bool in_row, int64_t i, float v) {
       if (!in_row || RankKey(v, static_cast<int32_t>(i)) < nth) return;
       const int slot = atomicAdd(&sm.n_top, 1);
       if (slot < kMaxTopLogprobs) sm.top_keys[slot] = RankKey(v, static_cast<int32_t>(i));  // distinct: n
     });
-    __syncthreads();
-    if (tid == 0) {
-      for (int a = 1; a < n; ++a) {  // n <= 20: insertion sort, descending
-        const unsigned long long k = sm.top_keys[a];
-        int b = a;
-        for (; b > 0 && sm.top_keys[b - 1] < k; --b) sm.top_keys[b] = sm.top_keys[b - 1];
-        sm.top_keys[b] = k;
+    cluster.sync();
+    if (writer) {
+      unsigned long long keys[kMaxTopLogprobs];
+      int got = 0;
+      for (unsigned k = 0; k < kCluster; ++k) {
+        const Smem* part = cluster.map_shared_rank(&sm, k);
+        for (int j = 0; j < min(part->n_top, kMaxTopLogprobs) && got < kMaxTopLogprobs; ++j) {
+          keys[got++] = part->top_keys[j];
+        }
       }
-      for (int j = 0; j < n; ++j) {
-        o.top_ids[j] = IdOf(sm.top_keys[j]);
-        o.top_logprobs[j] = static_cast<float>(static_cast<double>(row[IdOf(sm.top_keys[j])]) - lse);
+      for (int a = 1; a < got; ++a) {  // at most 20: insertion sort, descending
+        const unsigned long long k = keys[a];
+        int b = a;
+        for (; b > 0 && keys[b - 1] < k; --b) keys[b] = keys[b - 1];
+        keys[b] = k;
+      }
+      for (int j = 0; j < n && j < got; ++j) {
+        o.top_ids[j] = IdOf(keys[j]);
+        o.top_logprobs[j] = static_cast<float>(static_cast<double>(row[IdOf(keys[j])]) - lse);
       }
     }
+    cluster.sync();  // rank 0 has read every slice's keys before any block exits
   }
-  if (tid == 0) {
+  if (writer) {
     o.token = token;
     o.logprob = static_cast<float>(static_cast<double>(row[token]) - lse);
     o.n_top = n;
@@ -338,8 +424,24 @@ absl::Status SampleRows(const float* logits, int64_t rows, int64_t vocab, const 
   if (logits == nullptr || samplers == nullptr || out == nullptr) {
     return absl::InvalidArgumentError("SampleRows: null logits, samplers or out");
   }
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(SampleKernel, static_cast<unsigned>(rows), kThreads, 0,
-                                             static_cast<cudaStream_t>(stream), logits, vocab, samplers, out));
+  if (rows > 0x7fffffff / kCluster) {
+    return absl::InvalidArgumentError(absl::StrCat("SampleRows: rows ", rows, " (at most ", 0x7fffffff / kCluster, ")"));
+  }
+  // A cluster of kCluster blocks a row, allowed to begin before the kernel before it ends (PDL).
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(rows * kCluster));
+  config.blockDim = dim3(kThreads);
+  config.stream = static_cast<cudaStream_t>(stream);
+  config.attrs = attr;
+  config.numAttrs = PdlEnabled() ? 2 : 1;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SampleKernel, logits, vocab, samplers, out));
   return absl::OkStatus();
 }
 
