@@ -115,11 +115,11 @@ void PrintDecisionStats(const DecisionStats& s) {
 // Runs `check` with `log` attached to `m` in `mode`; detaches it after.
 absl::StatusOr<GoldenResult> WithLog(model::CausalLM& m, DecisionLog& log, DecisionLog::Mode mode,
                                      const GoldenPrompt& g, float tol, int64_t chunk) {
-  if (absl::Status st = model::cuda::AttachDecisionLog(m, &log); !st.ok()) return st;
+  m.set_decision_log(&log);
   log.Start(mode);
   auto r = model::CheckGoldenPromptForced(m, g, tol, chunk);
   absl::Status fin = log.Finish();
-  (void)model::cuda::AttachDecisionLog(m, nullptr);
+  m.set_decision_log(nullptr);
   if (!r.ok()) return r.status();
   if (!fin.ok()) return fin;
   return r;

@@ -19,6 +19,7 @@ namespace ferry::model {
 // One conversation's cached state (latent rows, index keys, recurrent state). Owned by the
 // caller; a family's Forward() appends to it.
 class SplitRows;
+class DecisionLog;
 
 class SequenceState {
  public:
@@ -158,6 +159,10 @@ class CausalLM {
   // The latent part of page_bytes() that the latent split keeps on owners only (0: no split).
   virtual int64_t latent_page_bytes() const { return 0; }
   int64_t fixed_bytes_per_sequence() const { return NewSequence()->fixed_bytes(); }
+  // Every later Forward() reports its indexer and routing decisions to `log` (model/decision_log.h:
+  // recorded, compared, or replayed and pinned), until detached with nullptr. Not owned.
+  void set_decision_log(DecisionLog* log) { decisions_ = log; }
+  DecisionLog* decision_log() const { return decisions_; }
 
   // Runs one step over the segments. Each segment's rows see their own conversation's earlier
   // tokens and the earlier tokens of the same segment (causal); segments never see each other,
@@ -168,6 +173,7 @@ class CausalLM {
 
  private:
   int64_t weight_bytes_ = 0;
+  DecisionLog* decisions_ = nullptr;
 };
 
 // Opens the checkpoint at `dir`, parses its config and loads the matching family: this rank's

@@ -192,11 +192,14 @@ absl::Status CpuOps::MlaDecode(const float* q_abs, const float* q_pe, int64_t ro
 
 absl::Status CpuOps::FfnAdd(const Ffn& f, const ModelConfig& c, const float* a, int64_t rows, const FfnScratch&,
                             float* y, float* x, const DecisionTap& tap, bool assign) {
-  if (tap.log != nullptr) {
-    return absl::UnimplementedError("the CPU backend does not report routing decisions to a decision log");
-  }
   const int64_t D = c.hidden_size;
-  FfnForward(f, a, rows, D, c.swiglu_limit, y);
+  RouteDecision decide;
+  if (tap.log != nullptr) {
+    decide = [&](int64_t n, int64_t k, std::span<int32_t> experts) {
+      return tap.log->Decide(DecisionSite::kMoeExperts, tap.layer, n, k, experts);
+    };
+  }
+  FERRY_RETURN_IF_ERROR(FfnForward(f, a, rows, D, c.swiglu_limit, y, decide));
   if (assign) {
     std::copy_n(y, rows * D, x);
   } else {

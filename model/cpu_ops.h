@@ -131,8 +131,8 @@ class CpuOps {
                          int64_t rope, const Cache& cache, const int32_t* sel, const int32_t* offsets, float scale,
                          float* out, void* workspace, int64_t workspace_bytes);
   absl::StatusOr<FfnScratch> TakeFfnScratch(const ModelConfig&, int64_t) { return FfnScratch{}; }
-  // x = (or +=) FFN(a) (MoeForward / MlpForward in float32). A decision tap is not supported on
-  // this backend (UNIMPLEMENTED when one is attached).
+  // x = (or +=) FFN(a) (MoeForward / MlpForward in float32); an attached decision tap sees, and
+  // on replay pins, each MoE layer's routing.
   absl::Status FfnAdd(const Ffn& f, const ModelConfig& c, const float* a, int64_t rows, const FfnScratch& s, float* y,
                       float* x, const DecisionTap& tap, bool assign = false);
   absl::Status FfnError(int32_t, int64_t) const { return absl::OkStatus(); }

@@ -18,8 +18,10 @@
 // Decisions are id rows [rows, width] int32, -1 padding the unused tail of a row (TopK's and
 // MoeRoute's output formats: ids ascending, then -1). Rows compare as sets (order ignored).
 //
-// Plain C++, no device code: the CUDA models (model/cuda/decision_tap.h) copy their ids to the
-// host, call Decide(), and upload what it leaves. A model without a log attached pays nothing.
+// Plain C++, no device code: a model reports to the log attached with CausalLM::set_decision_log.
+// The CPU backend decides on host ids directly (CpuOps::TapTopK, MoeForward's RouteDecision);
+// the CUDA models (model/cuda/decision_tap.h) copy their ids to the host, call Decide(), and
+// upload what it leaves. A model without a log attached pays nothing.
 // Thread safety: none; one Forward() at a time (as CausalLM).
 #pragma once
 

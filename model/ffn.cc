@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/decision_log.h"
 
 namespace ferry::model {
 
@@ -56,7 +57,8 @@ absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, 
   return m;
 }
 
-void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y) {
+absl::Status MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
+                        const RouteDecision& decide) {
   const int64_t E = m.routing.n_experts, K = m.routing.top_k;
   std::vector<float> logits(static_cast<size_t>(rows * E));
   cpu::Linear(x, rows, hidden, m.router.ptr(), E, logits.data());
@@ -65,6 +67,21 @@ void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidde
   for (int64_t r = 0; r < rows; ++r) {
     cpu::RouteRow(logits.data() + r * E, m.bias.ptr(), m.routing, experts.data() + r * K,
                   weights.data() + r * K);
+  }
+  if (decide) {
+    FERRY_ASSIGN_OR_RETURN(const bool pinned, decide(rows, K, std::span<int32_t>(experts)));
+    for (int64_t r = 0; pinned && r < rows; ++r) {
+      int32_t* row = experts.data() + r * K;
+      std::sort(row, row + K);
+      for (int64_t k = 0; k < K; ++k) {
+        if (row[k] < 0 || row[k] >= E || (k > 0 && row[k] == row[k - 1])) {
+          return absl::InvalidArgumentError(absl::StrCat("pinned routing of row ", r, ": expert ", row[k],
+                                                         " is outside [0, ", E, ") or repeated"));
+        }
+      }
+      PinnedRouteWeights(logits.data() + r * E, std::span<const int32_t>(row, static_cast<size_t>(K)), m.routing,
+                         weights.data() + r * K);
+    }
   }
   // Each expert runs once over the rows routed to it; outputs land in per-(row, slot) buffers
   // and are summed per row in slot order (ascending expert id), whatever the batch holds.
@@ -100,6 +117,7 @@ void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidde
     MlpForward(m.shared, x, rows, hidden, limit, sh.data());
     for (int64_t i = 0; i < rows * hidden; ++i) y[i] += sh[i];
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, int64_t layer,
@@ -114,12 +132,11 @@ absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, 
   return f;
 }
 
-void FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y) {
-  if (f.dense) {
-    MlpForward(f.mlp, x, rows, hidden, limit, y);
-  } else {
-    MoeForward(f.moe, x, rows, hidden, limit, y);
-  }
+absl::Status FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
+                        const RouteDecision& decide) {
+  if (!f.dense) return MoeForward(f.moe, x, rows, hidden, limit, y, decide);
+  MlpForward(f.mlp, x, rows, hidden, limit, y);
+  return absl::OkStatus();
 }
 
 }  // namespace ferry::model

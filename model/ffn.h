@@ -2,6 +2,9 @@
 // the shared expert) and the sigmoid-routed MoE.
 #pragma once
 
+#include <functional>
+#include <span>
+
 #include <cstdint>
 #include <vector>
 
@@ -42,10 +45,17 @@ struct MoeWeights {
 // expert, so routing (replicated) stays global.
 absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp = {});
 
+// What a decision log does with a step's routing (model/decision_log.h): it sees the experts
+// [rows, k] (ascending in each row) and may overwrite them (a replay); true when it did.
+using RouteDecision = std::function<absl::StatusOr<bool>(int64_t rows, int64_t k, std::span<int32_t> experts)>;
+
 // y[rows, hidden] (this rank's partial sum under tensor parallelism) = sum over each row's routed experts, ascending by expert id, of
 // weight * expert(x), then + shared(x). Each row's result is independent of the other rows.
-// y must not alias x.
-void MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
+// y must not alias x. `decide` (optional) may pin the routing: pinned experts are weighted as the
+// router would weight them (PinnedRouteWeights). Errors: `decide`'s, and INVALID_ARGUMENT
+// for a pinned expert id outside [0, n_experts) or repeated in a row.
+absl::Status MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
+                        const RouteDecision& decide = {});
 
 // A layer's FFN: the dense MLP or the MoE, as config.mlp_types says.
 struct FfnWeights {
@@ -58,7 +68,9 @@ struct FfnWeights {
 absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, int64_t layer,
                                    const TensorParallel& tp = {});
 
-// y[rows, hidden] = the layer's FFN of x (this rank's partial sum under tensor parallelism).
-void FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
+// y[rows, hidden] = the layer's FFN of x (this rank's partial sum under tensor parallelism); an MoE
+// layer's routing goes through `decide` as MoeForward says.
+absl::Status FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
+                        const RouteDecision& decide = {});
 
 }  // namespace ferry::model

@@ -55,7 +55,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::Forward(std::span<const ForwardSegment> 
 absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const ForwardSegment> segments,
                                                            std::vector<std::vector<float>>* hidden,
                                                            int64_t kda_chunk) {
-  NextStepContext ctx{&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, nullptr, &kda_layout_,
+  NextStepContext ctx{&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log(), &kda_layout_,
                       kda_chunk};
   return NextStep(ops_, ctx, weights_, segments, hidden);
 }

@@ -38,7 +38,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::Forward(std::span<const ForwardSegment>
 
 absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const ForwardSegment> segments,
                                                            std::vector<std::vector<float>>* hidden) {
-  const DsaStepContext ctx{&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, nullptr};
+  const DsaStepContext ctx{&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log()};
   return DsaStep(ops_, ctx, weights_, segments, hidden, nullptr);
 }
 

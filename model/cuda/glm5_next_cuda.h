@@ -46,7 +46,6 @@ class Glm5NextCuda final : public CausalLM {
                                                             const TensorParallel& tp = {});
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
-  void set_decision_log(DecisionLog* log) { decisions_ = log; }
   const ModelConfig& config() const override { return config_; }
   // The key arena (replicated part); the latent arena holds the MLA rows.
   const PageArena& arena() const override { return *keys_arena_; }
@@ -84,7 +83,7 @@ class Glm5NextCuda final : public CausalLM {
         tp_(tp),
         kda_layout_(KdaStateLayout::Of(config_, tp.Local(config_.linear_num_heads))) {}
   NextStepContext Context() {
-    return {&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decisions_, &kda_layout_, 0};
+    return {&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log(), &kda_layout_, 0};
   }
 
   ModelConfig config_;
@@ -95,7 +94,6 @@ class Glm5NextCuda final : public CausalLM {
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   std::unique_ptr<Impl<uint16_t>> bf16_;
   std::unique_ptr<Impl<float>> f32_;
-  DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 
 }  // namespace ferry::model::cuda

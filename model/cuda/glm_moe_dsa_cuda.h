@@ -51,7 +51,6 @@ class GlmMoeDsaCuda final : public CausalLM {
   Precision precision() const { return precision_; }
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
-  void set_decision_log(DecisionLog* log) { decisions_ = log; }
 
   const ModelConfig& config() const override { return config_; }
   // The key arena (replicated part); the latent arena holds the MLA rows.
@@ -92,7 +91,7 @@ class GlmMoeDsaCuda final : public CausalLM {
 
   GlmMoeDsaCuda(ModelConfig c, Precision p, const TensorParallel& tp) : config_(std::move(c)), precision_(p), tp_(tp) {}
   DsaStepContext Context() {
-    return {&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decisions_};
+    return {&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log()};
   }
 
   ModelConfig config_;
@@ -102,7 +101,6 @@ class GlmMoeDsaCuda final : public CausalLM {
   std::shared_ptr<PageArena> keys_arena_, latent_arena_;
   std::unique_ptr<Impl<uint16_t>> bf16_;
   std::unique_ptr<Impl<float>> f32_;
-  DecisionLog* decisions_ = nullptr;  // see set_decision_log
 };
 
 }  // namespace ferry::model::cuda

@@ -47,16 +47,4 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
   return model;
 }
 
-absl::Status AttachDecisionLog(CausalLM& model, DecisionLog* log) {
-  if (auto* m = dynamic_cast<GlmMoeDsaCuda*>(&model)) {
-    m->set_decision_log(log);
-    return absl::OkStatus();
-  }
-  if (auto* m = dynamic_cast<Glm5NextCuda*>(&model)) {
-    m->set_decision_log(log);
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError("a decision log attaches to a CUDA model (LoadCausalLMCuda) only");
-}
-
 }  // namespace ferry::model::cuda

@@ -24,11 +24,4 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
                                                            const CacheOptions& cache = {},
                                                            const CudaLoadOptions& opts = {});
 
-// Attaches `log` (null: detaches) to a model LoadCausalLMCuda returned: its Forward() then
-// reports every indexer top-k and MoE routing decision to the log, which records, compares or
-// pins them (model/decision_log.h, model/cuda/decision_tap.h). For check-golden only: the tap
-// syncs with the host at every site. The log must outlive its use; one log per model.
-// Errors: INVALID_ARGUMENT for a model not loaded by LoadCausalLMCuda.
-absl::Status AttachDecisionLog(CausalLM& model, DecisionLog* log);
-
 }  // namespace ferry::model::cuda

@@ -201,18 +201,19 @@ int Main(const std::string& dir, cuda::Precision precision) {
   auto record = [&](auto run, const Rows& steps) -> absl::Status {
     if (f32) return run();
     tape.Start(DecisionLog::Mode::kRecord);
-    FERRY_RETURN_IF_ERROR(cuda::AttachDecisionLog(*gpu, &tape));
+    gpu->set_decision_log(&tape);
     absl::Status st = run();
-    FERRY_RETURN_IF_ERROR(cuda::AttachDecisionLog(*gpu, nullptr));
+    gpu->set_decision_log(nullptr);
     FERRY_RETURN_IF_ERROR(st);
     FERRY_RETURN_IF_ERROR(tape.Finish());
     FERRY_ASSIGN_OR_RETURN(tape, tape.Recut(steps));
     tape.Start(DecisionLog::Mode::kReplay);
-    return cuda::AttachDecisionLog(*gpu, &tape);
+    gpu->set_decision_log(&tape);
+    return absl::OkStatus();
   };
   auto replayed = [&]() -> absl::Status {
     if (f32) return absl::OkStatus();
-    FERRY_RETURN_IF_ERROR(cuda::AttachDecisionLog(*gpu, nullptr));
+    gpu->set_decision_log(nullptr);
     FERRY_RETURN_IF_ERROR(tape.Finish());
     printf("  (bf16: pinned to the first run's decisions; %ld of %ld would have differed)\n",
            static_cast<long>(tape.stats().differing), static_cast<long>(tape.stats().decisions));
@@ -456,9 +457,9 @@ int Fp8Main(const std::string& dir) {
   DecisionLog tape;
   auto run = [&](CausalLM& m, const std::vector<int32_t>& ids, DecisionLog::Mode mode) -> absl::StatusOr<ForwardOutput> {
     tape.Start(mode);
-    FERRY_RETURN_IF_ERROR(cuda::AttachDecisionLog(m, &tape));
+    m.set_decision_log(&tape);
     absl::StatusOr<ForwardOutput> o = Run(m, ids, nullptr);
-    FERRY_RETURN_IF_ERROR(cuda::AttachDecisionLog(m, nullptr));
+    m.set_decision_log(nullptr);
     FERRY_RETURN_IF_ERROR(tape.Finish());
     return o;
   };

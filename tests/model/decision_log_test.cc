@@ -3,8 +3,11 @@
 #include "model/decision_log.h"
 
 #include <cmath>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "model/causal_lm.h"
 #include "tests/catch.h"
 
 namespace ferry::model {
@@ -181,6 +184,49 @@ TEST_CASE("a recut tape replays rows of the recorded steps into other steps", "[
   REQUIRE(none.ok());
   CHECK(none->steps() == 2);
   CHECK(none->entries() == 0);
+}
+
+// One forward of `ids` as a fresh conversation with `log` attached (null: none) in `mode`.
+std::vector<float> ForwardLogged(CausalLM& m, const std::vector<int32_t>& ids, DecisionLog* log, Mode mode) {
+  if (log != nullptr) log->Start(mode);
+  m.set_decision_log(log);
+  std::unique_ptr<SequenceState> seq = m.NewSequence();
+  ForwardSegment seg{seq.get(), ids, true};
+  auto out = m.Forward({&seg, 1});
+  m.set_decision_log(nullptr);
+  REQUIRE(out.ok());
+  if (log != nullptr) REQUIRE(log->Finish().ok());
+  return out->logits;
+}
+
+TEST_CASE("the CPU backend reports its indexer and routing decisions, and a replay pins them", "[decision_log]") {
+  for (const std::string dir : {std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny",
+                                std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny"}) {
+    INFO(dir);
+    auto m = LoadCausalLM(dir);
+    REQUIRE(m.ok());
+    std::vector<int32_t> a, b;
+    for (int i = 0; i < 40; ++i) {
+      a.push_back(static_cast<int32_t>(3 + (i * 37) % 370));
+      b.push_back(static_cast<int32_t>(5 + (i * 53) % 360));
+    }
+    const std::vector<float> plain_a = ForwardLogged(**m, a, nullptr, Mode::kRecord);
+    const std::vector<float> plain_b = ForwardLogged(**m, b, nullptr, Mode::kRecord);
+    DecisionLog tape;
+    // Recording and comparing change nothing; a replay of a run's own decisions is that run.
+    CHECK(ForwardLogged(**m, a, &tape, Mode::kRecord) == plain_a);
+    CHECK(tape.stats().by_site[static_cast<int>(DecisionSite::kMoeExperts)] > 0);
+    CHECK(tape.stats().by_site[static_cast<int>(DecisionSite::kIndexerTopK)] > 0);
+    CHECK(ForwardLogged(**m, a, &tape, Mode::kReplay) == plain_a);
+    CHECK(tape.stats().differing == 0);
+    CHECK(ForwardLogged(**m, b, &tape, Mode::kCompare) == plain_b);
+    const int64_t differing = tape.stats().differing;
+    CHECK(differing > 0);
+    // Another prompt's forward pinned to a's decisions: the differing ones are replaced (later
+    // layers then see other inputs, so the count may move), and the logits move.
+    CHECK(ForwardLogged(**m, b, &tape, Mode::kReplay) != plain_b);
+    CHECK(tape.stats().differing > 0);
+  }
 }
 
 }  // namespace
