@@ -240,15 +240,22 @@ Result SampleRowsCase(std::mt19937& rng, int64_t rows, int64_t vocab, bool sampl
     r.mismatched += g.token != w.token;
     if (w.token < 0 || samplers[static_cast<size_t>(t)].top_logprobs < 0) continue;
     r.mismatched += g.n_top != w.n_top;
-    got_lp.push_back(g.logprob);
-    want_lp.push_back(w.logprob);
+    // A token whose logit is -inf has log-probability -inf on both sides: compared exactly.
+    auto add = [&](float got, float want) {
+      if (std::isfinite(want)) {
+        got_lp.push_back(got);
+        want_lp.push_back(want);
+      } else {
+        r.mismatched += got != want;
+      }
+    };
+    add(g.logprob, w.logprob);
     for (int32_t j = 0; j < std::min(g.n_top, w.n_top); ++j) {
       r.mismatched += g.top_ids[j] != w.top_ids[j];
-      got_lp.push_back(g.top_logprobs[j]);
-      want_lp.push_back(w.top_logprobs[j]);
+      add(g.top_logprobs[j], w.top_logprobs[j]);
     }
   }
-  r.rel_err = RelErr(got_lp, want_lp, &r.unwritten);
+  r.rel_err = got_lp.empty() ? 0.0 : RelErr(got_lp, want_lp, &r.unwritten);
   return r;
 }
 
