@@ -58,7 +58,7 @@ ABSL_FLAG(bool, fp8_experts, true,
           "them to bf16");
 ABSL_FLAG(double, step_timeout, 60,
           "Seconds a step's data-plane transfers (the tensor-parallel reductions, the owner exchange, carries) may "
-          "wait for a peer; past it the step is aborted and the worker exits 1 naming the step and the peer (seconds)");
+          "wait for a peer; past it the step is aborted and the worker exits (status 3) naming the step and the peer");
 ABSL_FLAG(double, keepalive_s, 10,
           "Seconds between keepalive pings to the coordinator, and to wait for their answer: past it the "
           "coordinator is taken as gone and the worker exits");

@@ -7,10 +7,11 @@
 // Every selection the CPU makes by walking the sorted row (the top_k-th token, the end of the
 // top_p prefix, the token the draw lands on) is "the first element, in the row's order, whose
 // running weight reaches a target" (weight 1 for top_k, the tempered probability otherwise). The
-// block finds it as a radix select over the elements' 64-bit order keys (rank.cuh RankKey: value,
-// then the lower id first): eight bits a pass from the top, each pass a histogram of the weight
-// and count of the elements still in play, walked in descending order to the bucket where the
-// running weight crosses; a bucket of one element ends it early (most rows take 3 to 4 passes).
+// cluster finds it as a radix select over the elements' 64-bit order keys (rank.cuh RankKey:
+// value, then the lower id first): eight bits a pass from the top, each pass a histogram of the
+// weight and count of the elements still in play (each block its slice's, summed across the
+// cluster), walked in descending order to the bucket where the running weight crosses; a bucket
+// of one element ends it early (most rows take 3 to 4 passes).
 // Weights are the CPU's (expf in float32) summed in float64 as there; only the order of those
 // sums (and expf's last bits) differ, so a pick can differ from the CPU's only where the draw
 // falls within rounding of a boundary.
