@@ -51,4 +51,24 @@ cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, si
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
+// LaunchDependent for a grid of clusters of `cluster` blocks along x (grid.x a multiple of it).
+template <typename... Params, typename... Args>
+cudaError_t LaunchClusterDependent(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster,
+                                   cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = stream;
+  config.attrs = attr;
+  config.numAttrs = PdlEnabled() ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 }  // namespace ferry::kernels::cuda

@@ -429,20 +429,9 @@ absl::Status SampleRows(const float* logits, int64_t rows, int64_t vocab, const 
     return absl::InvalidArgumentError(absl::StrCat("SampleRows: rows ", rows, " (at most ", 0x7fffffff / kCluster, ")"));
   }
   // A cluster of kCluster blocks a row, allowed to begin before the kernel before it ends (PDL).
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(rows * kCluster));
-  config.blockDim = dim3(kThreads);
-  config.stream = static_cast<cudaStream_t>(stream);
-  config.attrs = attr;
-  config.numAttrs = PdlEnabled() ? 2 : 1;
-  FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, SampleKernel, logits, vocab, samplers, out));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchClusterDependent(SampleKernel, dim3(static_cast<unsigned>(rows * kCluster)),
+                                                    dim3(kThreads), kCluster, static_cast<cudaStream_t>(stream), logits,
+                                                    vocab, samplers, out));
   return absl::OkStatus();
 }
 

@@ -425,21 +425,9 @@ absl::Status TopK(const float* scores, int64_t rows, int64_t cols, const int32_t
   auto* st = static_cast<cudaStream_t>(stream);
   const int cluster = ClusterFor(rows, cols);
   if (cluster > 1) {
-    cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = dim3(static_cast<unsigned>(rows * cluster));
-    config.blockDim = dim3(kThreads);
-    config.stream = st;
-    config.attrs = attr;
-    config.numAttrs = PdlEnabled() ? 2 : 1;
-    FERRY_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, TopKClusterKernel, scores, cols, lengths,
-                                                  static_cast<int>(k), ids, counts));
+    FERRY_CUDA_RETURN_IF_ERROR(LaunchClusterDependent(TopKClusterKernel, dim3(static_cast<unsigned>(rows * cluster)),
+                                                      dim3(kThreads), static_cast<unsigned>(cluster), st, scores,
+                                                      cols, lengths, static_cast<int>(k), ids, counts));
     return absl::OkStatus();
   }
   FERRY_CUDA_RETURN_IF_ERROR(
