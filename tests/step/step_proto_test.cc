@@ -4,6 +4,7 @@
 #include "step/step_proto.h"
 
 #include <string>
+#include <vector>
 
 #include "tests/catch.h"
 
@@ -98,6 +99,66 @@ TEST_CASE("step proto: an owner or carry source outside the group is refused wit
   auto bad_carry = StepFromProto(cmd, 0, 3);
   CHECK(bad_carry.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK(std::string(bad_carry.status().message()) == "step 41: carry source rank 5 outside [0, 3)");
+}
+
+TEST_CASE("step proto: log-probability requests round-trip and are bounded", "[worker][proto]") {
+  Step step = SampleStep();
+  step.segments[0].sampling.top_logprobs = 3;
+  control::v1::StepCommand cmd;
+  StepToProto(step, &cmd);
+  auto back = StepFromProto(cmd, 0, 3);
+  REQUIRE(back.ok());
+  CHECK(back->segments[0].sampling.top_logprobs == 3);
+  CHECK(back->segments[1].sampling.top_logprobs == -1);  // not asked
+  cmd.mutable_segments(0)->set_top_logprobs(kMaxTopLogprobs + 1);
+  auto many = StepFromProto(cmd, 0, 3);
+  CHECK(many.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(many.status().message()) == "step 41: sequence 3 asks for 21 top log-probabilities; at most 20");
+}
+
+TEST_CASE("step proto: rank 0's sampled tokens decode, and a result that does not fit its step is refused",
+          "[worker][proto]") {
+  Step step = SampleStep();  // segment 0 samples; the others do not
+  step.segments[0].sampling.top_logprobs = 2;
+  SampledToken t;
+  t.token = 17;
+  t.logprob = -0.5f;
+  t.top = {{17, -0.5f}, {4, -1.25f}};
+  control::v1::StepResult res;
+  res.set_rank(0);
+  SampledToProto(std::vector<SampledToken>{t}, &res);
+  auto got = SampledFromProto(res, step, 100);
+  REQUIRE(got.ok());
+  REQUIRE(got->size() == 1);
+  CHECK((*got)[0].token == 17);
+  CHECK((*got)[0].logprob == -0.5f);
+  REQUIRE((*got)[0].top.size() == 2);
+  CHECK((*got)[0].top[1].token == 4);
+  // -1: nothing picked (non-finite logits), and no log-probabilities with it.
+  control::v1::StepResult none;
+  SampledToProto(std::vector<SampledToken>{SampledToken{}}, &none);
+  auto empty = SampledFromProto(none, step, 100);
+  REQUIRE(empty.ok());
+  CHECK((*empty)[0].token == -1);
+  auto refused = [&](const control::v1::StepResult& r, const std::string& why) {
+    auto st = SampledFromProto(r, step, 100).status();
+    CHECK(st.code() == absl::StatusCode::kInternal);
+    INFO(st.message());
+    CHECK(std::string(st.message()).find(why) != std::string::npos);
+  };
+  control::v1::StepResult outside = res;
+  outside.set_tokens(0, 100);
+  refused(outside, "token 100 is outside the vocabulary [0, 100)");
+  control::v1::StepResult extra = res;
+  extra.add_tokens(3);
+  refused(extra, "2 tokens and 1 log-probability entries for 1 sampled segments");
+  control::v1::StepResult no_lp = res;
+  no_lp.clear_logprobs();
+  refused(no_lp, "no log-probabilities for sequence 3");
+  control::v1::StepResult wide = res;
+  wide.mutable_logprobs(0)->add_top_ids(5);
+  wide.mutable_logprobs(0)->add_top_logprobs(-2.0f);
+  refused(wide, "3 top ids and 3 log-probabilities for 2 asked");
 }
 
 }  // namespace
