@@ -29,6 +29,44 @@ using model::DecisionStats;
 using model::GoldenPrompt;
 using model::GoldenResult;
 
+// "N of M decisions differ (indexer a of b, experts c of d), positions p of q".
+void PrintDecisionStats(const DecisionStats& s) {
+  const int ix = static_cast<int>(DecisionSite::kIndexerTopK), ex = static_cast<int>(DecisionSite::kMoeExperts);
+  printf("%lld of %lld row decisions differ (indexer top-k %lld of %lld, MoE experts %lld of %lld), "
+         "positions with one %lld of %lld",
+         static_cast<long long>(s.differing), static_cast<long long>(s.decisions),
+         static_cast<long long>(s.differing_by_site[ix]), static_cast<long long>(s.by_site[ix]),
+         static_cast<long long>(s.differing_by_site[ex]), static_cast<long long>(s.by_site[ex]),
+         static_cast<long long>(s.positions_differing), static_cast<long long>(s.positions));
+}
+
+// A pinned check's selections: how many of the engine's own differ from the reference's, how
+// near the reference's choice was at each, and the first ones beyond a near tie.
+void PrintSelections(const GoldenResult& r) {
+  if (!r.pinned) return;
+  const DecisionStats& s = r.selections;
+  printf("  selections pinned to the reference's; its own ");
+  PrintDecisionStats(s);
+  float largest_tie = 0.0f;
+  for (const model::DecisionDifference& d : s.differences) {
+    if (d.margin <= model::kSelectionNearTie) largest_tie = std::max(largest_tie, d.margin);
+  }
+  const int64_t ties = static_cast<int64_t>(s.differences.size()) - r.selections_beyond_tie;
+  printf("; near ties (reference margin <= %.0e) %lld", model::kSelectionNearTie, static_cast<long long>(ties));
+  if (ties > 0) printf(" (largest margin %.2g)", largest_tie);
+  printf(", beyond %lld\n", static_cast<long long>(r.selections_beyond_tie));
+  // The first five differences, those beyond a near tie first.
+  int shown = 0;
+  for (const bool near : {false, true}) {
+    for (const model::DecisionDifference& d : s.differences) {
+      if ((d.margin <= model::kSelectionNearTie) != near) continue;
+      if (shown++ == 5) return;
+      printf("    %s at layer %lld, position %lld: reference margin %.3g%s\n", model::DecisionSiteName(d.site),
+             static_cast<long long>(d.layer), static_cast<long long>(d.row), d.margin, near ? " (near tie)" : "");
+    }
+  }
+}
+
 void PrintResult(const GoldenPrompt& g, const GoldenResult& r, bool forced) {
   printf("%s: prompt %lld tokens, %zu generated, tokens %s, max |logit error| prefill %.3g decode %.3g", g.name.c_str(),
          static_cast<long long>(r.prompt_len), r.generated.size(), r.tokens_equal ? "equal" : "DIFFER",
@@ -38,6 +76,7 @@ void PrintResult(const GoldenPrompt& g, const GoldenResult& r, bool forced) {
            static_cast<long long>(r.near_tie_flips));
   }
   printf(": %s\n", r.passed ? "pass" : "FAIL");
+  PrintSelections(r);
   if (!r.tokens_equal) {
     printf("  expected:");
     for (int32_t t : g.greedy) printf(" %d", t);
@@ -99,17 +138,6 @@ std::string ErrorSpread(const GoldenResult& r) {
   char buf[96];
   snprintf(buf, sizeof(buf), "by position median %.3g, 90th percentile %.3g", e[e.size() / 2], e[e.size() * 9 / 10]);
   return buf;
-}
-
-// "N of M decisions differ (indexer a of b, experts c of d), positions p of q".
-void PrintDecisionStats(const DecisionStats& s) {
-  const int ix = static_cast<int>(DecisionSite::kIndexerTopK), ex = static_cast<int>(DecisionSite::kMoeExperts);
-  printf("%lld of %lld row decisions differ (indexer top-k %lld of %lld, MoE experts %lld of %lld), "
-         "positions with one %lld of %lld",
-         static_cast<long long>(s.differing), static_cast<long long>(s.decisions),
-         static_cast<long long>(s.differing_by_site[ix]), static_cast<long long>(s.by_site[ix]),
-         static_cast<long long>(s.differing_by_site[ex]), static_cast<long long>(s.by_site[ex]),
-         static_cast<long long>(s.positions_differing), static_cast<long long>(s.positions));
 }
 
 // Runs `check` with `log` attached to `m` in `mode`; detaches it after.
@@ -206,9 +234,11 @@ int RunPinnedBf16(const std::string& dir, const std::vector<GoldenPrompt>& promp
 
 // cpu: the float32 backend must reproduce transformers' greedy tokens exactly and its logits
 // within 1e-3 (model::CheckGoldenPrompt). cuda: teacher-forced (model::CheckGoldenPromptForced):
-// a token may differ only where the golden's top-1/top-2 margin is within the tolerance. cuda
-// bf16 pins the discrete decisions to the float32 run's unless --pin-decisions=false
-// (RunPinnedBf16; bench/results/h200-check-golden-cuda.md says why).
+// a token may differ only where the golden's top-1/top-2 margin is within the tolerance. A golden
+// that records the reference's selections has them replayed on every device and precision
+// (model::CheckGoldenPinned; float32 runs fail an own choice that differs beyond a near tie);
+// without them cuda bf16 pins the discrete decisions to the float32 CUDA run's (RunPinnedBf16;
+// bench/results/h200-check-golden-cuda.md says why). --pin-decisions=false: no pinning.
 int RunCheckGolden() {
   const std::string dir = absl::GetFlag(FLAGS_model);
   if (dir.empty()) {
@@ -238,8 +268,12 @@ int RunCheckGolden() {
     return 2;
   }
   const bool owner_split = split == "on" && world > 1;
+  const bool pin = absl::GetFlag(FLAGS_pin_decisions);
+  bool reference_selections = false;
+  for (const GoldenPrompt& g : *prompts) reference_selections = reference_selections || !g.selections.empty();
+  reference_selections = reference_selections && pin;
 #ifdef FERRY_WITH_CUDA
-  const bool pinned = device == "cuda" && precision == "bf16" && absl::GetFlag(FLAGS_pin_decisions);
+  const bool pinned = device == "cuda" && precision == "bf16" && pin && !reference_selections;
   if (pinned && world > 1) {
     fprintf(stderr, "ferry check-golden: the pinned bf16 check runs one rank; with --ranks %lld pass "
                     "--pin-decisions=false (and compare the ranks' logits with --logits-against)\n",
@@ -274,14 +308,20 @@ int RunCheckGolden() {
     if (world > 1) {
       fprintf(report, ", %lld ranks, owner split %s", static_cast<long long>(world), owner_split ? "on" : "off");
     }
+    if (reference_selections) {
+      fprintf(report, "; indexer top-k and MoE routing pinned to the reference's selections%s",
+              precision == "f32" ? ", an own choice that differs beyond a near tie fails" : "");
+    }
     fprintf(report, "\n");
     int passed = 0, failed = 0;
     std::vector<float> logits;
     for (size_t i = 0; i < prompts->size(); ++i) {
       const GoldenPrompt& g = (*prompts)[i];
       const int owner = owner_split ? static_cast<int>(i % static_cast<size_t>(world)) : -1;
-      auto r = forced ? model::CheckGoldenPromptForced(**model, g, tol, chunk, owner)
-                      : model::CheckGoldenPrompt(**model, g, tol, chunk, owner);
+      auto r = reference_selections
+                   ? model::CheckGoldenPinned(**model, g, tol, forced, /*gate_selections=*/precision == "f32", chunk, owner)
+                   : forced ? model::CheckGoldenPromptForced(**model, g, tol, chunk, owner)
+                            : model::CheckGoldenPrompt(**model, g, tol, chunk, owner);
       if (!r.ok()) {
         fprintf(report, "%s: error: %s\n", g.name.c_str(), std::string(r.status().message()).c_str());
         if (rank != 0) fprintf(stderr, "rank %d: %s: %s\n", rank, g.name.c_str(), std::string(r.status().message()).c_str());

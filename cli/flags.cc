@@ -18,9 +18,9 @@ ABSL_FLAG(bool, fp8_experts, true,
 ABSL_FLAG(int64_t, prefill_chunk, 0,
           "Feed the prompt in pieces of this many tokens (0: one piece)");
 ABSL_FLAG(bool, pin_decisions, true,
-          "check-golden --device cuda --precision bf16: replay the float32 CUDA run's indexer top-k and MoE "
-          "routing decisions into the bf16 run that is checked (the unpinned run is reported too); false: check "
-          "the unpinned bf16 run");
+          "check-golden: replay the reference's indexer top-k and MoE routing selections when the golden records "
+          "them (float32 runs fail an own choice that differs beyond a near tie); without them, --device cuda "
+          "--precision bf16 replays the float32 CUDA run's (the unpinned run is reported too); false: no pinning");
 ABSL_FLAG(std::string, logits_out, "",
           "check-golden: write every prompt's logits there (float32, prompt by prompt, [positions, vocab] each)");
 ABSL_FLAG(std::string, logits_against, "",

@@ -63,7 +63,8 @@ absl::Status DecisionLog::BeginStep(int64_t rows) {
   if (rows < 0) return absl::InvalidArgumentError(absl::StrCat("decision log: a step of ", rows, " rows"));
   if (absl::Status st = CloseStep(); !st.ok()) return st;
   if (mode_ == Mode::kRecord) {
-    steps_.push_back({rows, entries_.size()});
+    const int64_t first_row = steps_.empty() ? 0 : steps_.back().first_row + steps_.back().rows;
+    steps_.push_back({rows, entries_.size(), first_row});
   } else {
     if (step_cursor_ >= steps_.size()) {
       return absl::FailedPreconditionError(
@@ -95,7 +96,8 @@ absl::StatusOr<bool> DecisionLog::Decide(DecisionSite site, int64_t layer, int64
   }
   const int s = static_cast<int>(site);
   if (mode_ == Mode::kRecord) {
-    entries_.push_back({site, layer, rows, width, std::vector<int32_t>(ids.begin(), ids.end())});
+    entries_.push_back({site, layer, rows, width, std::vector<int32_t>(ids.begin(), ids.end()), {},
+                        steps_.back().first_row});
     stats_.decisions += rows;
     stats_.by_site[s] += rows;
     return false;
@@ -117,6 +119,7 @@ absl::StatusOr<bool> DecisionLog::Decide(DecisionSite site, int64_t layer, int64
       ++stats_.differing;
       ++stats_.differing_by_site[s];
       row_differs_[static_cast<size_t>(r)] = 1;
+      stats_.differences.push_back({site, layer, e.first_row + r, e.margins.empty() ? NAN : e.margins[r]});
     }
   }
   stats_.decisions += rows;
@@ -124,6 +127,24 @@ absl::StatusOr<bool> DecisionLog::Decide(DecisionSite site, int64_t layer, int64
   if (mode_ == Mode::kCompare) return false;
   std::copy(e.ids.begin(), e.ids.end(), ids.begin());
   return true;
+}
+
+absl::Status DecisionLog::Append(DecisionSite site, int64_t layer, int64_t width, std::span<const int32_t> ids,
+                                 std::span<const float> margins) {
+  if (mode_ != Mode::kRecord || !in_step_) {
+    return absl::InvalidArgumentError("decision log: Append outside a recording step");
+  }
+  if (width < 0 || static_cast<int64_t>(ids.size()) != step_rows_ * width ||
+      (!margins.empty() && static_cast<int64_t>(margins.size()) != step_rows_)) {
+    return absl::InvalidArgumentError(absl::StrCat("decision log: ", DecisionSiteName(site), " at layer ", layer, ": ",
+                                                   ids.size(), " ids and ", margins.size(), " margins for ",
+                                                   step_rows_, " rows of ", width));
+  }
+  entries_.push_back({site, layer, step_rows_, width, std::vector<int32_t>(ids.begin(), ids.end()),
+                      std::vector<float>(margins.begin(), margins.end()), steps_.back().first_row});
+  stats_.decisions += step_rows_;
+  stats_.by_site[static_cast<int>(site)] += step_rows_;
+  return absl::OkStatus();
 }
 
 absl::Status DecisionLog::Finish() {
@@ -146,7 +167,8 @@ absl::StatusOr<DecisionLog> DecisionLog::Recut(std::span<const RowRange> steps) 
                                                      want.first + want.count, ") leaves the tape's ", total,
                                                      " rows"));
     }
-    out.steps_.push_back({want.count, out.entries_.size()});
+    out.steps_.push_back({want.count, out.entries_.size(),
+                          out.steps_.empty() ? 0 : out.steps_.back().first_row + out.steps_.back().rows});
     if (want.count == 0) continue;  // a step of no rows: no decisions to replay
     // The recorded step holding the range's first row: rows [base, base + steps_[k].rows).
     size_t k = 0;
@@ -160,8 +182,9 @@ absl::StatusOr<DecisionLog> DecisionLog::Recut(std::span<const RowRange> steps) 
     const size_t end = k + 1 < steps_.size() ? steps_[k + 1].first_entry : entries_.size();
     for (size_t e = steps_[k].first_entry; e < end; ++e) {
       const Entry& from = entries_[e];
-      Entry to{from.site, from.layer, n, from.width, {}};
+      Entry to{from.site, from.layer, n, from.width, {}, {}, from.first_row + at};
       to.ids.assign(from.ids.begin() + at * from.width, from.ids.begin() + (at + n) * from.width);
+      if (!from.margins.empty()) to.margins.assign(from.margins.begin() + at, from.margins.begin() + at + n);
       out.entries_.push_back(std::move(to));
     }
   }

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -44,6 +45,14 @@ enum class DecisionSite : int {
 inline constexpr int kDecisionSites = 2;
 const char* DecisionSiteName(DecisionSite site);
 
+// A row whose own decision differs from the tape's.
+struct DecisionDifference {
+  DecisionSite site = DecisionSite::kIndexerTopK;
+  int64_t layer = 0;
+  int64_t row = 0;       // the row on the tape as recorded (for a prompt's tape: the token position)
+  float margin = NAN;    // the recorded decision's margin (Append), NaN when the tape has none
+};
+
 // What Decide() saw since Start(). "Own" is the decision the running model computed itself.
 struct DecisionStats {
   int64_t decisions = 0;  // row decisions compared (kReplay, kCompare) or recorded (kRecord)
@@ -52,6 +61,7 @@ struct DecisionStats {
   std::array<int64_t, kDecisionSites> differing_by_site{};  // differing per site
   int64_t positions = 0;            // rows over all steps (a step's row is one token position)
   int64_t positions_differing = 0;  // rows with at least one differing decision in any layer
+  std::vector<DecisionDifference> differences;  // every differing row decision, in the order met
 };
 
 class DecisionLog {
@@ -82,6 +92,14 @@ class DecisionLog {
   absl::StatusOr<bool> Decide(DecisionSite site, int64_t layer, int64_t rows, int64_t width,
                               std::span<int32_t> ids);
 
+  // kRecord: appends a decision made elsewhere (another engine's, read from a file) to the
+  // current step, with each row's margin: how near the decision was to another (its recorder
+  // defines the measure; DecisionDifference reports it for the rows a replay disagrees with).
+  // INVALID_ARGUMENT outside a kRecord step or when ids are not [rows, width] / margins not
+  // [rows] (margins may be empty: unknown).
+  absl::Status Append(DecisionSite site, int64_t layer, int64_t width, std::span<const int32_t> ids,
+                      std::span<const float> margins);
+
   // Ends the run (counts the last step's positions). Errors as BeginStep for unconsumed
   // entries; kReplay/kCompare: FAILED_PRECONDITION when steps of the tape were not replayed.
   absl::Status Finish();
@@ -108,10 +126,13 @@ class DecisionLog {
     DecisionSite site;
     int64_t layer, rows, width;
     std::vector<int32_t> ids;
+    std::vector<float> margins;  // [rows] or empty
+    int64_t first_row = 0;       // the tape row (as recorded) of its row 0
   };
   struct StepMark {
     int64_t rows;
     size_t first_entry;  // index of its first entry in entries_
+    int64_t first_row;   // rows recorded before it
   };
   absl::Status CloseStep();
 

@@ -5,9 +5,11 @@
 # chunks) and --device cpu for comparison, tensor parallelism at W = 2 and 4 on the one GPU
 # (check-golden --ranks, with the owner split on and off), the model checks and MLA cases again with
 # FERRY_PDL=0 and with --mla-tc-small (the small MLA form), and `ferry generate --device
-# cuda`. The bf16 check-golden runs pin the indexer and routing decisions to the float32 run's
-# and count; each also reports its unpinned run (bench/results/h200-check-golden-cuda.md says
-# why).
+# cuda`; glm5next-kpool8 (pools of 8, 12 layers) through the model check and check-golden too.
+# Every check-golden run replays the reference's recorded selections (the goldens hold them) and
+# counts the own choices that differ; float32 runs fail one beyond a near tie. One bf16 run uses
+# a copy of the golden without selections, so the bf16 run is pinned to the float32 CUDA run's
+# decisions and reports its unpinned run too (bench/results/h200-check-golden-cuda.md says why).
 # Meant to run there from the repository root with a device bundle on PATH:
 #
 #   source .device/env.sh && scripts/gpu-check-golden.sh [--sanitize]
@@ -35,7 +37,7 @@ summary=()
 source "$(dirname "${BASH_SOURCE[0]}")/check-run.sh"
 
 run kernel-check.txt "kernel check seed 1" ferry-kernel-check --seed 1
-for m in glm-dsa-tiny glm5next-tiny; do
+for m in glm-dsa-tiny glm5next-tiny glm5next-kpool8; do
   run "model-check-$m.txt" "cuda model check $m" ferry-cuda-model-check --model "tests/data/$m"
   run "golden-$m-cuda-f32.txt" "check-golden $m cuda f32" ferry check-golden --device cuda --precision f32 --model "tests/data/$m"
   run "golden-$m-cuda-f32-chunk7.txt" "check-golden $m cuda f32 chunk 7" \
@@ -46,6 +48,15 @@ for m in glm-dsa-tiny glm5next-tiny; do
     ferry check-golden --device cuda --precision bf16 --model "tests/data/$m" --prefill-chunk 7
   run "golden-$m-cpu.txt" "check-golden $m cpu" ferry check-golden --device cpu --model "tests/data/$m"
 done
+# A golden without recorded selections: bf16 pinned to the float32 CUDA run's decisions.
+scratch=$(mktemp -d /tmp/gpu-check-golden-scratch.XXXXXX)
+python3 -c "
+import sys; from safetensors.torch import load_file, save_file
+t = load_file(sys.argv[1]); save_file({k: v for k, v in t.items() if '.select.' not in k}, sys.argv[2])
+" tests/data/glm5next-tiny/golden.safetensors "$scratch/golden-no-selections.safetensors"
+run golden-glm5next-tiny-cuda-bf16-f32pins.txt "check-golden glm5next-tiny cuda bf16 (pinned to the f32 run)" \
+  ferry check-golden --device cuda --precision bf16 --model tests/data/glm5next-tiny \
+  --golden "$scratch/golden-no-selections.safetensors"
 # Tensor parallelism on the GPU (scripts/gpu-check-ranks.sh: W = 2 and 4 ranks sharing GPU 0).
 run ranks.txt "tensor parallelism: gpu-check-ranks.sh" env OUT="$dir/ranks" "$(dirname "$0")/gpu-check-ranks.sh"
 # Programmatic dependent launch off (FERRY_PDL=0: every LaunchDependent kernel then starts after
@@ -87,7 +98,7 @@ grep -h -E ' (FAIL|ERROR)' "$dir/kernel-check.txt" | head -20
 grep -h -E '^(==|  hidden|  layer|  worst|decode path|batching|pages:|f32:|bf16:|cuda model check)' "$dir"/model-check-*.txt
 for f in "$dir"/golden-*.txt; do
   echo "-- $(basename "$f")"
-  grep -E '^(device|p[0-9]+( f32 reference)?:|  expected|  got|  pinned:|  unpinned|golden:|logits against|ferry check-golden:|rank [0-9])' "$f"
+  grep -E '^(device|p[0-9]+( f32 reference)?:|  expected|  got|  pinned:|  unpinned|  selections|    |golden:|logits against|ferry check-golden:|rank [0-9])' "$f"
 done
 grep -h -E '^(  check-golden|gpu-check-ranks:)' "$dir/ranks.txt"
 for f in "$dir"/generate-*.txt; do echo "-- $(basename "$f"): $(grep -E '^[0-9,]+$|ferry generate:' "$f")"; done

@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -119,14 +120,46 @@ int Main(const std::string& dir, cuda::Precision precision) {
   const int64_t V = cfg->vocab_size;
   int bad = 0;
 
+  // Sections 1 and 3 use p1; 4 the first and the last prompt; 5 the last, cut at token 40.
+  if (goldens->size() < 2 || goldens->back().ids.size() <= 40) {
+    fprintf(stderr, "%s/golden.safetensors: needs two prompts or more, the last longer than 40 tokens\n", dir.c_str());
+    return 2;
+  }
+  // Counts the own choices of a replay that differ from its tape beyond a near tie (float32 fails
+  // on any: the tape is the reference's, whose margins it carries).
+  int64_t beyond_tie = 0;
+  auto count_beyond = [&](const DecisionStats& st) {
+    for (const DecisionDifference& d : st.differences) beyond_tie += d.margin <= kSelectionNearTie ? 0 : 1;
+  };
+  // A golden prompt + continuation in one forward, as transformers made the goldens: with the
+  // reference's selections replayed when the golden records them (sections 1 and 2).
+  auto run_golden = [&](CausalLM& m, const GoldenPrompt& g,
+                        std::vector<std::vector<float>>* hidden) -> absl::StatusOr<ForwardOutput> {
+    std::vector<int32_t> ids = g.ids;
+    ids.insert(ids.end(), g.greedy.begin(), g.greedy.end());
+    if (g.selections.empty()) return Run(m, ids, hidden);
+    FERRY_ASSIGN_OR_RETURN(DecisionLog tape, ReferenceTape(*cfg, g));
+    tape.Start(DecisionLog::Mode::kReplay);
+    m.set_decision_log(&tape);
+    absl::StatusOr<ForwardOutput> o = Run(m, ids, hidden);
+    m.set_decision_log(nullptr);
+    FERRY_RETURN_IF_ERROR(o.status());
+    FERRY_RETURN_IF_ERROR(tape.Finish());
+    if (&m == gpu.get()) {
+      printf("%s: the reference's selections replayed; own choices differ at %ld of %ld\n", g.name.c_str(),
+             static_cast<long>(tape.stats().differing), static_cast<long>(tape.stats().decisions));
+      if (f32) count_beyond(tape.stats());
+    }
+    return o;
+  };
   // 1. p1 prompt + continuation, teacher-forced in one forward, as the golden hidden states were made.
   const GoldenPrompt& g1 = (*goldens)[1];
   std::vector<int32_t> ids1 = g1.ids;
   ids1.insert(ids1.end(), g1.greedy.begin(), g1.greedy.end());
   std::vector<std::vector<float>> h_cpu, h_gpu;
-  auto o_cpu = Run(*cpu, ids1, &h_cpu);
+  auto o_cpu = run_golden(*cpu, g1, &h_cpu);
   CHECK_OK(o_cpu.status());
-  auto o_gpu = Run(*gpu, ids1, &h_gpu);
+  auto o_gpu = run_golden(*gpu, g1, &h_gpu);
   CHECK_OK(o_gpu.status());
   printf("p1 residual stream, relative norm error vs transformers (cuda | cpu):\n");
   for (size_t L = 0; L < h_gpu.size(); ++L) {
@@ -170,13 +203,12 @@ int Main(const std::string& dir, cuda::Precision precision) {
   }
   // 2. Per position, the max |logit error| of that one forward (cuda).
   for (const GoldenPrompt& g : *goldens) {
-    std::vector<int32_t> ids = g.ids;
-    ids.insert(ids.end(), g.greedy.begin(), g.greedy.end());
-    auto o = Run(*gpu, ids, nullptr);
+    const size_t positions = g.ids.size() + g.greedy.size();
+    auto o = run_golden(*gpu, g, nullptr);
     CHECK_OK(o.status());
-    printf("%s max |logit error| by position (cuda, one forward of %zu tokens):", g.name.c_str(), ids.size());
+    printf("%s max |logit error| by position (cuda, one forward of %zu tokens):", g.name.c_str(), positions);
     float worst = 0;
-    for (size_t i = 0; i < ids.size(); ++i) {
+    for (size_t i = 0; i < positions; ++i) {
       const float e = MaxAbs(o->logits.data() + i * V, g.logits.data() + i * V, V);
       worst = std::max(worst, e);
       printf("%s%.3f", i % 16 == 0 ? "\n   " : " ", e);
@@ -188,7 +220,10 @@ int Main(const std::string& dir, cuda::Precision precision) {
   // run replays the first's indexer and routing decisions (model/decision_log.h). A different
   // summation order (one row a step: GemvBf16; many: cuBLAS) changes last bits, and on these
   // random checkpoints that flips near-tied decisions, which a logit comparison cannot tell from
-  // a bug; the flips are counted and printed. float32 runs free.
+  // a bug; the flips are counted and printed. float32 runs free, except on a golden that records
+  // the reference's selections (sections 1, 2 and 3): there every run of a golden prompt replays
+  // them (section 3: the prefill whole, the decode re-cut a row a step), and an own choice that
+  // differs where the reference's margin exceeds kSelectionNearTie is an error.
   DecisionLog tape;
   using Rows = std::vector<DecisionLog::RowRange>;
   // Bounds on a pinned bf16 pair of runs. Token by token: check-golden's for a pinned bf16 run
@@ -198,30 +233,50 @@ int Main(const std::string& dir, cuda::Precision precision) {
   const float tol = f32 ? 1e-3f : static_cast<float>(PinnedBf16Tolerance(cfg->family));
   const float step_tol = f32 ? 1e-3f : 0.1f;
   // Records `run`'s decisions (bf16), then arms the tape, re-cut into `steps`, for the next runs.
-  auto record = [&](auto run, const Rows& steps) -> absl::Status {
-    if (f32) return run();
-    tape.Start(DecisionLog::Mode::kRecord);
+  // `reference`: replay it in the first run instead (float32 too) and re-cut it.
+  auto record = [&](auto run, const Rows& steps, const DecisionLog* reference = nullptr) -> absl::Status {
+    if (f32 && reference == nullptr) return run();
+    if (reference != nullptr) {
+      tape = *reference;
+      tape.Start(DecisionLog::Mode::kReplay);
+    } else {
+      tape.Start(DecisionLog::Mode::kRecord);
+    }
     gpu->set_decision_log(&tape);
     absl::Status st = run();
     gpu->set_decision_log(nullptr);
     FERRY_RETURN_IF_ERROR(st);
     FERRY_RETURN_IF_ERROR(tape.Finish());
+    if (reference != nullptr) {
+      printf("  (the reference's selections replayed; the one forward's own differ at %ld of %ld)\n",
+             static_cast<long>(tape.stats().differing), static_cast<long>(tape.stats().decisions));
+      count_beyond(tape.stats());
+    }
     FERRY_ASSIGN_OR_RETURN(tape, tape.Recut(steps));
     tape.Start(DecisionLog::Mode::kReplay);
     gpu->set_decision_log(&tape);
     return absl::OkStatus();
   };
+  bool pinned_pair = false;  // a tape is armed for the run being compared
   auto replayed = [&]() -> absl::Status {
-    if (f32) return absl::OkStatus();
+    if (!pinned_pair) return absl::OkStatus();
     gpu->set_decision_log(nullptr);
     FERRY_RETURN_IF_ERROR(tape.Finish());
-    printf("  (bf16: pinned to the first run's decisions; %ld of %ld would have differed)\n",
+    printf("  (pinned to the first run's decisions; %ld of %ld would have differed)\n",
            static_cast<long>(tape.stats().differing), static_cast<long>(tape.stats().decisions));
+    count_beyond(tape.stats());
     return absl::OkStatus();
   };
 
   // 3. Token by token (the decode path, one row a step) against the one-forward logits.
   {
+    std::optional<DecisionLog> reference;
+    if (!g1.selections.empty()) {
+      auto whole = ReferenceTape(*cfg, g1);  // one step of every row: the one forward
+      CHECK_OK(whole.status());
+      reference = std::move(*whole);
+    }
+    pinned_pair = !f32 || reference.has_value();
     std::vector<float> want = o_gpu->logits;
     CHECK_OK(record(
         [&]() -> absl::Status {
@@ -233,7 +288,8 @@ int Main(const std::string& dir, cuda::Precision precision) {
           Rows ones;
           for (size_t i = 0; i < ids1.size(); ++i) ones.push_back({static_cast<int64_t>(i), 1});
           return ones;
-        }()));
+        }(),
+        reference ? &*reference : nullptr));
     auto seq = gpu->NewSequence();
     float worst = 0;
     for (size_t i = 0; i < ids1.size(); ++i) {
@@ -245,10 +301,11 @@ int Main(const std::string& dir, cuda::Precision precision) {
     printf("decode path: p1 token by token vs one forward, max |difference| %.3g\n", worst);
     CHECK_OK(replayed());
     bad += worst > tol;
+    pinned_pair = !f32;
   }
   // 4. Two conversations in one step vs each alone.
   {
-    const GoldenPrompt &g0 = (*goldens)[0], &g2 = (*goldens)[2];
+    const GoldenPrompt &g0 = goldens->front(), &g2 = goldens->back();
     auto s0 = gpu->NewSequence(), s2 = gpu->NewSequence();
     ForwardSegment segs[2] = {{s0.get(), g0.ids, true}, {s2.get(), g2.ids, true}};
     absl::StatusOr<ForwardOutput> both;
@@ -272,7 +329,7 @@ int Main(const std::string& dir, cuda::Precision precision) {
   // 5. Pages (16 tokens each): a fork at a partial page and a rewind both continue exactly as
   //    the uninterrupted prefill; a fixed arena too small refuses the step and keeps nothing.
   {
-    const GoldenPrompt& g2 = (*goldens)[2];
+    const GoldenPrompt& g2 = goldens->back();
     const std::vector<int32_t>& ids = g2.ids;
     const int64_t cut = 40, n = static_cast<int64_t>(ids.size());  // 40 % 16 != 0: a shared partial page
     auto one = gpu->NewSequence();
@@ -337,6 +394,10 @@ int Main(const std::string& dir, cuda::Precision precision) {
            static_cast<long>(small->arena().used_pages()));
     bad += refused.ok() || refused.status().code() != absl::StatusCode::kResourceExhausted || s1->length() != 0 ||
            small->arena().used_pages() != 0;
+  }
+  if (f32 && beyond_tie > 0) {
+    printf("%ld own choices differ from the reference's beyond a near tie\n", static_cast<long>(beyond_tie));
+    ++bad;
   }
   printf("%s: %s\n", cuda::PrecisionName(precision), bad == 0 ? "ok" : "FAILED");
   return bad == 0 ? 0 : 1;

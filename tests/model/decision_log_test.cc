@@ -186,6 +186,58 @@ TEST_CASE("a recut tape replays rows of the recorded steps into other steps", "[
   CHECK(none->entries() == 0);
 }
 
+TEST_CASE("decisions made elsewhere are appended with margins, and a replay names the rows it disagrees with",
+          "[decision_log]") {
+  DecisionLog log;
+  log.Start(Mode::kRecord);
+  // Not in a step yet.
+  CHECK(log.Append(DecisionSite::kMoeExperts, 1, 2, std::vector<int32_t>{}, {}).code() ==
+        absl::StatusCode::kInvalidArgument);
+  REQUIRE(log.BeginStep(3).ok());
+  const std::vector<int32_t> experts = {0, 1, 2, 3, 1, 3};
+  const std::vector<float> margins = {0.5f, 1e-5f, 0.25f};
+  REQUIRE(log.Append(DecisionSite::kMoeExperts, 1, 2, experts, margins).ok());
+  // ids not [rows, width], margins not [rows]
+  CHECK(log.Append(DecisionSite::kMoeExperts, 2, 2, std::vector<int32_t>{0, 1}, {}).code() ==
+        absl::StatusCode::kInvalidArgument);
+  CHECK(log.Append(DecisionSite::kMoeExperts, 2, 2, experts, std::vector<float>{1.0f}).code() ==
+        absl::StatusCode::kInvalidArgument);
+  REQUIRE(log.Finish().ok());
+  CHECK(log.entries() == 1);
+
+  // Replayed a row a step: rows 1 and 2 decide otherwise; each difference carries its row on the
+  // recorded tape and that row's margin.
+  using R = DecisionLog::RowRange;
+  const std::vector<R> ones = {{0, 1}, {1, 1}, {2, 1}};
+  auto cut = log.Recut(ones);
+  REQUIRE(cut.ok());
+  cut->Start(Mode::kReplay);
+  for (const std::vector<int32_t>& own : {std::vector<int32_t>{0, 1}, {2, 4}, {0, 3}}) {
+    REQUIRE(cut->BeginStep(1).ok());
+    std::vector<int32_t> ids = own;
+    REQUIRE(cut->Decide(DecisionSite::kMoeExperts, 1, 1, 2, ids).ok());
+  }
+  REQUIRE(cut->Finish().ok());
+  const auto& d = cut->stats().differences;
+  REQUIRE(d.size() == 2);
+  CHECK(d[0].row == 1);
+  CHECK(d[0].margin == 1e-5f);
+  CHECK(d[0].layer == 1);
+  CHECK(d[0].site == DecisionSite::kMoeExperts);
+  CHECK(d[1].row == 2);
+  CHECK(d[1].margin == 0.25f);
+  // A tape the model recorded itself has no margins: NaN.
+  DecisionLog own;
+  own.Start(Mode::kRecord);
+  Step(own, 1, {0, 1, 2}, {3, 5});
+  REQUIRE(own.Finish().ok());
+  own.Start(Mode::kCompare);
+  Step(own, 1, {0, 1, 2}, {3, 6});
+  REQUIRE(own.Finish().ok());
+  REQUIRE(own.stats().differences.size() == 1);
+  CHECK(std::isnan(own.stats().differences[0].margin));
+}
+
 // One forward of `ids` as a fresh conversation with `log` attached (null: none) in `mode`.
 std::vector<float> ForwardLogged(CausalLM& m, const std::vector<int32_t>& ids, DecisionLog* log, Mode mode) {
   if (log != nullptr) log->Start(mode);
@@ -200,7 +252,7 @@ std::vector<float> ForwardLogged(CausalLM& m, const std::vector<int32_t>& ids, D
 }
 
 TEST_CASE("the CPU backend reports its indexer and routing decisions, and a replay pins them", "[decision_log]") {
-  for (const std::string dir : {std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny",
+  for (const std::string& dir : {std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny",
                                 std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny"}) {
     INFO(dir);
     auto m = LoadCausalLM(dir);

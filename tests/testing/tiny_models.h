@@ -24,11 +24,20 @@ std::unique_ptr<F> LoadAs(const std::string& dir) {
   return std::move(*m);
 }
 
-// The three golden prompts of the checkpoint at `dir`.
+// The configuration of the checkpoint at `dir`.
+inline model::ModelConfig ConfigOf(const std::string& dir) {
+  auto ck = model::Checkpoint::Open(dir);
+  REQUIRE(ck.ok());
+  auto cfg = model::ParseModelConfig(ck->config_json(), ck->config_path());
+  REQUIRE(cfg.ok());
+  return *cfg;
+}
+
+// The golden prompts of the checkpoint at `dir` (glm-dsa-tiny and glm5next-tiny: three).
 inline std::vector<model::GoldenPrompt> GoldensOf(const std::string& dir) {
   auto g = model::ReadGolden(dir + "/golden.safetensors");
   REQUIRE(g.ok());
-  REQUIRE(g->size() == 3);
+  REQUIRE_FALSE(g->empty());
   return *g;
 }
 
