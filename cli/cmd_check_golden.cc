@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/load_model.h"
@@ -230,6 +231,64 @@ int RunPinnedBf16(const std::string& dir, const std::vector<GoldenPrompt>& promp
 }
 #endif
 
+// --server: every golden prompt through a running server's gRPC API, greedy, its tokens against
+// the golden's. A token may differ only where the golden's top-1/top-2 margin is within
+// `tolerance` (later ones then follow another prefix and are not compared).
+int RunCheckGoldenRemote(const std::string& address, const std::vector<GoldenPrompt>& prompts, double tolerance) {
+  printf("server %s, greedy through the gRPC API; a token may differ only at a golden margin <= %.3g\n",
+         address.c_str(), tolerance);
+  int passed = 0, failed = 0;
+  for (const GoldenPrompt& g : prompts) {
+    ferry::v1::GenerateRequest req;
+    req.mutable_prompt_token_ids()->Add(g.ids.begin(), g.ids.end());
+    ferry::v1::SamplingParams* sp = req.mutable_sampling();
+    sp->set_temperature(0);
+    sp->set_max_tokens(static_cast<int32_t>(g.greedy.size()));
+    sp->set_ignore_eos(true);
+    auto fin = GenerateRemote(address, req, std::chrono::minutes(5), [](const ferry::v1::TokenChunk&) {});
+    if (!fin.ok()) {
+      printf("%s: error: %s\n", g.name.c_str(), std::string(fin.status().message()).c_str());
+      ++failed;
+      continue;
+    }
+    const std::vector<int32_t> got(fin->token_ids().begin(), fin->token_ids().end());
+    size_t first = 0;
+    while (first < got.size() && first < g.greedy.size() && got[first] == g.greedy[first]) ++first;
+    bool ok = got.size() == g.greedy.size() && first == got.size();
+    std::string why;
+    if (!ok && first < got.size() && first < g.greedy.size()) {
+      // The margin of the golden's logits that chose token `first`.
+      const float* ref = g.logits.data() + (g.ids.size() - 1 + first) * static_cast<size_t>(g.vocab);
+      float top = -INFINITY, second = -INFINITY;
+      for (int64_t v = 0; v < g.vocab; ++v) {
+        if (ref[v] > top) {
+          second = top;
+          top = ref[v];
+        } else {
+          second = std::max(second, ref[v]);
+        }
+      }
+      ok = top - second <= tolerance;
+      char buf[128];
+      snprintf(buf, sizeof(buf), ", first difference at token %zu, golden margin %.3g%s", first, top - second,
+               ok ? " (a near tie)" : "");
+      why = buf;
+    }
+    printf("%s: prompt %zu tokens, %zu generated, tokens %s%s: %s\n", g.name.c_str(), g.ids.size(), got.size(),
+           first == got.size() && got.size() == g.greedy.size() ? "equal" : "DIFFER", why.c_str(), ok ? "pass" : "FAIL");
+    if (first != got.size() || got.size() != g.greedy.size()) {
+      printf("  expected:");
+      for (int32_t t : g.greedy) printf(" %d", t);
+      printf("\n  got:     ");
+      for (int32_t t : got) printf(" %d", t);
+      printf("\n");
+    }
+    (ok ? passed : failed)++;
+  }
+  printf("golden: %d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}
+
 }  // namespace
 
 // cpu: the float32 backend must reproduce transformers' greedy tokens exactly and its logits
@@ -241,8 +300,8 @@ int RunPinnedBf16(const std::string& dir, const std::vector<GoldenPrompt>& promp
 // bench/results/h200-check-golden-cuda.md says why). --pin-decisions=false: no pinning.
 int RunCheckGolden() {
   const std::string dir = absl::GetFlag(FLAGS_model);
-  if (dir.empty()) {
-    fprintf(stderr, "ferry check-golden: --model DIR is required\n");
+  if (dir.empty() && (absl::GetFlag(FLAGS_server).empty() || absl::GetFlag(FLAGS_golden).empty())) {
+    fprintf(stderr, "ferry check-golden: --model DIR is required (with --server, --golden FILE will do)\n");
     return 2;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
@@ -256,6 +315,10 @@ int RunCheckGolden() {
   if (!prompts.ok()) {
     fprintf(stderr, "ferry check-golden: %s\n", std::string(prompts.status().message()).c_str());
     return 2;
+  }
+  if (const std::string server = absl::GetFlag(FLAGS_server); !server.empty()) {
+    const double tol = absl::GetFlag(FLAGS_tolerance);
+    return RunCheckGoldenRemote(server, *prompts, tol >= 0 ? tol : 1e-3);
   }
   const int64_t world = absl::GetFlag(FLAGS_ranks);
   const std::string split = absl::GetFlag(FLAGS_owner_split);

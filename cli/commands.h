@@ -8,5 +8,6 @@ int RunCheckGolden();
 int RunGenerate();
 int RunServe();
 int RunPlan();
+int RunStatus();
 
 }  // namespace ferry::cli

@@ -55,7 +55,10 @@ ABSL_FLAG(int64_t, mtp_layers, 0, "plan: MTP layers served (each caches rows lik
 ABSL_FLAG(std::string, kv_cache, "bf16", "plan: latent cache format: bf16 or fp8");
 ABSL_FLAG(double, fixed_mib, -1,
           "plan: fixed state a stream, MiB a rank (-1: the model's KDA state over --ranks)");
-ABSL_FLAG(std::string, server, "", "generate: the coordinator's address (host:port); empty: run --model in-process");
+ABSL_FLAG(std::string, server, "",
+          "generate, check-golden, status: the coordinator's address (host:port); empty (generate, check-golden): "
+          "run --model in-process");
+ABSL_FLAG(double, wait_s, 0, "status: seconds to wait for the server to be serving (0: look once)");
 ABSL_FLAG(bool, stream, false, "generate --server: stream tokens as they are generated");
 ABSL_FLAG(std::string, request_id, "", "generate --server: client request id (default: assigned by the server)");
 ABSL_FLAG(double, timeout_s, 600, "generate --server: deadline of the request (seconds)");

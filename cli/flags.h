@@ -40,6 +40,7 @@ ABSL_DECLARE_FLAG(int64_t, mtp_layers);
 ABSL_DECLARE_FLAG(std::string, kv_cache);
 ABSL_DECLARE_FLAG(double, fixed_mib);
 ABSL_DECLARE_FLAG(std::string, server);
+ABSL_DECLARE_FLAG(double, wait_s);
 ABSL_DECLARE_FLAG(bool, stream);
 ABSL_DECLARE_FLAG(std::string, request_id);
 ABSL_DECLARE_FLAG(double, timeout_s);

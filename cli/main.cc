@@ -10,6 +10,7 @@
 #include "cli/flags.h"
 #include "common/args.h"
 #include "common/log.h"
+#include "common/version.h"
 
 namespace {
 
@@ -18,9 +19,10 @@ constexpr char kUsage[] =
     "\n"
     "subcommands:\n"
     "  check-golden --model DIR [--device cpu|cuda] [--precision bf16|f32] [--golden FILE] [--tolerance X] [--prefill-chunk N]\n"
-    "               [--pin-decisions=true|false]\n"
-    "      run every golden prompt (prefill, then greedy decode) and compare with transformers; cuda bf16 pins the\n"
-    "      indexer and routing decisions to the float32 run's (and reports the unpinned run)\n"
+    "               [--pin-decisions=true|false] [--server HOST:PORT]\n"
+    "      run every golden prompt (prefill, then greedy decode) and compare with transformers, replaying the\n"
+    "      reference's recorded indexer and routing selections; --server: the golden prompts\n"
+    "      through a running server's API instead (greedy tokens compared; --model or --golden names the file)\n"
     "  generate --model DIR [--device cpu|cuda] --prompt-ids 1,2,3 [--max-tokens N] [--temperature T] [--top-k K]\n"
     "           [--top-p P] [--seed S] [--logprobs N] [--stop-token-ids ...] [--ignore-eos]\n"
     "      generate in-process; prints the new token ids, comma-separated, on stdout (with --logprobs, then a line a\n"
@@ -34,6 +36,11 @@ constexpr char kUsage[] =
     "       [--kv-pages auto|on|off] [--page-size 512] [--cache-gib 16] [--mtp-layers 0]\n"
     "       [--kv-cache bf16|fp8] [--fixed-mib X]\n"
     "      the KV memory plan a rank would use (reads config.json only); exits 1 when refused\n"
+    "  version\n"
+    "      the release and the source commit of this build (hosts of one cluster must agree)\n"
+    "  status --server HOST:PORT [--wait-s N]\n"
+    "      whether the server is serving (waiting up to N s for it) and each rank's state; exits 0 serving,\n"
+    "      1 not serving (it says why), 2 no answer\n"
     "\n"
     "Dashes and underscores in flag names are interchangeable.";
 
@@ -47,6 +54,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string sub = argv[1];
+  if (sub == "version" || sub == "--version") {
+    printf("%s\n", ferry::VersionString().c_str());
+    return 0;
+  }
   std::vector<std::string> args = ferry::NormaliseFlagArgs(argc, argv, /*first=*/2);
   args[0] = std::string(argv[0]) + " " + sub;
   std::vector<char*> cargs = ferry::ArgvOf(args);
@@ -61,6 +72,7 @@ int main(int argc, char** argv) {
   if (sub == "generate") return ferry::cli::RunGenerate();
   if (sub == "serve") return ferry::cli::RunServe();
   if (sub == "plan") return ferry::cli::RunPlan();
+  if (sub == "status") return ferry::cli::RunStatus();
   fprintf(stderr, "ferry: unknown subcommand '%s'\n\n%s\n", sub.c_str(), kUsage);
   return 2;
 }

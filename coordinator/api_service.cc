@@ -1,3 +1,4 @@
+#include "common/version.h"
 #include "coordinator/api_service.h"
 
 #include <atomic>
@@ -214,7 +215,7 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
   resp->set_kv_used_pages(s.used_pages);
   resp->set_page_size(static_cast<int32_t>(opts.page_size));
   resp->set_prompt_cache_tokens(opts.prompt_cache_tokens);
-  resp->set_owner_split(!s.latent_used_pages.empty());
+  resp->set_owner_split(opts.owner_split);
   resp->set_borrows_ended(s.latent.borrows_ended);
   resp->set_remote_fills(s.latent.remote_fills);
   resp->set_borrows_cut(s.latent.borrows_cut);
@@ -223,7 +224,7 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
   resp->set_carry_recomputes(s.latent.recomputed);
   resp->set_borrowed_pages(s.latent.borrowed_pages);
   resp->set_steps(s.steps);
-  resp->set_version("ferry 0.1");
+  resp->set_version(VersionString());
   if (const auto [rank, why] = control_->FirstDeath(); rank >= 0) {
     resp->set_failure(absl::StrCat("rank ", rank, " is dead: ", why));
   } else if (!s.serving && !s.failure.empty()) {
