@@ -218,6 +218,9 @@ int RunServe() {
   const int64_t parallel = absl::GetFlag(FLAGS_parallel) > 0 ? absl::GetFlag(FLAGS_parallel) : 16;
   const std::string host = absl::GetFlag(FLAGS_host);
   const std::string address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
+  const int control_port = absl::GetFlag(FLAGS_control_port) > 0 ? absl::GetFlag(FLAGS_control_port)
+                                                                  : absl::GetFlag(FLAGS_port) + 1;
+  const std::string control_address = absl::StrCat(host, ":", control_port);
   const std::string dir = SelfDir();
 
   signal(SIGINT, OnSignal);
@@ -232,6 +235,7 @@ int RunServe() {
   children.push_back(Child{"the coordinator",
                            Spawn({dir + "/ferry-coordinator", "--model=" + model, absl::StrCat("--ranks=", ranks),
                                   "--host=" + host, absl::StrCat("--port=", absl::GetFlag(FLAGS_port)),
+                                  absl::StrCat("--control_port=", control_port),
                                   absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port)),
                                   absl::StrCat("--parallel=", parallel),
                                   absl::StrCat("--max_batch_tokens=", absl::GetFlag(FLAGS_max_batch_tokens)),
@@ -252,7 +256,7 @@ int RunServe() {
                                   "--served_model_name=" + absl::GetFlag(FLAGS_served_model_name)})});
   for (int64_t r = 0; r < ranks; ++r) {
     children.push_back(Child{absl::StrCat("worker rank ", r),
-                             Spawn({dir + "/ferry-worker", "--coordinator=" + address,
+                             Spawn({dir + "/ferry-worker", "--coordinator=" + control_address,
                                     absl::StrCat("--rank=", r),
                                     absl::StrCat("--world=", ranks), "--metrics_host=" + host,
                                     absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),

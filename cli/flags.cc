@@ -63,7 +63,9 @@ ABSL_FLAG(bool, stream, false, "generate --server: stream tokens as they are gen
 ABSL_FLAG(std::string, request_id, "", "generate --server: client request id (default: assigned by the server)");
 ABSL_FLAG(double, timeout_s, 600, "generate --server: deadline of the request (seconds)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address the coordinator binds to");
-ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port of the coordinator");
+ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port of the coordinator's public API");
+ABSL_FLAG(int32_t, control_port, 0,
+          "serve: gRPC port of the coordinator's control service, where the workers register (0: --port + 1)");
 ABSL_FLAG(int32_t, metrics_port, 9400, "serve: HTTP port of /metrics (0: none)");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "serve: tokens one step may carry");
 ABSL_FLAG(int64_t, max_queue, 64, "serve: requests that may wait for a lane");

@@ -46,6 +46,7 @@ ABSL_DECLARE_FLAG(std::string, request_id);
 ABSL_DECLARE_FLAG(double, timeout_s);
 ABSL_DECLARE_FLAG(std::string, host);
 ABSL_DECLARE_FLAG(int32_t, port);
+ABSL_DECLARE_FLAG(int32_t, control_port);
 ABSL_DECLARE_FLAG(int32_t, metrics_port);
 ABSL_DECLARE_FLAG(int64_t, max_batch_tokens);
 ABSL_DECLARE_FLAG(int64_t, max_queue);

@@ -1,5 +1,7 @@
 #include "coordinator/control_service.h"
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "common/cluster_token.h"
 #include "common/log.h"
@@ -17,6 +19,10 @@ ControlService::ControlService(std::string model_path, int world, int64_t vocab,
       world_(world),
       vocab_(vocab),
       page_size_(page_size),
+      dataplane_nonce_([] {
+        std::random_device rd;
+        return static_cast<uint64_t>(rd()) << 32 | rd();
+      }()),
       register_timeout_(register_timeout),
       metrics_(metrics),
       ranks_(static_cast<size_t>(world)),
@@ -82,6 +88,7 @@ grpc::Status ControlService::Register(grpc::ServerContext* ctx, const cpb::Regis
   resp->set_rank(rank);
   resp->set_world_size(world_);
   resp->set_page_size(static_cast<int32_t>(page_size_));
+  resp->set_dataplane_nonce(dataplane_nonce_);
   for (const RankState& r : ranks_) resp->add_dataplane_addresses(r.address);
   return grpc::Status::OK;
 }

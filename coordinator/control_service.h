@@ -109,6 +109,7 @@ class ControlService final : public ferry::control::v1::Control::Service, public
   const int world_;
   const int64_t vocab_;
   const int64_t page_size_;
+  const uint64_t dataplane_nonce_;  // random, for this coordinator's lifetime (RegisterResponse)
   const std::chrono::seconds register_timeout_;
   Metrics* metrics_;
   std::function<void(int, const std::string&)> on_death_;

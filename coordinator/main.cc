@@ -29,7 +29,9 @@
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (the coordinator reads only config.json)");
 ABSL_FLAG(int32_t, ranks, 1, "Worker ranks (tensor-parallel width) to wait for");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Address the gRPC and metrics servers bind to");
-ABSL_FLAG(int32_t, port, 50051, "gRPC port of the public API and the control plane");
+ABSL_FLAG(int32_t, port, 50051, "gRPC port of the public API (ferry.v1.Ferry and health)");
+ABSL_FLAG(int32_t, control_port, 0,
+          "gRPC port of the control service the workers register on (0: --port + 1); on --host too");
 ABSL_FLAG(int32_t, metrics_port, 9400, "HTTP port of /metrics (0: no metrics server)");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "Tokens one step may carry (decode rows + prefill chunks)");
 ABSL_FLAG(int64_t, parallel, 16, "Requests holding a lane at once");
@@ -191,32 +193,45 @@ int main(int argc, char** argv) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
+  // Two servers: the public API (and health) on --port, the control service the workers register
+  // on on --control-port, so each can be reached, firewalled and watched on its own.
   const std::string address = absl::StrCat(host, ":", absl::GetFlag(FLAGS_port));
-  int bound_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &bound_port);
-  builder.RegisterService(&api);
-  builder.RegisterService(&control);
+  const int control_port = absl::GetFlag(FLAGS_control_port) > 0 ? absl::GetFlag(FLAGS_control_port)
+                                                                  : absl::GetFlag(FLAGS_port) + 1;
+  const std::string control_address = absl::StrCat(host, ":", control_port);
   // What a caller may send: a valid Generate holds at most a context of prompt ids and as many
   // stop ids (up to 5 bytes each on the wire) besides a few fields; the workers' messages are
   // smaller. A larger message is refused by gRPC (RESOURCE_EXHAUSTED with both sizes) before it
   // is parsed, so no client can make the coordinator hold more than this a call.
   const int64_t receive_limit = std::min<int64_t>((int64_t{1} << 20) + 10 * opts.max_context, int64_t{256} << 20);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
-  // Keepalive both ways: this server pings every connection each --keepalive-s and drops one whose
+  // Keepalive both ways: each server pings every connection each --keepalive-s and drops one whose
   // peer does not answer within as long (a stopped or cut-off worker loses its control stream:
   // dead); workers ping it as often (their --keepalive-s), which it permits.
   const int keepalive_ms = static_cast<int>(absl::GetFlag(FLAGS_keepalive_s) * 1000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  builder.SetMaxSendMessageSize(256 << 20);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  auto build = [&](const std::string& where, grpc::Service* service, int* bound) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(where, grpc::InsecureServerCredentials(), bound);
+    builder.RegisterService(service);
+    builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    builder.SetMaxSendMessageSize(256 << 20);
+    return builder.BuildAndStart();
+  };
+  int bound_port = 0, bound_control = 0;
+  std::unique_ptr<grpc::Server> server = build(address, &api, &bound_port);
   if (!server || bound_port == 0) {
     fprintf(stderr, "ferry-coordinator: cannot listen on %s (port taken?)\n", address.c_str());
+    return 2;
+  }
+  std::unique_ptr<grpc::Server> control_server = build(control_address, &control, &bound_control);
+  if (!control_server || bound_control == 0) {
+    fprintf(stderr, "ferry-coordinator: cannot listen on %s for the control service (port taken?)\n",
+            control_address.c_str());
     return 2;
   }
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
@@ -224,7 +239,8 @@ int main(int argc, char** argv) {
   // SetServingStatus(bool) moves both.
   health->SetServingStatus(ferry::v1::Ferry::service_full_name(), false);
   health->SetServingStatus(false);
-  FERRY_LOG(INFO) << "listening on " << address << "; waiting for " << world << " worker rank(s)";
+  FERRY_LOG(INFO) << "listening on " << address << " (API), " << control_address << " (control); waiting for "
+                  << world << " worker rank(s)";
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -291,6 +307,7 @@ int main(int argc, char** argv) {
   health->SetServingStatus(false);
   scheduler.Stop("the server is shutting down");
   control.Shutdown("the coordinator is shutting down");
+  control_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return g_signal != 0 && exit_code == 0 ? 0 : exit_code;
 }

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -61,6 +63,13 @@ int RunRank(int rank, int world, std::chrono::milliseconds timeout, const std::v
   }
   std::vector<std::string> addrs(static_cast<size_t>(world));
   addrs[static_cast<size_t>(rank)] = (*dp)->address();
+  // Rank 0 draws the group's data-plane nonce and sends it with the addresses.
+  std::string nonce(sizeof(uint64_t), '\0');
+  if (rank == 0) {
+    std::random_device rd;
+    const uint64_t n = static_cast<uint64_t>(rd()) << 32 | rd();
+    std::memcpy(nonce.data(), &n, sizeof(n));
+  }
   if (rank == 0) {
     for (int q = 1; q < world; ++q) {
       if (!ReadBlob(from[static_cast<size_t>(q)], &addrs[static_cast<size_t>(q)])) {
@@ -72,6 +81,7 @@ int RunRank(int rank, int world, std::chrono::milliseconds timeout, const std::v
       for (const std::string& a : addrs) {
         if (!WriteBlob(to[static_cast<size_t>(q)], a)) return 2;
       }
+      if (!WriteBlob(to[static_cast<size_t>(q)], nonce)) return 2;
     }
   } else {
     if (!WriteBlob(to[0], addrs[static_cast<size_t>(rank)])) return 2;
@@ -81,8 +91,14 @@ int RunRank(int rank, int world, std::chrono::milliseconds timeout, const std::v
         return 2;
       }
     }
+    if (!ReadBlob(from[0], &nonce) || nonce.size() != sizeof(uint64_t)) {
+      fprintf(stderr, "rank %d: no data-plane nonce from rank 0\n", rank);
+      return 2;
+    }
   }
-  if (absl::Status st = (*dp)->Connect(addrs, timeout); !st.ok()) {
+  uint64_t group_nonce = 0;
+  std::memcpy(&group_nonce, nonce.data(), sizeof(group_nonce));
+  if (absl::Status st = (*dp)->Connect(addrs, timeout, group_nonce); !st.ok()) {
     fprintf(stderr, "rank %d: data plane: %s\n", rank, std::string(st.message()).c_str());
     return 2;
   }

@@ -82,6 +82,7 @@ struct UcxDataPlane::State {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   bool connected = false;
+  uint64_t nonce_bits = 0;  // the deployment nonce's 32 bits in user tags (Connect)
   std::vector<ucp_ep_h> eps;             // nullptr for ourselves and for closed endpoints
   std::vector<ucs_status_t> peer_error;  // UCS_OK while the peer is healthy
   std::unique_ptr<ErrArg[]> err_args;    // stable addresses for the error handler
@@ -306,9 +307,9 @@ class UcxRequest final : public Request {
 
 }  // namespace
 
-uint64_t UcxDataPlane::WireTag(int sender, uint64_t tag, bool internal) {
-  return (internal ? uint64_t{1} << 63 : 0) | (static_cast<uint64_t>(sender) << kUserTagBits) |
-         (tag & kMaxUserTag);
+uint64_t UcxDataPlane::WireTag(int sender, uint64_t tag, bool internal) const {
+  return (internal ? uint64_t{1} << 63 : 0) | (static_cast<uint64_t>(sender) << (kUserTagBits + kNonceBits)) |
+         (internal ? 0 : s_->nonce_bits << kUserTagBits) | (tag & kMaxUserTag);
 }
 
 UcxDataPlane::UcxDataPlane(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -382,8 +383,10 @@ std::string UcxDataPlane::address() const {
 }
 
 absl::Status UcxDataPlane::Connect(const std::vector<std::string>& addresses,
-                                   std::chrono::milliseconds timeout) {
+                                   std::chrono::milliseconds timeout, uint64_t nonce) {
   if (s_->connected) return absl::FailedPreconditionError("UCX data plane: Connect called twice");
+  // 32 bits of the nonce for the tags: both halves folded, so either half alone does not give them.
+  s_->nonce_bits = (nonce ^ (nonce >> kNonceBits)) & ((uint64_t{1} << kNonceBits) - 1);
   if (addresses.size() != static_cast<size_t>(s_->world)) {
     return absl::InvalidArgumentError(absl::StrCat("UCX data plane: ", addresses.size(),
                                                    " addresses for a world of ", s_->world));
@@ -412,22 +415,25 @@ absl::Status UcxDataPlane::Connect(const std::vector<std::string>& addresses,
   }
   s_->connected = true;
 
-  // Handshake: every rank sends its rank number to every peer and expects the peer's. This
-  // wires up both directions of every endpoint before the first user transfer.
+  // Handshake: every rank sends its rank number and the deployment's nonce to every peer and
+  // expects the peer's. This wires up both directions of every endpoint before the first user
+  // transfer.
   const int world = s_->world;
-  std::vector<uint64_t> inbox(world, ~uint64_t{0});
-  const uint64_t mine = static_cast<uint64_t>(s_->rank);
+  struct Hello {
+    uint64_t rank, nonce;
+  };
+  std::vector<Hello> inbox(world, Hello{~uint64_t{0}, 0});
+  const Hello mine{static_cast<uint64_t>(s_->rank), nonce};
   std::vector<std::unique_ptr<Request>> reqs;
   for (int p = 0; p < world; ++p) {
     if (p == s_->rank) continue;
-    FERRY_ASSIGN_OR_RETURN(auto r, Post(true, p, WireTag(p, 0, true), &inbox[p], sizeof(uint64_t)));
+    FERRY_ASSIGN_OR_RETURN(auto r, Post(true, p, WireTag(p, 0, true), &inbox[p], sizeof(Hello)));
     reqs.push_back(std::move(r));
   }
   for (int p = 0; p < world; ++p) {
     if (p == s_->rank) continue;
     FERRY_ASSIGN_OR_RETURN(
-        auto r, Post(false, p, WireTag(s_->rank, 0, true), const_cast<uint64_t*>(&mine),
-                     sizeof(uint64_t)));
+        auto r, Post(false, p, WireTag(s_->rank, 0, true), const_cast<Hello*>(&mine), sizeof(Hello)));
     reqs.push_back(std::move(r));
   }
   const auto deadline = Clock::now() + timeout;
@@ -439,9 +445,15 @@ absl::Status UcxDataPlane::Connect(const std::vector<std::string>& addresses,
     }
   }
   for (int p = 0; p < world; ++p) {
-    if (p != s_->rank && inbox[p] != static_cast<uint64_t>(p)) {
+    if (p == s_->rank) continue;
+    if (inbox[p].rank != static_cast<uint64_t>(p)) {
       return absl::InvalidArgumentError(absl::StrCat("UCX data plane: the address given for rank ",
-                                                     p, " belongs to rank ", inbox[p]));
+                                                     p, " belongs to rank ", inbox[p].rank));
+    }
+    if (inbox[p].nonce != nonce) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "UCX data plane: the peer connected as rank ", p,
+          " does not carry this deployment's nonce (a process of another deployment, or not given it): refused"));
     }
   }
   return absl::OkStatus();

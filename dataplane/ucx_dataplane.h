@@ -14,9 +14,15 @@
 // Tag layout (the 64-bit UCP tag):
 //   bit  63     : 1 for the data plane's own messages (the Connect handshake), 0 for users
 //   bits 62..48 : the sender's rank (15 bits: world <= 32768)
-//   bits 47..0  : the user tag (PostSend/PostRecv refuse tags >= 2^48 with INVALID_ARGUMENT)
+//   bits 47..16 : users' messages: 32 bits of the deployment's nonce (Connect); 0 in the handshake
+//   bits 15..0  : the user tag (PostSend/PostRecv refuse tags >= 2^16 with INVALID_ARGUMENT)
 // Receives match the full 64 bits, so a receive matches exactly (peer, tag), and UCX keeps
 // messages of one sender in order, which gives dataplane.h's ordering rule.
+//
+// The deployment's nonce: a secret the ranks get over the authenticated control plane. Every
+// rank's handshake carries it (a peer whose handshake carries another is refused, naming the
+// rank it claimed), and every user message's tag carries 32 bits of it, so a process that was not
+// given it cannot have a message matched by a receive, whatever rank it writes into its tag.
 //
 // Transports come from UCX's own environment (UCX_TLS, UCX_NET_DEVICES, UCX_RNDV_THRESH, ...):
 // docs/ must say that UCX_* variables are honoured. Only when the user set neither UCX_TLS nor
@@ -56,7 +62,8 @@ namespace ferry::dataplane {
 
 class UcxDataPlane final : public DataPlane {
  public:
-  static constexpr int kUserTagBits = 48;
+  static constexpr int kUserTagBits = 16;
+  static constexpr int kNonceBits = 32;
   static constexpr uint64_t kMaxUserTag = (uint64_t{1} << kUserTagBits) - 1;
   static constexpr int kMaxWorld = 1 << 15;
 
@@ -71,9 +78,10 @@ class UcxDataPlane final : public DataPlane {
 
   // Creates one endpoint per peer from `addresses` (indexed by rank, world of them, our own
   // included and ignored) and exchanges a handshake with every peer, waiting at most `timeout`
-  // for all of them. Call once.
+  // for all of them. `nonce`: the deployment's (the same on every rank). Call once.
+  // INVALID_ARGUMENT when a peer's handshake names another rank or carries another nonce.
   absl::Status Connect(const std::vector<std::string>& addresses,
-                       std::chrono::milliseconds timeout = std::chrono::seconds(60));
+                       std::chrono::milliseconds timeout = std::chrono::seconds(60), uint64_t nonce = 0);
 
   int rank() const override;
   int world() const override;
@@ -86,7 +94,8 @@ class UcxDataPlane final : public DataPlane {
                                                     size_t capacity) override;
 
   // The 64-bit UCP tag of a message from `sender` with user tag `tag` (the layout above).
-  static uint64_t WireTag(int sender, uint64_t tag, bool internal = false);
+  // A user message's tag (internal: the handshake's, which carries no nonce).
+  uint64_t WireTag(int sender, uint64_t tag, bool internal = false) const;
 
   struct State;  // UCX handles and per-peer health; defined in the .cc
 

@@ -39,7 +39,8 @@
 #include "worker/step_executor.h"
 #include "step/step_proto.h"
 
-ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "The coordinator's gRPC address (host:port)");
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50052",
+          "The coordinator's control service (host:port: its --host and --control-port)");
 ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the group (the coordinator's --ranks)");
 ABSL_FLAG(std::string, token_file, "",
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
   }
   if (world > 1) {
     std::vector<std::string> addrs(conf.dataplane_addresses().begin(), conf.dataplane_addresses().end());
-    if (absl::Status st = (*dp)->Connect(addrs, timeout); !st.ok()) {
+    if (absl::Status st = (*dp)->Connect(addrs, timeout, conf.dataplane_nonce()); !st.ok()) {
       FERRY_LOG(ERROR) << "rank " << rank << ": data plane: " << st.message();
       return 1;
     }

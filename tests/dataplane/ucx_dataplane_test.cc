@@ -160,6 +160,21 @@ uint8_t Pattern(int rank, size_t i) {
   return static_cast<uint8_t>((i * 2654435761u) >> 13) ^ static_cast<uint8_t>(rank * 77);
 }
 
+TEST_CASE("UcxDataPlane: a peer without the deployment's nonce is refused at the handshake", "[dataplane][ucx]") {
+  // Rank 1 was given another nonce (a process of another deployment, or one that guessed the
+  // addresses): every rank refuses the connection, naming the rank the peer claimed.
+  auto reports = RunUcxRanks(
+      2, [](UcxDataPlane&, std::string*) { return absl::OkStatus(); }, std::chrono::seconds(15),
+      [](int rank) { return rank == 1 ? uint64_t{0xbad} : uint64_t{0x600d}; });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r << ": " << reports[r].status.ToString());
+    REQUIRE(reports[r].reported);
+    CHECK(reports[r].status.code() == absl::StatusCode::kPermissionDenied);
+    CHECK(reports[r].status.message().find(absl::StrCat("connected as rank ", 1 - r)) != std::string::npos);
+    CHECK(reports[r].status.message().find("nonce") != std::string::npos);
+  }
+}
+
 TEST_CASE("UcxDataPlane moves 64 MiB each way between 2 processes at once", "[dataplane][ucx]") {
   constexpr size_t kBytes = size_t{64} << 20;
   auto reports = RunUcxRanks(2, [](UcxDataPlane& dp, std::string* out) -> absl::Status {

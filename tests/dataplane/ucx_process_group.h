@@ -98,7 +98,7 @@ inline bool ReadBlob(const std::string& in, size_t& pos, std::string* out) {
 }
 
 // The child's side; never returns.
-[[noreturn]] inline void ChildMain(int fd, int rank, int world, const RankBody& body) {
+[[noreturn]] inline void ChildMain(int fd, int rank, int world, const RankBody& body, uint64_t nonce) {
   auto report = [&](const absl::Status& st, const std::string& payload, double seconds) {
     std::string r;
     AppendU64(r, static_cast<uint64_t>(st.code()));
@@ -124,7 +124,7 @@ inline bool ReadBlob(const std::string& in, size_t& pos, std::string* out) {
     for (int r = 0; r < world; ++r) {
       if (!ReadBlob(list, pos, &addresses[r])) _exit(2);
     }
-    absl::Status st = dp->Connect(addresses, std::chrono::seconds(10));
+    absl::Status st = dp->Connect(addresses, std::chrono::seconds(10), nonce);
     std::string payload;
     double seconds = 0;
     if (st.ok()) {
@@ -164,8 +164,10 @@ struct ChildGuard {
 
 }  // namespace internal
 
+// `nonce_of(rank)`: the deployment nonce each rank connects with (default: one for all).
 inline std::vector<RankReport> RunUcxRanks(int world, const RankBody& body,
-                                           std::chrono::milliseconds limit = std::chrono::seconds(15)) {
+                                           std::chrono::milliseconds limit = std::chrono::seconds(15),
+                                           const std::function<uint64_t(int)>& nonce_of = nullptr) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + limit;
   std::vector<RankReport> reports(world);
@@ -210,7 +212,7 @@ inline std::vector<RankReport> RunUcxRanks(int world, const RankBody& body,
         ::close(parent_fd[q]);
         if (q != r) ::close(child_fd[q]);
       }
-      internal::ChildMain(child_fd[r], r, world, body);
+      internal::ChildMain(child_fd[r], r, world, body, nonce_of ? nonce_of(r) : 0x5eed);
     }
     guard.pids[r] = pid;
   }

@@ -312,16 +312,17 @@ TEST_CASE("serve: a stopped coordinator is found by the workers' keepalive; they
 
 TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails requests instead of hanging",
           "[serve]") {
-  const int port = testing::FreePort();
+  const int port = testing::FreePortRun(2);
   const std::string address = "127.0.0.1:" + std::to_string(port);
+  const std::string control = "127.0.0.1:" + std::to_string(port + 1);
   const std::string bin = testing::BinDir();
   const std::string coord_log = testing::TempLog("ferry-coord"), w0_log = testing::TempLog("ferry-w0"),
                     w1_log = testing::TempLog("ferry-w1");
   testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "2", "--port", std::to_string(port),
-                          "--metrics-port", "0"},
+                          "--control-port", std::to_string(port + 1), "--metrics-port", "0"},
                          coord_log);
-  testing::Process w0({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--world", "2"}, w0_log);
-  testing::Process w1({bin + "/ferry-worker", "--coordinator", address, "--rank", "1", "--world", "2"}, w1_log);
+  testing::Process w0({bin + "/ferry-worker", "--coordinator", control, "--rank", "0", "--world", "2"}, w0_log);
+  testing::Process w1({bin + "/ferry-worker", "--coordinator", control, "--rank", "1", "--world", "2"}, w1_log);
   INFO(coord.Log() << w0.Log() << w1.Log());
   REQUIRE(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
                      30000));
@@ -370,23 +371,24 @@ std::string TokenFile(const testing::TempDir& dir, const std::string& name, cons
 }
 
 TEST_CASE("coordinator: a worker without the cluster token cannot register", "[serve]") {
-  const int port = testing::FreePort();
+  const int port = testing::FreePortRun(2);
   const std::string address = "127.0.0.1:" + std::to_string(port);
+  const std::string control = "127.0.0.1:" + std::to_string(port + 1);
   const std::string bin = testing::BinDir();
   testing::TempDir dir;
   const std::string secret = TokenFile(dir, "secret", "s3cret", 0600), guess = TokenFile(dir, "guess", "guess", 0600);
   const std::string coord_log = testing::TempLog("ferry-coord"), bad_log = testing::TempLog("ferry-wbad"),
                     good_log = testing::TempLog("ferry-wgood");
   testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "1", "--port", std::to_string(port),
-                          "--metrics-port", "0", "--token-file", secret},
+                          "--control-port", std::to_string(port + 1), "--metrics-port", "0", "--token-file", secret},
                          coord_log);
-  testing::Process bad({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--token-file", guess}, bad_log);
+  testing::Process bad({bin + "/ferry-worker", "--coordinator", control, "--rank", "0", "--token-file", guess}, bad_log);
   int status = 0;
   REQUIRE(bad.Wait(std::chrono::seconds(20), &status));
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 1);
   CHECK(bad.Log().find("cluster token") != std::string::npos);
-  testing::Process good({bin + "/ferry-worker", "--coordinator", address, "--rank", "0", "--token-file", secret},
+  testing::Process good({bin + "/ferry-worker", "--coordinator", control, "--rank", "0", "--token-file", secret},
                         good_log);
   CHECK(Eventually([&] { auto s = cli::CheckServing(address, std::chrono::milliseconds(200)); return s.ok() && *s; },
                    30000));

@@ -115,14 +115,15 @@ std::string Process::Log() const {
 }
 
 Server::Server(const std::string& model_dir, int ranks, const std::vector<std::string>& extra) {
-  // One run: the API port, then the coordinator's metrics port and each worker's (+1 + rank)
-  // (two separate picks could hand out the same still-unbound port).
-  const int port = FreePortRun(7);
-  metrics_port_ = port + 1;
+  // One run: the API port, the control port, then the coordinator's metrics port and each
+  // worker's (+1 + rank) (two separate picks could hand out the same still-unbound port).
+  const int port = FreePortRun(8);
+  metrics_port_ = port + 2;
   address_ = "127.0.0.1:" + std::to_string(port);
   log_ = TempLog("ferry-serve");
   std::vector<std::string> argv = {BinDir() + "/ferry", "serve", "--model", model_dir, "--ranks", std::to_string(ranks),
-                                   "--port", std::to_string(port), "--metrics-port", std::to_string(metrics_port_)};
+                                   "--port", std::to_string(port), "--control-port", std::to_string(port + 1),
+                                   "--metrics-port", std::to_string(metrics_port_)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   proc_ = std::make_unique<Process>(argv, log_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
