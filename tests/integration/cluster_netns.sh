@@ -83,6 +83,11 @@ for m in glm-dsa-tiny glm5next-tiny; do
   out="$(ip netns exec "$A" "$bin/ferry" check-golden --server 10.213.0.1:50051 --model "$tmp/a/$m" 2>&1)"
   echo "$out"
   echo "$out" | grep -q "golden: 3 passed, 0 failed" || fail "$m: golden prompts through the cluster"
+  # The scrape configuration names every process at its host's address.
+  out="$("$launcher" -c "$tmp/conf" prometheus 2>&1)"
+  for t in 10.213.0.1:9400 10.213.0.1:9401 10.213.0.2:9402; do
+    echo "$out" | grep -q "targets: \[\"$t\"\]" || fail "$m: prometheus config lacks $t"
+  done
   # The API is not on loopback, and not in the root namespace.
   ip netns exec "$A" "$bin/ferry" status --server 127.0.0.1:50051 >/dev/null 2>&1 && fail "$m: the API answers on loopback"
   # The second namespace's worker dies: status names its host.

@@ -182,13 +182,15 @@ int ConnectLoopback(int port) {
   return fd;
 }
 
-std::string ScrapeMetrics(int port) {
+std::string ScrapeMetrics(int port) { return HttpGet(port, "/metrics"); }
+
+std::string HttpGet(int port, const std::string& path) {
   const int fd = ConnectLoopback(port);
   if (fd < 0) return "";
   // Something else on the port must not hang the test: give up after 10 s without an answer.
   timeval tv{10, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
     return "";

@@ -68,7 +68,9 @@ class Server {
 
 // A TCP connection to 127.0.0.1:port (the fd), or -1.
 int ConnectLoopback(int port);
-// GET http://127.0.0.1:port/metrics; the body, or "" on failure.
+// GET http://127.0.0.1:port<path>; the body, or "" on failure (10 s without an answer included).
+std::string HttpGet(int port, const std::string& path);
+// HttpGet(port, "/metrics").
 std::string ScrapeMetrics(int port);
 // The value of an exposition line "name{labels} value" (labels exactly as written, or none, the
 // model_name label every coordinator series carries left out); -1 when absent.
