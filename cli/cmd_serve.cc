@@ -24,6 +24,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/cluster_token.h"
+#include "common/net_interface.h"
 #include "worker/exit_status.h"
 
 namespace ferry::cli {
@@ -231,6 +232,16 @@ int RunServe() {
   const std::string token = absl::StrCat(absl::Hex(static_cast<uint64_t>(rd()) << 32 | rd(), absl::kZeroPad16),
                                          absl::Hex(static_cast<uint64_t>(rd()) << 32 | rd(), absl::kZeroPad16));
   setenv(kClusterTokenEnv, token.c_str(), /*overwrite=*/1);
+  // The workers' data plane only on the interface the listeners bind (UCX takes every interface
+  // otherwise); a UCX_NET_DEVICES the user set wins.
+  if (getenv("UCX_NET_DEVICES") == nullptr) {
+    if (absl::StatusOr<std::string> ifc = InterfaceOfAddress(host); ifc.ok()) {
+      setenv("UCX_NET_DEVICES", ifc->c_str(), /*overwrite=*/1);
+    } else {
+      fprintf(stderr, "ferry serve: the data plane may use every interface (%s)\n",
+              std::string(ifc.status().message()).c_str());
+    }
+  }
   std::vector<Child> children;
   children.push_back(Child{"the coordinator",
                            Spawn({dir + "/ferry-coordinator", "--model=" + model, absl::StrCat("--ranks=", ranks),

@@ -1,12 +1,16 @@
-#include "common/version.h"
 #include "coordinator/api_service.h"
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/version.h"
 
 namespace ferry::coordinator {
 namespace {
@@ -143,12 +147,13 @@ ApiService::ApiService(const model::ModelConfig& config, std::string model_path,
       control_(control),
       accepting_(accepting) {}
 
-grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
-                                  grpc::ServerWriter<pb::GenerateResponse>* writer) {
-  auto built = BuildRequest(*req, config_, scheduler_->options().max_context);
+grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::string& peer,
+                                     const std::function<bool()>& cancelled,
+                                     const std::function<bool(const pb::GenerateResponse&)>& write) {
+  auto built = BuildRequest(req, config_, scheduler_->options().max_context);
   if (!built.ok()) return ToGrpc(built.status());
   std::shared_ptr<Request> r = *built;
-  if (!req->request_id().empty()) r->caller = ctx->peer();
+  if (!req.request_id().empty()) r->caller = peer;
   if (!accepting_->load()) {
     absl::Status ready = control_->ReadyState();
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
@@ -158,7 +163,7 @@ grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRe
   bool aborted = false;
   while (true) {
     // Client cancellation and deadlines abort the request; its end still comes as an event.
-    if (!aborted && ctx->IsCancelled()) aborted = scheduler_->Abort(r->id);
+    if (!aborted && cancelled()) aborted = scheduler_->Abort(r->id);
     std::optional<RequestEvent> e = r->events.Pop(std::chrono::milliseconds(20));
     if (!e) continue;
     pb::GenerateResponse resp;
@@ -166,7 +171,7 @@ grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRe
     if (!e->finished) {
       for (int32_t t : e->tokens) resp.mutable_chunk()->add_token_ids(t);
       for (const step::SampledToken& t : e->logprobs) ToProto(t, resp.mutable_chunk()->add_logprobs());
-      if (!writer->Write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
+      if (!write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
       continue;
     }
     pb::Finished* f = resp.mutable_finished();
@@ -180,18 +185,17 @@ grpc::Status ApiService::Generate(grpc::ServerContext* ctx, const pb::GenerateRe
     f->mutable_timings()->set_time_to_first_token_seconds(e->timings.time_to_first_token_seconds);
     f->mutable_timings()->set_e2e_seconds(e->timings.e2e_seconds);
     f->set_error(e->error);
-    if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the request");
-    writer->Write(resp);
+    if (cancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "the client cancelled the request");
+    write(resp);
     return grpc::Status::OK;
   }
 }
 
-grpc::Status ApiService::Abort(grpc::ServerContext* ctx, const pb::AbortRequest* req, pb::AbortResponse* resp) {
-  resp->set_found(scheduler_->Abort(req->request_id(), ctx->peer()));
-  return grpc::Status::OK;
+void ApiService::AbortImpl(const pb::AbortRequest& req, const std::string& peer, pb::AbortResponse* resp) {
+  resp->set_found(scheduler_->Abort(req.request_id(), peer));
 }
 
-grpc::Status ApiService::GetModelInfo(grpc::ServerContext*, const pb::GetModelInfoRequest*, pb::ModelInfo* resp) {
+void ApiService::ModelInfoImpl(pb::ModelInfo* resp) {
   resp->set_model_path(model_path_);
   resp->set_family(model::FamilyName(config_.family));
   resp->set_vocab_size(static_cast<int32_t>(config_.vocab_size));
@@ -199,10 +203,9 @@ grpc::Status ApiService::GetModelInfo(grpc::ServerContext*, const pb::GetModelIn
   for (int32_t t : config_.eos_token_ids) resp->add_eos_token_ids(t);
   resp->set_num_layers(static_cast<int32_t>(config_.num_layers));
   resp->set_hidden_size(static_cast<int32_t>(config_.hidden_size));
-  return grpc::Status::OK;
 }
 
-grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServerInfoRequest*, pb::ServerInfo* resp) {
+void ApiService::ServerInfoImpl(pb::ServerInfo* resp) {
   const SchedulerSnapshot s = scheduler_->Snapshot();
   resp->set_world_size(control_->world());
   resp->set_running_requests(static_cast<int32_t>(s.running));
@@ -244,7 +247,131 @@ grpc::Status ApiService::GetServerInfo(grpc::ServerContext*, const pb::GetServer
     ri->set_death(ranks[k].death);
     if (k < s.latent_used_pages.size()) ri->set_latent_used_pages(s.latent_used_pages[k]);
   }
+}
+
+namespace {
+
+// Parses `bytes` as a `M`; INVALID_ARGUMENT naming the message and the size when they are not one.
+template <typename M>
+grpc::Status Parse(const grpc::ByteBuffer& bytes, M* out) {
+  std::vector<grpc::Slice> slices;
+  std::string flat;
+  if (bytes.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) flat.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  if (!out->ParseFromString(flat)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("the request's ", flat.size(), " bytes are not a valid ", M::descriptor()->full_name()));
+  }
   return grpc::Status::OK;
+}
+
+template <typename M>
+grpc::ByteBuffer Serialize(const M& m) {
+  const std::string bytes = m.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// A unary call: parse, answer, serialize.
+template <typename Req, typename Resp, typename Fn>
+grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                grpc::ByteBuffer* response, Fn fn) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  Req req;
+  grpc::Status st = Parse(*request, &req);
+  if (st.ok()) {
+    Resp resp;
+    fn(req, &resp);
+    *response = Serialize(resp);
+  }
+  reactor->Finish(st);
+  return reactor;
+}
+
+// A Generate call: its own thread runs ApiService::RunGenerate, each response written through the
+// reactor and waited for. The thread touches the reactor last in Finish(); OnDone, which gRPC
+// calls once that completes, deletes it (and detaches nothing still running: the thread has left).
+class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  GenerateReactor(ApiService* api, grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request)
+      : api_(api), peer_(ctx->peer()) {
+    pb::GenerateRequest req;
+    grpc::Status parsed = Parse(*request, &req);
+    if (!parsed.ok()) {
+      Finish(parsed);
+      return;
+    }
+    std::thread([this, req = std::move(req)] {
+      grpc::Status st = api_->RunGenerate(
+          req, peer_, [this] { return cancelled_.load(); },
+          [this](const pb::GenerateResponse& resp) { return Write(resp); });
+      Finish(st);
+    }).detach();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    write_ok_ = ok;
+    cv_.notify_all();
+  }
+  void OnCancel() override {
+    cancelled_ = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
+  void OnDone() override { delete this; }
+
+ private:
+  // Sends `resp` and waits until gRPC took it; false when the client cannot (gone, cancelled).
+  bool Write(const pb::GenerateResponse& resp) {
+    if (cancelled_) return false;
+    buffer_ = Serialize(resp);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      writing_ = true;
+    }
+    StartWrite(&buffer_);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return !writing_; });  // OnWriteDone comes even when cancelled
+    return write_ok_;
+  }
+
+  ApiService* api_;
+  const std::string peer_;
+  std::atomic<bool> cancelled_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool writing_ = false;
+  bool write_ok_ = true;
+  grpc::ByteBuffer buffer_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ApiService::Generate(grpc::CallbackServerContext* ctx,
+                                                                 const grpc::ByteBuffer* request) {
+  return new GenerateReactor(this, ctx, request);
+}
+
+grpc::ServerUnaryReactor* ApiService::Abort(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                            grpc::ByteBuffer* response) {
+  const std::string peer = ctx->peer();
+  return Unary<pb::AbortRequest, pb::AbortResponse>(
+      ctx, request, response, [&](const pb::AbortRequest& req, pb::AbortResponse* resp) { AbortImpl(req, peer, resp); });
+}
+
+grpc::ServerUnaryReactor* ApiService::GetModelInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                                   grpc::ByteBuffer* response) {
+  return Unary<pb::GetModelInfoRequest, pb::ModelInfo>(
+      ctx, request, response, [&](const pb::GetModelInfoRequest&, pb::ModelInfo* resp) { ModelInfoImpl(resp); });
+}
+
+grpc::ServerUnaryReactor* ApiService::GetServerInfo(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request,
+                                                    grpc::ByteBuffer* response) {
+  return Unary<pb::GetServerInfoRequest, pb::ServerInfo>(
+      ctx, request, response, [&](const pb::GetServerInfoRequest&, pb::ServerInfo* resp) { ServerInfoImpl(resp); });
 }
 
 }  // namespace ferry::coordinator

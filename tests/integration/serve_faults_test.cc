@@ -1,6 +1,7 @@
 // The serving system's failure and refusal paths, as users meet them: cancellation and Abort,
 // bad requests, a full admission queue, a killed or dead worker, a worker without the cluster
 // token (real coordinator and worker processes on loopback, through the gRPC API).
+#include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,10 +13,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
@@ -80,6 +83,60 @@ TEST_CASE("serve: cancellation and Abort end a request within a step and free it
   auto again = cli::AbortRemote(server.address(), "victim");
   REQUIRE(again.ok());
   CHECK_FALSE(*again);
+}
+
+// One call of `method` (full name) with raw `bytes` as its request, through gRPC's generic API: the
+// final status (responses, if any, are read and dropped).
+grpc::Status RawCall(const std::string& address, const std::string& method, const std::string& bytes) {
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  grpc::CompletionQueue cq;
+  void* tag = nullptr;
+  bool ok = false;
+  auto call = stub.PrepareCall(&ctx, method, &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  cq.Next(&tag, &ok);
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  cq.Next(&tag, &ok);
+  call->WritesDone(reinterpret_cast<void*>(3));
+  cq.Next(&tag, &ok);
+  for (;;) {  // until the stream ends
+    grpc::ByteBuffer response;
+    call->Read(&response, reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    if (!ok) break;
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  return status;
+}
+
+TEST_CASE("serve: request bytes that are not the message get INVALID_ARGUMENT naming it, and serving goes on",
+          "[serve]") {
+  Server server(kDsa, 1);
+  REQUIRE(server.serving());
+  const std::string junk("\xff\xff\xff\xff", 4);  // a field key whose varint never ends
+  for (const auto& [method, message] : std::vector<std::pair<std::string, std::string>>{
+           {"/ferry.v1.Ferry/Generate", "ferry.v1.GenerateRequest"},
+           {"/ferry.v1.Ferry/Abort", "ferry.v1.AbortRequest"},
+           {"/ferry.v1.Ferry/GetModelInfo", "ferry.v1.GetModelInfoRequest"},
+           {"/ferry.v1.Ferry/GetServerInfo", "ferry.v1.GetServerInfoRequest"}}) {
+    const grpc::Status st = RawCall(server.address(), method, junk);
+    INFO(method << ": " << st.error_code() << " " << st.error_message());
+    CHECK(st.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+    CHECK(st.error_message() == "the request's 4 bytes are not a valid " + message);
+  }
+  // Valid bytes through the same path are served.
+  ferry::v1::GenerateRequest ok = Greedy({5, 6, 7}, 4);
+  CHECK(RawCall(server.address(), "/ferry.v1.Ferry/Generate", ok.SerializeAsString()).ok());
+  auto r = Run(server.address(), Greedy({5, 6, 7}, 4));
+  REQUIRE(r.ok());
+  CHECK(r->token_ids_size() == 4);
 }
 
 TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and serving goes on", "[serve]") {
@@ -447,6 +504,62 @@ TEST_CASE("serve: the cluster token never appears on a command line", "[serve]")
     CHECK(args.find(token) == std::string::npos);
     CHECK(args.find("cluster") == std::string::npos);
   }
+}
+
+// The TCP sockets process `pid` listens on, as "address:port" in /proc/net/tcp's hex (IPv4) and
+// tcp6 notation: the LISTEN (0A) entries whose inode is one of the process's open sockets.
+std::vector<std::string> ListeningSockets(pid_t pid) {
+  std::set<std::string> inodes;
+  const std::string fd_dir = "/proc/" + std::to_string(pid) + "/fd";
+  if (DIR* d = opendir(fd_dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      char target[256];
+      const ssize_t n = readlink((fd_dir + "/" + e->d_name).c_str(), target, sizeof(target) - 1);
+      if (n <= 0) continue;
+      const std::string t(target, static_cast<size_t>(n));
+      if (t.rfind("socket:[", 0) == 0) inodes.insert(t.substr(8, t.size() - 9));
+    }
+    closedir(d);
+  }
+  std::vector<std::string> out;
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    std::ifstream in("/proc/" + std::to_string(pid) + table);
+    std::string line;
+    std::getline(in, line);  // the header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state, queues, timer, retr, uid, timeout, inode;
+      f >> slot >> local >> remote >> state >> queues >> timer >> retr >> uid >> timeout >> inode;
+      if (state == "0A" && inodes.count(inode) > 0) out.push_back(local);
+    }
+  }
+  return out;
+}
+
+TEST_CASE("serve --host 127.0.0.1: no process listens beyond loopback, the workers' data plane included",
+          "[serve]") {
+  Server server(kDsa, 2);
+  REQUIRE(server.serving());
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  std::vector<pid_t> pids = {server.CoordinatorPid()};
+  for (const auto& r : info->ranks()) pids.push_back(static_cast<pid_t>(r.pid()));
+  int workers_listening = 0;
+  for (pid_t pid : pids) {
+    const std::vector<std::string> sockets = ListeningSockets(pid);
+    INFO("pid " << pid);
+    CHECK_FALSE(sockets.empty());
+    for (const std::string& s : sockets) {
+      INFO(s);
+      // 0100007F = 127.0.0.1 in /proc/net/tcp's little-endian hex; in tcp6, ::1 and
+      // ::ffff:127.0.0.1 (gRPC binds 127.0.0.1 on a dual-stack socket).
+      const std::string addr = s.substr(0, s.find(':'));
+      CHECK((addr == "0100007F" || addr == "00000000000000000000000001000000" ||
+             addr == "0000000000000000FFFF00000100007F"));
+    }
+    workers_listening += pid != server.CoordinatorPid() && !sockets.empty();
+  }
+  CHECK(workers_listening == 2);  // each worker's data plane and /metrics listen, on loopback only
 }
 
 }  // namespace
