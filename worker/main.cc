@@ -86,6 +86,21 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ferry-worker: %s\n", std::string(token.status().message()).c_str());
     return 2;
   }
+  // Beyond this machine (a coordinator elsewhere, /metrics on another interface) the cluster
+  // token is required, as the coordinator requires it there.
+  {
+    const std::string coord = absl::GetFlag(FLAGS_coordinator);
+    const std::string coord_host = coord.substr(0, coord.rfind(':'));
+    const std::string metrics_host = absl::GetFlag(FLAGS_metrics_host);
+    const bool beyond = !IsLoopbackHost(coord_host) || (absl::GetFlag(FLAGS_metrics_port) > 0 && !IsLoopbackHost(metrics_host));
+    if (token->empty() && beyond) {
+      fprintf(stderr,
+              "ferry-worker: the coordinator (%s) or /metrics (%s) is beyond this machine: give the cluster token "
+              "(--token-file, or FERRY_CLUSTER_TOKEN)\n",
+              coord.c_str(), metrics_host.c_str());
+      return 2;
+    }
+  }
   if (!(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600)) {
     fprintf(stderr, "ferry-worker: need --keepalive-s in [0.1, 3600], got %g\n", absl::GetFlag(FLAGS_keepalive_s));
     return 2;

@@ -478,6 +478,9 @@ TEST_CASE("coordinator: the cluster token comes from a private file, and is requ
   refused({bin + "/ferry-coordinator", "--model", kDsa, "--host", "0.0.0.0", "--port",
            std::to_string(testing::FreePort()), "--metrics-port", "0"},
           "--host 0.0.0.0 listens beyond this machine: give the cluster token");
+  refused({bin + "/ferry-worker", "--coordinator", "192.0.2.1:50052"}, "is beyond this machine: give the cluster token");
+  refused({bin + "/ferry-worker", "--coordinator", "127.0.0.1:1", "--metrics-host", "0.0.0.0", "--metrics-port", "9"},
+          "is beyond this machine: give the cluster token");
 }
 
 TEST_CASE("serve: the cluster token never appears on a command line", "[serve]") {
