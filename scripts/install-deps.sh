@@ -8,7 +8,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build ccache pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev prometheus-cpp-dev catch2 libucx-dev nlohmann-json3-dev
+  libabsl-dev prometheus-cpp-dev catch2 libucx-dev nlohmann-json3-dev libicu-dev
   iproute2 prometheus  # tests: the two-namespace cluster (ip netns), the dashboard's queries
 )
 
