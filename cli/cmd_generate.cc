@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "cli/load_model.h"
 #include "model/causal_lm.h"
 #include "model/generate.h"
+#include "text/tokenizer.h"
 
 namespace ferry::cli {
 namespace {
@@ -45,11 +47,14 @@ void PrintLogprobs(const ferry::v1::TokenLogprobs& t) {
 }  // namespace
 
 // `generate --server`: one Generate call; the ids go to stdout as they arrive (streaming) or at
-// the end, comma-separated, then with --logprobs a line for each token's log-probabilities.
-int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prompt, const model::GenerateOptions& opt) {
+// the end, comma-separated, then with --logprobs a line for each token's log-probabilities. With
+// a text prompt (`text`), the generated text goes to stdout instead.
+int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prompt, const std::string& text,
+                     const model::GenerateOptions& opt) {
   ferry::v1::GenerateRequest req;
   req.set_request_id(absl::GetFlag(FLAGS_request_id));
   for (int32_t t : prompt) req.add_prompt_token_ids(t);
+  req.set_prompt(text);
   ferry::v1::SamplingParams* sp = req.mutable_sampling();
   sp->set_temperature(opt.sampling.temperature);
   sp->set_top_k(opt.sampling.top_k);
@@ -65,10 +70,17 @@ int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prom
   req.set_stream(absl::GetFlag(FLAGS_stream));
   bool first = true;
   auto print = [&](const auto& ids) {
+    if (!text.empty()) return;
     for (int32_t t : ids) {
       printf(first ? "%d" : ",%d", t);
       first = false;
     }
+    fflush(stdout);
+  };
+  auto print_text = [&](const std::string& piece) {
+    if (text.empty()) return;
+    printf("%s", piece.c_str());
+    first = false;
     fflush(stdout);
   };
   std::vector<ferry::v1::TokenLogprobs> logprobs;
@@ -76,6 +88,7 @@ int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prom
                             std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1000)),
                             [&](const ferry::v1::TokenChunk& c) {
                               print(c.token_ids());
+                              print_text(c.text());
                               logprobs.insert(logprobs.end(), c.logprobs().begin(), c.logprobs().end());
                             });
   if (!res.ok()) {
@@ -84,6 +97,7 @@ int GenerateOnServer(const std::string& server, const std::vector<int32_t>& prom
     return res.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   print(res->token_ids());
+  print_text(res->text());
   printf("\n");
   logprobs.insert(logprobs.end(), res->logprobs().begin(), res->logprobs().end());
   for (const ferry::v1::TokenLogprobs& t : logprobs) PrintLogprobs(t);
@@ -106,12 +120,13 @@ int RunGenerate() {
   }
   model::GenerateOptions opt;
   std::vector<int32_t> prompt;
+  const std::string text = absl::GetFlag(FLAGS_prompt);
   if (!ParseIds(absl::GetFlag(FLAGS_prompt_ids), "--prompt-ids", &prompt) ||
       !ParseIds(absl::GetFlag(FLAGS_stop_token_ids), "--stop-token-ids", &opt.stop_token_ids)) {
     return 2;
   }
-  if (prompt.empty()) {
-    fprintf(stderr, "ferry generate: --prompt-ids is empty; give at least one token id\n");
+  if (prompt.empty() == text.empty()) {
+    fprintf(stderr, "ferry generate: give --prompt TEXT or --prompt-ids 1,2,3 (one of them)\n");
     return 2;
   }
   opt.max_tokens = absl::GetFlag(FLAGS_max_tokens);
@@ -132,7 +147,24 @@ int RunGenerate() {
             opt.sampling.top_p, step::kMaxTopLogprobs, opt.sampling.top_logprobs);
     return 2;
   }
-  if (!server.empty()) return GenerateOnServer(server, prompt, opt);
+  if (!server.empty()) return GenerateOnServer(server, prompt, text, opt);
+  // In-process with text: the model directory's tokenizer.
+  std::optional<text::Tokenizer> tokenizer;
+  if (!text.empty()) {
+    auto loaded = text::Tokenizer::Load(dir + "/tokenizer.json");
+    if (!loaded.ok()) {
+      fprintf(stderr, "ferry generate: --prompt needs the model's tokenizer: %s\n",
+              std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    tokenizer = std::move(*loaded);
+    auto ids = tokenizer->Encode(text);
+    if (!ids.ok()) {
+      fprintf(stderr, "ferry generate: --prompt: %s\n", std::string(ids.status().message()).c_str());
+      return 2;
+    }
+    prompt = std::move(*ids);
+  }
   auto model = LoadModelOn(absl::GetFlag(FLAGS_device), dir, absl::GetFlag(FLAGS_precision),
                            absl::GetFlag(FLAGS_fp8_experts));
   if (!model.ok()) {
@@ -144,7 +176,12 @@ int RunGenerate() {
     fprintf(stderr, "ferry generate: %s\n", std::string(res.status().message()).c_str());
     return 2;
   }
-  printf("%s\n", absl::StrJoin(res->tokens, ",").c_str());
+  if (tokenizer) {
+    auto out = tokenizer->Decode(res->tokens, /*skip_special=*/true);
+    printf("%s\n", out.ok() ? out->c_str() : "");
+  } else {
+    printf("%s\n", absl::StrJoin(res->tokens, ",").c_str());
+  }
   for (const step::SampledToken& t : res->logprobs) {
     std::vector<std::pair<int32_t, float>> top;
     for (const step::TokenLogprob& p : t.top) top.emplace_back(p.token, p.logprob);

@@ -28,6 +28,8 @@ ABSL_FLAG(std::string, logits_against, "",
 ABSL_FLAG(double, logits_within, 0,
           "check-golden --logits-against: the largest |difference| allowed (0: bit-identical)");
 ABSL_FLAG(std::string, prompt_ids, "", "generate: prompt token ids, comma-separated");
+ABSL_FLAG(std::string, prompt, "",
+          "generate: the prompt as text (tokenized with the model's tokenizer.json; the output is text too)");
 ABSL_FLAG(int64_t, max_tokens, 16, "generate: most tokens to generate");
 ABSL_FLAG(double, temperature, 0.0, "generate: sampling temperature (0: greedy)");
 ABSL_FLAG(int32_t, top_k, 0, "generate: sample among the k most likely tokens (0: all)");

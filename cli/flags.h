@@ -15,6 +15,7 @@ ABSL_DECLARE_FLAG(std::string, precision);
 ABSL_DECLARE_FLAG(int64_t, prefill_chunk);
 ABSL_DECLARE_FLAG(bool, pin_decisions);
 ABSL_DECLARE_FLAG(std::string, prompt_ids);
+ABSL_DECLARE_FLAG(std::string, prompt);
 ABSL_DECLARE_FLAG(int64_t, max_tokens);
 ABSL_DECLARE_FLAG(double, temperature);
 ABSL_DECLARE_FLAG(int32_t, top_k);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -26,6 +27,7 @@ grpc::Status ToGrpc(const absl::Status& s) {
     case absl::StatusCode::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
     case absl::StatusCode::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
     case absl::StatusCode::kCancelled: code = grpc::StatusCode::CANCELLED; break;
+    case absl::StatusCode::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
     default: break;
   }
   return grpc::Status(code, std::string(s.message()));
@@ -140,18 +142,41 @@ absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest&
 }
 
 ApiService::ApiService(const model::ModelConfig& config, std::string model_path, Scheduler* scheduler,
-                       const ControlService* control, const std::atomic<bool>* accepting)
+                       const ControlService* control, const std::atomic<bool>* accepting,
+                       const text::Tokenizer* tokenizer)
     : config_(config),
       model_path_(std::move(model_path)),
       scheduler_(scheduler),
       control_(control),
-      accepting_(accepting) {}
+      accepting_(accepting),
+      tokenizer_(tokenizer) {}
 
 grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::string& peer,
                                      const std::function<bool()>& cancelled,
                                      const std::function<bool(const pb::GenerateResponse&)>& write) {
-  auto built = BuildRequest(req, config_, scheduler_->options().max_context);
+  // A text prompt becomes ids here, on the call's own thread (never on the step's path).
+  pb::GenerateRequest tokenized;
+  const pb::GenerateRequest* use = &req;
+  if (!req.prompt().empty()) {
+    if (req.prompt_token_ids_size() > 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "give prompt or prompt_token_ids, not both");
+    }
+    if (tokenizer_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat(model_path_, " has no tokenizer.json: send prompt_token_ids"));
+    }
+    auto ids = tokenizer_->Encode(req.prompt());
+    if (!ids.ok()) return ToGrpc(absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message())));
+    tokenized = req;
+    tokenized.clear_prompt();
+    tokenized.mutable_prompt_token_ids()->Add(ids->begin(), ids->end());
+    use = &tokenized;
+  }
+  auto built = BuildRequest(*use, config_, scheduler_->options().max_context);
   if (!built.ok()) return ToGrpc(built.status());
+  // The text of the generated tokens, special tokens left out (as vLLM's skip_special_tokens).
+  std::optional<text::StreamDecoder> detok;
+  if (tokenizer_ != nullptr) detok.emplace(tokenizer_, /*skip_special=*/true);
   std::shared_ptr<Request> r = *built;
   if (!req.request_id().empty()) r->caller = peer;
   if (!accepting_->load()) {
@@ -169,14 +194,21 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
     pb::GenerateResponse resp;
     resp.set_request_id(r->id);
     if (!e->finished) {
-      for (int32_t t : e->tokens) resp.mutable_chunk()->add_token_ids(t);
+      for (int32_t t : e->tokens) {
+        resp.mutable_chunk()->add_token_ids(t);
+        if (detok) resp.mutable_chunk()->mutable_text()->append(detok->Add(t));
+      }
       for (const step::SampledToken& t : e->logprobs) ToProto(t, resp.mutable_chunk()->add_logprobs());
       if (!write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
       continue;
     }
     pb::Finished* f = resp.mutable_finished();
     f->set_finish_reason(ToProto(e->reason));
-    for (int32_t t : e->tokens) f->add_token_ids(t);
+    for (int32_t t : e->tokens) {
+      f->add_token_ids(t);
+      if (detok) f->mutable_text()->append(detok->Add(t));
+    }
+    if (detok) f->mutable_text()->append(detok->Finish());
     for (const step::SampledToken& t : e->logprobs) ToProto(t, f->add_logprobs());
     f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(e->usage.prompt_tokens));
     f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(e->usage.completion_tokens));
@@ -203,6 +235,7 @@ void ApiService::ModelInfoImpl(pb::ModelInfo* resp) {
   for (int32_t t : config_.eos_token_ids) resp->add_eos_token_ids(t);
   resp->set_num_layers(static_cast<int32_t>(config_.num_layers));
   resp->set_hidden_size(static_cast<int32_t>(config_.hidden_size));
+  resp->set_has_tokenizer(tokenizer_ != nullptr);
 }
 
 void ApiService::ServerInfoImpl(pb::ServerInfo* resp) {

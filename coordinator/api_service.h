@@ -17,6 +17,7 @@
 #include "coordinator/scheduler.h"
 #include "ferry/v1/ferry.grpc.pb.h"
 #include "model/config.h"
+#include "text/tokenizer.h"
 
 namespace ferry::coordinator {
 
@@ -28,8 +29,10 @@ class ApiService final : public RawApi {
  public:
   // `accepting` (owned by the caller) is true while requests may be queued: every rank ready,
   // the scheduler running, the group not failed.
+  // `tokenizer`: the model's (owned by the caller), or null: requests carry ids only.
   ApiService(const model::ModelConfig& config, std::string model_path, Scheduler* scheduler,
-             const ControlService* control, const std::atomic<bool>* accepting);
+             const ControlService* control, const std::atomic<bool>* accepting,
+             const text::Tokenizer* tokenizer = nullptr);
 
   grpc::ServerWriteReactor<grpc::ByteBuffer>* Generate(grpc::CallbackServerContext* ctx,
                                                        const grpc::ByteBuffer* request) override;
@@ -56,6 +59,7 @@ class ApiService final : public RawApi {
   Scheduler* scheduler_;
   const ControlService* control_;
   const std::atomic<bool>* accepting_;
+  const text::Tokenizer* tokenizer_;
 };
 
 // Checks a request against the model and the server's limits and builds the scheduler's

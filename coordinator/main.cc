@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <thread>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
@@ -25,6 +27,7 @@
 #include "kvpool/plan.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
+#include "text/tokenizer.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (the coordinator reads only config.json)");
 ABSL_FLAG(int32_t, ranks, 1, "Worker ranks (tensor-parallel width) to wait for");
@@ -187,7 +190,26 @@ int main(int argc, char** argv) {
   control.RequireToken(*token);
   coordinator::Scheduler scheduler(opts, &control, &metrics);
   std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs
-  coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting);
+  // The model's tokenizer, when its directory has one: requests may then carry text. A malformed
+  // one stops the start (a missing one serves ids only).
+  std::optional<text::Tokenizer> tokenizer;
+  if (const std::string path = dir + "/tokenizer.json"; std::filesystem::exists(path)) {
+    auto loaded = text::Tokenizer::Load(path);
+    if (!loaded.ok()) {
+      fprintf(stderr, "ferry-coordinator: %s\n", std::string(loaded.status().message()).c_str());
+      return 2;
+    }
+    if (loaded->vocab_size() > config->vocab_size) {
+      fprintf(stderr, "ferry-coordinator: %s has ids up to %lld; the model's vocabulary is %lld\n", path.c_str(),
+              static_cast<long long>(loaded->vocab_size() - 1), static_cast<long long>(config->vocab_size));
+      return 2;
+    }
+    tokenizer = std::move(*loaded);
+    FERRY_LOG(INFO) << "tokenizer: " << path << " (" << tokenizer->vocab_size() << " ids)";
+  } else {
+    FERRY_LOG(INFO) << "no tokenizer.json in " << dir << ": requests carry token ids only";
+  }
+  coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting, tokenizer ? &*tokenizer : nullptr);
 
   control.SetStepDeadline(std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_step_timeout) * 1000) + 5000));
 
