@@ -35,3 +35,5 @@ grep "ferry serve: serving" "$log" >&2 || { cat "$log" >&2; echo "run.sh: not se
 
 echo "prompt: 17,42,99,123,7,256,31 -> continuation (greedy, 16 tokens):" >&2
 "$build/bin/ferry" generate --server "127.0.0.1:$port" --prompt-ids 17,42,99,123,7,256,31 --max-tokens 16 "$@"
+echo "prompt: 'Hello, world!' as text (the checkpoint's test tokenizer; a random tiny model, so the text is noise):" >&2
+"$build/bin/ferry" generate --server "127.0.0.1:$port" --prompt "Hello, world!" --max-tokens 16
