@@ -43,6 +43,57 @@ pb::FinishReason ToProto(FinishReason r) {
   return pb::FINISH_REASON_ERROR;
 }
 
+// Stop strings: a bound on their number and length keeps the text check cheap.
+constexpr size_t kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
+
+// A request's generated text: decoded a token at a time, cut at the first stop string. What could
+// still be the start of a stop string is held back until it cannot (or the stream ends).
+class TextStream {
+ public:
+  TextStream(const text::Tokenizer* tok, std::vector<std::string> stops)
+      : decoder_(tok, /*skip_special=*/true), stops_(std::move(stops)) {
+    for (const std::string& s : stops_) hold_ = std::max(hold_, s.size() - 1);
+  }
+  // The text that may be sent after token `id` (empty once stopped).
+  std::string Add(int32_t id) {
+    if (stopped_) return "";
+    held_ += decoder_.Add(id);
+    return Release(/*final=*/false);
+  }
+  // The rest, at the end of the stream.
+  std::string Finish() {
+    if (stopped_) return "";
+    held_ += decoder_.Finish();
+    return Release(/*final=*/true);
+  }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::string Release(bool final) {
+    size_t cut = std::string::npos;
+    for (const std::string& s : stops_) cut = std::min(cut, held_.find(s));
+    if (cut != std::string::npos) {
+      stopped_ = true;
+      std::string out = held_.substr(0, cut);
+      held_.clear();
+      return out;
+    }
+    // Keep the last hold_ bytes (on a character boundary) unless the stream ended.
+    size_t send = final || held_.size() <= hold_ ? (final ? held_.size() : 0) : held_.size() - hold_;
+    while (send > 0 && send < held_.size() && (static_cast<unsigned char>(held_[send]) & 0xC0) == 0x80) --send;
+    std::string out = held_.substr(0, send);
+    held_.erase(0, send);
+    return out;
+  }
+
+  text::StreamDecoder decoder_;
+  std::vector<std::string> stops_;
+  size_t hold_ = 0;
+  std::string held_;
+  bool stopped_ = false;
+};
+
 // Stop lists are checked on every generated token; a bound keeps one request from slowing all.
 constexpr int kMaxStopTokens = 1024;
 
@@ -174,16 +225,37 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
   }
   auto built = BuildRequest(*use, config_, scheduler_->options().max_context);
   if (!built.ok()) return ToGrpc(built.status());
-  // The text of the generated tokens, special tokens left out (as vLLM's skip_special_tokens).
-  std::optional<text::StreamDecoder> detok;
-  if (tokenizer_ != nullptr) detok.emplace(tokenizer_, /*skip_special=*/true);
   std::shared_ptr<Request> r = *built;
   if (!req.request_id().empty()) r->caller = peer;
+  // The text of the generated tokens, special tokens left out (as vLLM's skip_special_tokens),
+  // cut at the first stop string.
+  const std::vector<std::string> stops(req.sampling().stop().begin(), req.sampling().stop().end());
+  if (!stops.empty() && tokenizer_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        absl::StrCat(model_path_, " has no tokenizer.json: stop strings need one (use stop_token_ids)"));
+  }
+  if (stops.size() > kMaxStopStrings) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("sampling.stop holds ", stops.size(),
+                                                                         " strings; at most ", kMaxStopStrings));
+  }
+  for (size_t i = 0; i < stops.size(); ++i) {
+    if (stops[i].empty() || stops[i].size() > kMaxStopBytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("sampling.stop[", i, "] is ", stops[i].size(), " bytes; 1 to ", kMaxStopBytes));
+    }
+  }
+  std::optional<TextStream> detok;
+  if (tokenizer_ != nullptr) detok.emplace(tokenizer_, stops);
   if (!accepting_->load()) {
     absl::Status ready = control_->ReadyState();
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         absl::StrCat("the server is not serving: ", ready.ok() ? "it is stopping" : ready.message()));
   }
+  // With stop strings the tokens come a step at a time even when the client did not ask to
+  // stream, so that a stop ends the request where it appears; they are then gathered here.
+  const bool client_streams = req.stream();
+  if (!stops.empty()) r->stream = true;
+  pb::Finished gathered;
   if (absl::Status st = scheduler_->Submit(r); !st.ok()) return ToGrpc(st);
   bool aborted = false;
   while (true) {
@@ -194,21 +266,38 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
     pb::GenerateResponse resp;
     resp.set_request_id(r->id);
     if (!e->finished) {
-      for (int32_t t : e->tokens) {
-        resp.mutable_chunk()->add_token_ids(t);
-        if (detok) resp.mutable_chunk()->mutable_text()->append(detok->Add(t));
+      if (detok && detok->stopped()) continue;  // tokens of steps already under way when it stopped
+      pb::TokenChunk* chunk = client_streams ? resp.mutable_chunk() : nullptr;
+      for (size_t i = 0; i < e->tokens.size(); ++i) {
+        const int32_t t = e->tokens[i];
+        const std::string piece = detok ? detok->Add(t) : "";
+        if (chunk != nullptr) {
+          chunk->add_token_ids(t);
+          chunk->mutable_text()->append(piece);
+          if (i < e->logprobs.size()) ToProto(e->logprobs[i], chunk->add_logprobs());
+        } else {
+          gathered.add_token_ids(t);
+          gathered.mutable_text()->append(piece);
+          if (i < e->logprobs.size()) ToProto(e->logprobs[i], gathered.add_logprobs());
+        }
       }
-      for (const step::SampledToken& t : e->logprobs) ToProto(t, resp.mutable_chunk()->add_logprobs());
-      if (!write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
+      // A stop string ends the request; its end still comes as an event.
+      if (detok && detok->stopped() && !aborted) aborted = scheduler_->Abort(r->id);
+      if (chunk != nullptr && !write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
       continue;
     }
     pb::Finished* f = resp.mutable_finished();
+    *f = std::move(gathered);
     f->set_finish_reason(ToProto(e->reason));
     for (int32_t t : e->tokens) {
       f->add_token_ids(t);
       if (detok) f->mutable_text()->append(detok->Add(t));
     }
-    if (detok) f->mutable_text()->append(detok->Finish());
+    if (detok) {
+      f->mutable_text()->append(detok->Finish());
+      // Ended by a stop string (the abort that followed it is not the client's).
+      if (detok->stopped()) f->set_finish_reason(pb::FINISH_REASON_STOP);
+    }
     for (const step::SampledToken& t : e->logprobs) ToProto(t, f->add_logprobs());
     f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(e->usage.prompt_tokens));
     f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(e->usage.completion_tokens));

@@ -128,6 +128,59 @@ TEST_CASE("serve: a text prompt is tokenized by the server, and the tokens come 
   CHECK(info_ok.ok());
 }
 
+TEST_CASE("serve: a stop string ends the text before it and the request there, streamed or not", "[serve][text]") {
+  Server server(kDsa, 1);
+  REQUIRE(server.serving());
+  auto text_request = [](bool stream, const std::vector<std::string>& stops) {
+    GenerateRequest req;
+    req.set_prompt("Once upon a time");
+    req.mutable_sampling()->set_max_tokens(32);
+    req.mutable_sampling()->set_ignore_eos(true);
+    for (const std::string& s : stops) req.mutable_sampling()->add_stop(s);
+    req.set_stream(stream);
+    return req;
+  };
+  std::string full_streamed;
+  auto full = cli::GenerateRemote(server.address(), text_request(false, {}), std::chrono::seconds(60),
+                                  [&](const v1::TokenChunk&) {});
+  REQUIRE(full.ok());
+  const std::string all = full->text();
+  REQUIRE(full->token_ids_size() == 32);
+  // A stop string from the middle of that text, cut on character boundaries.
+  auto boundary = [&](size_t at) { return at == all.size() || (static_cast<unsigned char>(all[at]) & 0xC0) != 0x80; };
+  size_t k = all.size() / 2;
+  while (k < all.size() && !boundary(k)) ++k;
+  size_t end = k + 3;
+  while (end < all.size() && !boundary(end)) ++end;
+  REQUIRE(end <= all.size());
+  const std::string stop = all.substr(k, end - k);
+  const std::string want = all.substr(0, all.find(stop));
+  INFO("text [" << all << "] stop [" << stop << "]");
+  for (bool stream : {false, true}) {
+    INFO("stream " << stream);
+    std::string streamed;
+    int chunk_tokens = 0;
+    auto r = cli::GenerateRemote(server.address(), text_request(stream, {"never appears \x01", stop}),
+                                 std::chrono::seconds(60), [&](const v1::TokenChunk& c) {
+                                   streamed += c.text();
+                                   chunk_tokens += c.token_ids_size();
+                                 });
+    REQUIRE(r.ok());
+    CHECK(r->finish_reason() == v1::FINISH_REASON_STOP);
+    CHECK(streamed + r->text() == want);
+    // The request ended where the stop appeared, not at max_tokens.
+    CHECK(chunk_tokens + r->token_ids_size() < 32);
+  }
+  // Bounds: 17 strings, an empty one, 257 bytes.
+  auto refused = Run(server.address(), text_request(false, std::vector<std::string>(17, "x")));
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  refused = Run(server.address(), text_request(false, {""}));
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  refused = Run(server.address(), text_request(false, {std::string(257, 'a')}));
+  CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(std::string(refused.status().message()) == "sampling.stop[0] is 257 bytes; 1 to 256");
+}
+
 TEST_CASE("serve: a model without tokenizer.json refuses a text prompt, and serves ids", "[serve][text]") {
   Server server(std::string(FERRY_TEST_DATA_DIR) + "/glm5next-kpool8", 1);
   REQUIRE(server.serving());
@@ -141,6 +194,10 @@ TEST_CASE("serve: a model without tokenizer.json refuses a text prompt, and serv
   REQUIRE(ids.ok());
   CHECK(ids->token_ids_size() == 4);
   CHECK(ids->text().empty());
+  GenerateRequest stop = Greedy({5, 6, 7}, 4);
+  stop.mutable_sampling()->add_stop("x");
+  auto refused = Run(server.address(), stop);
+  CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_CASE("serve: every golden prompt at 1, 2 and 4 ranks gives the golden tokens", "[serve]") {
