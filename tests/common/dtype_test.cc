@@ -61,7 +61,7 @@ TEST_CASE("fp8 e4m3 conversion", "[dtype]") {
   }
 }
 
-TEST_CASE("float32 -> fp8 e4m3: nearest even, saturating", "[dtype]") {
+TEST_CASE("float32 -> fp8 e4m3: nearest even - saturating", "[dtype]") {
   // Every finite code comes back from its own value (both signs).
   for (int b = 0; b < 256; ++b) {
     if ((b & 0x7f) == 0x7f) continue;

@@ -101,7 +101,7 @@ TEST_CASE("the metrics server answers GET /metrics with the registry's text", "[
   CHECK(Ask(port, "GET /metrics HTTP/1.0\r\n\r\n").empty());
 }
 
-TEST_CASE("the metrics server refuses a port that is taken, and bad arguments", "[metrics_server]") {
+TEST_CASE("the metrics server refuses a port that is taken - and bad arguments", "[metrics_server]") {
   auto registry = std::make_shared<prometheus::Registry>();
   auto first = MetricsServer::Start("127.0.0.1", 0, registry);
   REQUIRE(first.ok());
@@ -119,7 +119,7 @@ TEST_CASE("the metrics server refuses a port that is taken, and bad arguments", 
         absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("idle and dripping clients do not hold up a scrape, and are dropped at their deadline", "[metrics_server]") {
+TEST_CASE("idle and dripping clients do not hold up a scrape - and are dropped at their deadline", "[metrics_server]") {
   auto registry = std::make_shared<prometheus::Registry>();
   auto s = MetricsServer::Start("127.0.0.1", 0, registry);
   REQUIRE(s.ok());

@@ -6,7 +6,7 @@
 namespace ferry {
 namespace {
 
-TEST_CASE("the interface of an address: loopback, none, a wildcard, not an address", "[net]") {
+TEST_CASE("the interface of an address: loopback - none - a wildcard - not an address", "[net]") {
   auto lo = InterfaceOfAddress("127.0.0.1");
   REQUIRE(lo.ok());
   CHECK(*lo == "lo");

@@ -35,7 +35,7 @@ TEST_CASE("pool: pages at two ranks are the plan's pages plus the prompt cache's
   CHECK(c->opts.kept_fixed_pages == 0);
 }
 
-TEST_CASE("pool: one rank keeps windows: a window of pages a lane, and the cache", "[pool][kvpool]") {
+TEST_CASE("pool: one rank keeps windows: a window of pages a lane - and the cache", "[pool][kvpool]") {
   const int64_t page = 16 * 100;
   PoolRequest req;
   req.cache_budget_bytes = 0;
@@ -83,7 +83,7 @@ TEST_CASE("pool: refusals and explicit pages", "[pool][kvpool]") {
   CHECK(ChoosePool({}, Base(2, 160, 16), PoolRequest{}).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("pool: with the latent split the key arena holds the plan's pages, the latent arena its share",
+TEST_CASE("pool: with the latent split the key arena holds the plan's pages - the latent arena its share",
           "[pool][kvpool][owner_split]") {
   // A page of 16 tokens: 4 KiB of keys and 12 KiB of latent rows a rank.
   const int64_t page = 16 * 1024, latent = 12 * 1024;

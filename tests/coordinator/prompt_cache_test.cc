@@ -43,7 +43,7 @@ TEST_CASE("prompt cache: only whole kept paths (recurrent state)", "[prompt_cach
   CHECK(c.Lookup(Seq({1, 2, 3})).seq_id == 0);  // a whole path, but nothing left to compute
 }
 
-TEST_CASE("prompt cache: least recently used states go first; duplicates are dropped", "[prompt_cache]") {
+TEST_CASE("prompt cache: least recently used states go first - duplicates are dropped", "[prompt_cache]") {
   PromptCache c(10, true);
   CHECK(c.Insert(Seq({1, 2, 3, 4}), 1).empty());
   CHECK(c.Insert(Seq({5, 6, 7, 8}), 2).empty());

@@ -120,7 +120,7 @@ SplitRun RunSplit(const std::string& dir, int world, bool split, int64_t pages, 
   return Gather(runner, sched, reqs, world);
 }
 
-TEST_CASE("scheduler: the latent split gives the replicated engine's tokens through borrow, cut borrow, "
+TEST_CASE("scheduler: the latent split gives the replicated engine's tokens through borrow - cut borrow - "
           "remote fill and resume (both families)", "[scheduler][owner_split]") {
   for (const std::string& dir : {kDsa, kNext}) {
   for (int world : {2, 4}) {
@@ -173,7 +173,7 @@ SplitRun RunCarry(const std::string& dir, int world, bool split, int64_t carry_m
   return Gather(runner, sched, reqs, world);
 }
 
-TEST_CASE("scheduler: a resume whose owner lacks room is carried to a new owner, or recomputed when short, "
+TEST_CASE("scheduler: a resume whose owner lacks room is carried to a new owner - or recomputed when short - "
           "with the replicated engine's tokens (both families)", "[scheduler][owner_split]") {
   for (const std::string& dir : {kDsa, kNext}) {
     for (int world : {2, 4}) {
@@ -197,7 +197,7 @@ TEST_CASE("scheduler: a resume whose owner lacks room is carried to a new owner,
   }
 }
 
-TEST_CASE("scheduler: with the latent split, 400 mixed requests on small pools leave no page behind on any rank",
+TEST_CASE("scheduler: with the latent split - 400 mixed requests on small pools leave no page behind on any rank",
           "[scheduler][owner_split]") {
   GroupRunner runner(kDsa, 2, model::CacheOptions{16, 12});
   SchedulerOptions opts;

@@ -83,7 +83,7 @@ TEST_CASE("The test inputs make the reduction order visible", "[dataplane]") {
   }
 }
 
-TEST_CASE("AllReduceSum over local ranks is the rank-order sum, bit for bit, on every rank",
+TEST_CASE("AllReduceSum over local ranks is the rank-order sum - bit for bit - on every rank",
           "[dataplane]") {
   for (int world : {1, 2, 3, 4, 5}) {
     for (size_t n : {size_t{1}, size_t{2}, size_t{5}, size_t{1000}, size_t{4099}}) {
@@ -148,7 +148,7 @@ TEST_CASE("AllGather and Broadcast over local ranks", "[dataplane]") {
   }
 }
 
-TEST_CASE("AllToAll delivers each pair's buffer of its own size, and refuses a size mismatch", "[dataplane]") {
+TEST_CASE("AllToAll delivers each pair's buffer of its own size - and refuses a size mismatch", "[dataplane]") {
   constexpr int kWorld = 4;
   // Rank r sends rank q (q != r) 3 * q + r bytes of the letter 'a' + r; rank 2 sends nothing to 0.
   auto size = [](int from, int to) -> size_t { return from == 2 && to == 0 ? 0 : 3 * to + from; };
@@ -250,7 +250,7 @@ absl::Status CollectivesBody(UcxDataPlane& dp, size_t n, std::string* out) {
   return absl::OkStatus();
 }
 
-TEST_CASE("Collectives across 2 and 4 processes: rank-order sums, identical on every rank and run",
+TEST_CASE("Collectives across 2 and 4 processes: rank-order sums - identical on every rank and run",
           "[dataplane][ucx]") {
   constexpr size_t kN = 100003;
   for (int world : {2, 4}) {

@@ -25,7 +25,7 @@ std::unique_ptr<Request> Recv(DataPlane& dp, int peer, uint64_t tag, std::string
   return std::move(r).value();
 }
 
-TEST_CASE("LocalDataPlane matches (peer, tag) exactly and keeps posting order", "[dataplane]") {
+TEST_CASE("LocalDataPlane matches (peer - tag) exactly and keeps posting order", "[dataplane]") {
   auto group = MakeLocalGroup(3);
   REQUIRE(group.size() == 3);
   CHECK(group[1]->rank() == 1);

@@ -57,7 +57,7 @@ void RequireAllReported(const std::vector<RankReport>& reports) {
   }
 }
 
-TEST_CASE("UcxDataPlane between 2 processes: tag matching, truncation, cancel, bad input",
+TEST_CASE("UcxDataPlane between 2 processes: tag matching - truncation - cancel - bad input",
           "[dataplane][ucx]") {
   const auto t0 = std::chrono::steady_clock::now();
   auto reports = RunUcxRanks(2, [](UcxDataPlane& dp, std::string* out) -> absl::Status {
@@ -207,7 +207,7 @@ TEST_CASE("UcxDataPlane moves 64 MiB each way between 2 processes at once", "[da
   CHECK(r1["received_digest"] == r0["sent_digest"]);
 }
 
-TEST_CASE("UcxDataPlane: a peer that exits fails the survivor's transfers, not hangs",
+TEST_CASE("UcxDataPlane: a peer that exits fails the survivor's transfers - not hangs",
           "[dataplane][ucx]") {
   constexpr milliseconds kTimeout{5000};
   auto reports = RunUcxRanks(2, [&](UcxDataPlane& dp, std::string* out) -> absl::Status {

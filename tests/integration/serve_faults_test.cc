@@ -116,7 +116,7 @@ grpc::Status RawCall(const std::string& address, const std::string& method, cons
   return status;
 }
 
-TEST_CASE("serve: request bytes that are not the message get INVALID_ARGUMENT naming it, and serving goes on",
+TEST_CASE("serve: request bytes that are not the message get INVALID_ARGUMENT naming it - and serving goes on",
           "[serve]") {
   Server server(kDsa, 1);
   REQUIRE(server.serving());
@@ -139,7 +139,7 @@ TEST_CASE("serve: request bytes that are not the message get INVALID_ARGUMENT na
   CHECK(r->token_ids_size() == 4);
 }
 
-TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers, and serving goes on", "[serve]") {
+TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers - and serving goes on", "[serve]") {
   Server server(kDsa, 1, {"--context", "64"});
   REQUIRE(server.serving());
   auto expect = [&](GenerateRequest req, const std::string& what) {
@@ -206,7 +206,7 @@ std::string OverflowingCheckpoint(const testing::TempDir& dir) {
   return dir.path();
 }
 
-TEST_CASE("serve: a request whose logits turn non-finite ends with ERROR saying so, and serving goes on",
+TEST_CASE("serve: a request whose logits turn non-finite ends with ERROR saying so - and serving goes on",
           "[serve]") {
   testing::TempDir dir;
   Server server(OverflowingCheckpoint(dir), 2);
@@ -260,7 +260,7 @@ TEST_CASE("serve: a full admission queue answers RESOURCE_EXHAUSTED at once", "[
   CHECK(d.ok());
 }
 
-TEST_CASE("serve: a killed worker is reported, serve exits non-zero", "[serve]") {
+TEST_CASE("serve: a killed worker is reported - serve exits non-zero", "[serve]") {
   Server server(kDsa, 2);
   REQUIRE(server.serving());
   auto info = cli::GetServerInfo(server.address());
@@ -306,7 +306,7 @@ StoppedRun StopRankAndWait(int world, int victim, const std::vector<std::string>
   return run;
 }
 
-TEST_CASE("serve: a stopped worker is caught by the step timeout, named, and no process is left", "[serve]") {
+TEST_CASE("serve: a stopped worker is caught by the step timeout - named - and no process is left", "[serve]") {
   for (int victim : {1, 0}) {
     const StoppedRun run = StopRankAndWait(2, victim, {"--step-timeout", "2"});
     const int other = 1 - victim;
@@ -344,7 +344,7 @@ TEST_CASE("serve: a rank that answers no step is dead at the coordinator's step 
   CHECK((kill(run.stopped, 0) == -1 && errno == ESRCH));
 }
 
-TEST_CASE("serve: a stopped coordinator is found by the workers' keepalive; they exit and serve names it",
+TEST_CASE("serve: a stopped coordinator is found by the workers' keepalive - they exit and serve names it",
           "[serve]") {
   Server server(kDsa, 2, {"--keepalive-s", "1"});
   REQUIRE(server.serving());
@@ -457,7 +457,7 @@ TEST_CASE("coordinator: a worker without the cluster token cannot register", "[s
   for (const std::string& f : {coord_log, bad_log, good_log}) std::remove(f.c_str());
 }
 
-TEST_CASE("coordinator: the cluster token comes from a private file, and is required off loopback", "[serve]") {
+TEST_CASE("coordinator: the cluster token comes from a private file - and is required off loopback", "[serve]") {
   const std::string bin = testing::BinDir();
   testing::TempDir dir;
   const std::string shared = TokenFile(dir, "shared", "s3cret", 0644);
@@ -539,7 +539,7 @@ std::vector<std::string> ListeningSockets(pid_t pid) {
   return out;
 }
 
-TEST_CASE("serve --host 127.0.0.1: no process listens beyond loopback, the workers' data plane included",
+TEST_CASE("serve --host 127.0.0.1: no process listens beyond loopback - the workers' data plane included",
           "[serve]") {
   Server server(kDsa, 2);
   REQUIRE(server.serving());

@@ -77,7 +77,7 @@ std::string MemoryGib(int64_t bytes) {
   return absl::StrFormat("%.15f", static_cast<double>(bytes) / static_cast<double>(int64_t{1} << 30));
 }
 
-TEST_CASE("serve: a text prompt is tokenized by the server, and the tokens come back with their text", "[serve][text]") {
+TEST_CASE("serve: a text prompt is tokenized by the server - and the tokens come back with their text", "[serve][text]") {
   Server server(kDsa, 1);
   REQUIRE(server.serving());
   auto tok = text::Tokenizer::Load(kDsa + "/tokenizer.json");
@@ -128,7 +128,7 @@ TEST_CASE("serve: a text prompt is tokenized by the server, and the tokens come 
   CHECK(info_ok.ok());
 }
 
-TEST_CASE("serve: a stop string ends the text before it and the request there, streamed or not", "[serve][text]") {
+TEST_CASE("serve: a stop string ends the text before it and the request there - streamed or not", "[serve][text]") {
   Server server(kDsa, 1);
   REQUIRE(server.serving());
   auto text_request = [](bool stream, const std::vector<std::string>& stops) {
@@ -181,7 +181,7 @@ TEST_CASE("serve: a stop string ends the text before it and the request there, s
   CHECK(std::string(refused.status().message()) == "sampling.stop[0] is 257 bytes; 1 to 256");
 }
 
-TEST_CASE("serve: a model without tokenizer.json refuses a text prompt, and serves ids", "[serve][text]") {
+TEST_CASE("serve: a model without tokenizer.json refuses a text prompt - and serves ids", "[serve][text]") {
   Server server(std::string(FERRY_TEST_DATA_DIR) + "/glm5next-kpool8", 1);
   REQUIRE(server.serving());
   GenerateRequest req;
@@ -200,7 +200,7 @@ TEST_CASE("serve: a model without tokenizer.json refuses a text prompt, and serv
   CHECK(refused.status().code() == absl::StatusCode::kFailedPrecondition);
 }
 
-TEST_CASE("serve: every golden prompt at 1, 2 and 4 ranks gives the golden tokens", "[serve]") {
+TEST_CASE("serve: every golden prompt at 1 - 2 and 4 ranks gives the golden tokens", "[serve]") {
   for (const std::string& dir : {kDsa, kNext}) {
     auto goldens = model::ReadGolden(dir + "/golden.safetensors");
     REQUIRE(goldens.ok());
@@ -251,7 +251,7 @@ TEST_CASE("serve: 16 concurrent requests give exactly what each gives alone", "[
   }
 }
 
-TEST_CASE("serve: seeded sampling with log-probabilities gives the in-process tokens, whatever shares the step",
+TEST_CASE("serve: seeded sampling with log-probabilities gives the in-process tokens - whatever shares the step",
           "[serve]") {
   for (const std::string& dir : {kDsa, kNext}) {
     Server server(dir, 2);
@@ -325,7 +325,7 @@ TEST_CASE("serve: seeded sampling with log-probabilities gives the in-process to
   }
 }
 
-TEST_CASE("serve: top_logprobs outside [0, 20] or without logprobs is refused with the numbers", "[serve]") {
+TEST_CASE("serve: top_logprobs outside (0 - 20) or without logprobs is refused with the numbers", "[serve]") {
   Server server(kDsa, 1);
   REQUIRE(server.serving());
   GenerateRequest req = Greedy({1, 2, 3}, 2);
@@ -347,7 +347,7 @@ TEST_CASE("serve: top_logprobs outside [0, 20] or without logprobs is refused wi
   CHECK(res->logprobs(0).top_logprobs(0).token_id() == res->token_ids(0));  // greedy: the top one
 }
 
-TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do not change", "[serve]") {
+TEST_CASE("serve: a small page pool preempts and recomputes - and the tokens do not change", "[serve]") {
   // 8 pages of 16 tokens on each of 2 ranks for 8 concurrent requests of up to ~70 tokens.
   Server server(kDsa, 2, {"--kv-pool-pages", "8", "--page-size", "16", "--context", "96", "--max-batch-tokens", "32"});
   REQUIRE(server.serving());
@@ -375,7 +375,7 @@ TEST_CASE("serve: a small page pool preempts and recomputes, and the tokens do n
   }));
 }
 
-TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a tight one still serves exactly",
+TEST_CASE("serve: the memory plan sizes the pool from the workers' room - and a tight one still serves exactly",
           "[serve][kvpool]") {
   // The replicated layout's plan (the split's is the next tests').
   const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--max-batch-tokens", "32",
@@ -410,7 +410,7 @@ TEST_CASE("serve: the memory plan sizes the pool from the workers' room, and a t
   CHECK(preemptions > 0);
 }
 
-TEST_CASE("serve: with the latent split (on by default from 2 ranks), 2 ranks give the replicated tokens and "
+TEST_CASE("serve: with the latent split (on by default from 2 ranks) - 2 ranks give the replicated tokens and "
           "report per-rank books", "[serve][owner_split]") {
   for (const std::string& dir : {kDsa, kNext}) {
   INFO(dir);
@@ -449,7 +449,7 @@ TEST_CASE("serve: with the latent split (on by default from 2 ranks), 2 ranks gi
 }
 }
 
-TEST_CASE("serve: the latent split serves, in a room the replicated layout refuses, the tokens of one rank",
+TEST_CASE("serve: the latent split serves - in a room the replicated layout refuses - the tokens of one rank",
           "[serve][owner_split][kvpool]") {
   const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--parallel", "4",
                                           "--cache-gib", "0", "--max-batch-tokens", "48"};

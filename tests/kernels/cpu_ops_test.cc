@@ -105,7 +105,7 @@ TEST_CASE("interleaved RoPE rotates adjacent pairs and scores depend on relative
   CHECK(std::fabs(score(7, 3) - score(3, 7)) > 1e-3);  // not symmetric: it is a rotation
 }
 
-TEST_CASE("TopKIndices: largest first, ties to the lower index, ascending output", "[ops]") {
+TEST_CASE("TopKIndices: largest first - ties to the lower index - ascending output", "[ops]") {
   const std::vector<float> s = {0.0f, 3.0f, 1.0f, 3.0f, 0.0f, NAN, 2.0f, 0.0f};
   CHECK(TopKIndices(s.data(), 8, 3) == std::vector<int32_t>{1, 3, 6});
   CHECK(TopKIndices(s.data(), 8, 5) == std::vector<int32_t>{0, 1, 2, 3, 6});  // zero tie: index 0 wins
@@ -225,7 +225,7 @@ TEST_CASE("SwiGlu with and without the clamp", "[ops]") {
   CHECK(out[2] == silu(10.0f) * 2.0f);
 }
 
-TEST_CASE("QuantizeActFp8: a group's largest value maps to 448; zeros stay zero", "[cpu][fp8]") {
+TEST_CASE("QuantizeActFp8: a group's largest value maps to 448 - zeros stay zero", "[cpu][fp8]") {
   // Two rows of 200 columns: groups [0, 128) and [128, 200).
   std::vector<float> x(400, 0.0f);
   for (int c = 0; c < 128; ++c) x[c] = 0.01f * static_cast<float>(c - 64);  // row 0, group 0: max |x| 0.64

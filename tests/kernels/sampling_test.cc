@@ -8,7 +8,7 @@
 namespace ferry::kernels::cpu {
 namespace {
 
-TEST_CASE("sampling: greedy, top-k 1 and a tiny top-p take the argmax", "[sampling]") {
+TEST_CASE("sampling: greedy - top-k 1 and a tiny top-p take the argmax", "[sampling]") {
   const std::vector<float> logits = {0.1f, 2.0f, 1.9f, -3.0f};
   CHECK(SampleToken(logits.data(), 4, 0.0f, 0, 1.0f, 0.5) == 1);
   for (double u : {0.0, 0.3, 0.999999}) {
@@ -40,7 +40,7 @@ TEST_CASE("sampling: top-p keeps the smallest prefix reaching its mass", "[sampl
   CHECK(SampleToken(logits.data(), 3, 1.0f, 0, 0.81f, 0.99) == 2);  // 0.81 needs all three
 }
 
-TEST_CASE("sampling: log-probabilities are log_softmax at temperature 1, top ones in order", "[sampling]") {
+TEST_CASE("sampling: log-probabilities are log_softmax at temperature 1 - top ones in order", "[sampling]") {
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -INFINITY};
   RowSampler s;
   s.temperature = 2.0f;  // does not change the log-probabilities
@@ -62,7 +62,7 @@ TEST_CASE("sampling: log-probabilities are log_softmax at temperature 1, top one
   CHECK(SampleRow(logits.data(), 5, s).n_top == 0);
 }
 
-TEST_CASE("sampling: a row with a NaN or +infinity, or nothing finite, picks nothing", "[sampling]") {
+TEST_CASE("sampling: a row with a NaN or +infinity - or nothing finite - picks nothing", "[sampling]") {
   RowSampler greedy;
   for (const std::vector<float>& bad : {std::vector<float>{0.0f, NAN, 1.0f}, std::vector<float>{0.0f, INFINITY},
                                         std::vector<float>{-INFINITY, -INFINITY}}) {

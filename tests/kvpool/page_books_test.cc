@@ -7,7 +7,7 @@
 namespace ferry::kvpool {
 namespace {
 
-TEST_CASE("page books: allocate lowest ids first, share and release", "[kvpool][books]") {
+TEST_CASE("page books: allocate lowest ids first - share and release", "[kvpool][books]") {
   PageBooks b(8);
   CHECK(b.free_pages() == 8);
   auto a = b.Allocate(3);
@@ -48,7 +48,7 @@ TEST_CASE("page books: errors leave the books unchanged", "[kvpool][books]") {
   REQUIRE(b.CheckInvariants().ok());
 }
 
-TEST_CASE("page books: a random walk of allocations, shares and releases keeps the invariants",
+TEST_CASE("page books: a random walk of allocations - shares and releases keeps the invariants",
           "[kvpool][books]") {
   PageBooks b(64);
   std::mt19937 rng(3);

@@ -48,7 +48,7 @@ PlanInput SeedInput(Layout layout, int64_t room) {
 constexpr int64_t kSeedWindowRows = kMillion * kSeedBytesPerToken;
 const int64_t kSeedRoomTp2 = kSeedWindowRows + static_cast<int64_t>(2.33 * kGiB + 0.5);
 
-TEST_CASE("plan: GLM-5.3-Flash costs the design's 13,056 bytes a token a rank with one MTP layer", "[plan]") {
+TEST_CASE("plan: GLM-5.3-Flash costs the design's 13 -056 bytes a token a rank with one MTP layer", "[plan]") {
   const model::ModelConfig c = LoadConfig("glm-5.3-flash.config.json");
   auto b = BytesPerTokenPerRank(c, CacheDtype::kBf16, 1);
   REQUIRE(b.ok());
@@ -88,7 +88,7 @@ TEST_CASE("plan: GLM-5.2 caches a 576-value row on every layer and keys on full 
   CHECK(*f == 0);  // no linear-attention state
 }
 
-TEST_CASE("plan: GLM-5.3-Flash's KDA state a stream, its heads split over the ranks", "[plan]") {
+TEST_CASE("plan: GLM-5.3-Flash's KDA state a stream - its heads split over the ranks", "[plan]") {
   const model::ModelConfig c = LoadConfig("glm-5.3-flash.config.json");
   // 34 linear_attention layers; a layer at h heads: S h x 128 x 128 and conv tails 3 x 3 x h x 128,
   // float32.
@@ -106,7 +106,7 @@ TEST_CASE("plan: GLM-5.3-Flash's KDA state a stream, its heads split over the ra
   CHECK_FALSE(FixedBytesPerStreamPerRank(c, 0).ok());
 }
 
-TEST_CASE("plan: the design's windows refusal at TP=2, a 1M window, --parallel 8", "[plan]") {
+TEST_CASE("plan: the design's windows refusal at TP=2 - a 1M window - --parallel 8", "[plan]") {
   // A 1M window is 12.75 GiB of rows; with 180 MiB of state, 12.93 GiB a stream.
   CHECK(FormatGiB(kSeedWindowRows) == "12.75");
   CHECK(FormatGiB(kSeedWindowRows + kSeedFixed) == "12.93");
@@ -141,7 +141,7 @@ TEST_CASE("plan: the design's windows refusal at TP=2, a 1M window, --parallel 8
   }
 }
 
-TEST_CASE("plan: the design's pages at TP=2: 2,056 pages, 1,052,672 tokens for eight streams", "[plan]") {
+TEST_CASE("plan: the design's pages at TP=2: 2 -056 pages - 1 -052 -672 tokens for eight streams", "[plan]") {
   auto p = ComputePlan(SeedInput(Layout::kPages, kSeedRoomTp2));
   REQUIRE(p.ok());
   CHECK(p->window_pages == 2049);  // ceil(1048576 / 512) + 1
@@ -164,7 +164,7 @@ TEST_CASE("plan: the design's pages at TP=2: 2,056 pages, 1,052,672 tokens for e
   CHECK(p->windows_would_hold == 1);
 }
 
-TEST_CASE("plan: the design's case at TP=3: two windows of pages (4,098) before an 11.4 GiB cache", "[plan]") {
+TEST_CASE("plan: the design's case at TP=3: two windows of pages (4 -098) before an 11.4 GiB cache", "[plan]") {
   // The TP=3 room, from #1211's order (window, then a page and a state a stream, then the 16 GiB
   // cache, then the pool) predicting 3,357 pages: the room where that order leaves 1,301 whole
   // pages after the cache, half a page into that range.
@@ -427,7 +427,7 @@ PlanInput SplitInput(int64_t room, int64_t lanes, int64_t context, int64_t split
   return in;
 }
 
-TEST_CASE("plan: the latent split at W=2 holds (768 + 12,288) / (768 + 6,144) times the tokens", "[plan][owner_split]") {
+TEST_CASE("plan: the latent split at W=2 holds (768 + 12 -288) / (768 + 6 -144) times the tokens", "[plan][owner_split]") {
   auto one = ComputePlan(SplitInput(60 * kGiB, 8, 1048576, 1));
   auto two = ComputePlan(SplitInput(60 * kGiB, 8, 1048576, 2));
   REQUIRE(one.ok());
@@ -443,7 +443,7 @@ TEST_CASE("plan: the latent split at W=2 holds (768 + 12,288) / (768 + 6,144) ti
         std::string::npos);
 }
 
-TEST_CASE("plan: the split keeps a whole window's latent on any owner, and serves what the unsplit refuses",
+TEST_CASE("plan: the split keeps a whole window's latent on any owner - and serves what the unsplit refuses",
           "[plan][owner_split]") {
   // A room for 1.03 unsplit windows: the split's average share would hold 1.95 windows of key
   // pages, but one owner must hold a whole window's latent pages: the pages shrink to fit that
@@ -473,7 +473,7 @@ TEST_CASE("plan: the split keeps a whole window's latent on any owner, and serve
   CHECK(ComputePlan(windows).status().code() == absl::StatusCode::kInvalidArgument);
 }
 
-TEST_CASE("plan: split invariants over many rooms, lanes, windows and widths", "[plan][owner_split]") {
+TEST_CASE("plan: split invariants over many rooms - lanes - windows and widths", "[plan][owner_split]") {
   std::mt19937_64 rng(61);
   int served = 0;
   for (int i = 0; i < 4000; ++i) {

@@ -265,7 +265,7 @@ TEST_CASE("checkpoint: bf16 bytes as stored", "[checkpoint]") {
   CHECK(ck->Bf16Data("absent", {1}).status().code() == absl::StatusCode::kNotFound);
 }
 
-TEST_CASE("checkpoint: a non-finite weight or FP8 scale is refused at load, naming the element", "[checkpoint]") {
+TEST_CASE("checkpoint: a non-finite weight or FP8 scale is refused at load - naming the element", "[checkpoint]") {
   const float nan = std::nanf(""), inf = INFINITY;
   const std::vector<float> f = {0.5f, nan, 1.0f};
   const std::vector<uint16_t> b = {F32ToBf16(1), F32ToBf16(2), F32ToBf16(inf)};

@@ -115,7 +115,7 @@ TEST_CASE("a replay that makes other calls than the recording is refused", "[dec
   }
 }
 
-TEST_CASE("pinned routing weights are RouteRow's for its own picks, and follow pinned experts", "[decision_log]") {
+TEST_CASE("pinned routing weights are RouteRow's for its own picks - and follow pinned experts", "[decision_log]") {
   kernels::cpu::RoutingParams p;
   p.n_experts = 8;
   p.top_k = 3;
@@ -186,7 +186,7 @@ TEST_CASE("a recut tape replays rows of the recorded steps into other steps", "[
   CHECK(none->entries() == 0);
 }
 
-TEST_CASE("decisions made elsewhere are appended with margins, and a replay names the rows it disagrees with",
+TEST_CASE("decisions made elsewhere are appended with margins - and a replay names the rows it disagrees with",
           "[decision_log]") {
   DecisionLog log;
   log.Start(Mode::kRecord);
@@ -251,7 +251,7 @@ std::vector<float> ForwardLogged(CausalLM& m, const std::vector<int32_t>& ids, D
   return out->logits;
 }
 
-TEST_CASE("the CPU backend reports its indexer and routing decisions, and a replay pins them", "[decision_log]") {
+TEST_CASE("the CPU backend reports its indexer and routing decisions - and a replay pins them", "[decision_log]") {
   for (const std::string& dir : {std::string(FERRY_TEST_DATA_DIR) + "/glm-dsa-tiny",
                                 std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny"}) {
     INFO(dir);

@@ -43,7 +43,7 @@ std::vector<float> Prefill(Glm5Next& m, const std::vector<int32_t>& ids, size_t 
   return all;
 }
 
-TEST_CASE("glm5_next matches the transformers goldens, prefill and decode", "[glm5_next][golden]") {
+TEST_CASE("glm5_next matches the transformers goldens - prefill and decode", "[glm5_next][golden]") {
   auto m = LoadTiny();
   for (const GoldenPrompt& g : Goldens()) {
     for (int64_t chunk : {0, 7}) {
@@ -85,7 +85,7 @@ TEST_CASE("glm5_next hidden states match transformers layer by layer", "[glm5_ne
   }
 }
 
-TEST_CASE("glm5_next: the chunked and recurrent KDA forms agree; prompts in pieces agree",
+TEST_CASE("glm5_next: the chunked and recurrent KDA forms agree - prompts in pieces agree",
           "[glm5_next]") {
   auto m = LoadTiny();
   const GoldenPrompt g = Goldens()[2];  // 90 tokens: two KDA chunks, a sparse indexer

@@ -39,7 +39,7 @@ std::vector<float> Prefill(CausalLM& m, const std::vector<int32_t>& ids, size_t 
   return all;
 }
 
-TEST_CASE("glm_moe_dsa matches the transformers goldens, prefill and decode", "[glm_moe_dsa][golden]") {
+TEST_CASE("glm_moe_dsa matches the transformers goldens - prefill and decode", "[glm_moe_dsa][golden]") {
   auto m = LoadTiny();
   for (const GoldenPrompt& g : Goldens()) {
     auto r = CheckGoldenPrompt(*m, g, 1e-3f);
@@ -198,7 +198,7 @@ TEST_CASE("glm_moe_dsa: a checkpoint that disagrees with its config is refused b
                "but the config implies [95, 128]") != std::string::npos);
 }
 
-TEST_CASE("sampled segments come back as their token, without logits, in both families", "[model]") {
+TEST_CASE("sampled segments come back as their token - without logits - in both families", "[model]") {
   for (const std::string& dir : {kDir, std::string(FERRY_TEST_DATA_DIR) + "/glm5next-tiny"}) {
     INFO(dir);
     auto m = LoadCausalLM(dir);

@@ -219,7 +219,7 @@ TEST_CASE("recorded selections this model cannot take are refused before anythin
   }
 }
 
-TEST_CASE("a golden file's selection tensors are read by name, shape and type", "[golden]") {
+TEST_CASE("a golden file's selection tensors are read by name - shape and type", "[golden]") {
   ferry::testing::TempDir tmp;
   const std::string path = tmp.File("golden.safetensors");
   auto i32 = [](const std::string& name, std::vector<int64_t> shape, const std::vector<int32_t>& v) {
@@ -260,7 +260,7 @@ TEST_CASE("a golden file's selection tensors are read by name, shape and type", 
   error({ferry::testing::F32Tensor("p0.select.1.heads_margin", {3}, {1, 1, 1})}, "unknown decision site 'heads'");
 }
 
-TEST_CASE("glm5_next with pools of 8 over 12 layers: the reference's near ties replayed, the rest agree", "[golden]") {
+TEST_CASE("glm5_next with pools of 8 over 12 layers: the reference's near ties replayed - the rest agree", "[golden]") {
   const std::string dir = std::string(FERRY_TEST_DATA_DIR) + "/glm5next-kpool8";
   auto m = ferry::testing::LoadAs<Glm5Next>(dir);
   for (const GoldenPrompt& g : ferry::testing::GoldensOf(dir)) {

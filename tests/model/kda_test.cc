@@ -49,7 +49,7 @@ double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
   return std::sqrt(num / den);
 }
 
-TEST_CASE("KDA: chunked form equals the recurrence, whatever the chunk alignment", "[kda]") {
+TEST_CASE("KDA: chunked form equals the recurrence - whatever the chunk alignment", "[kda]") {
   const ModelConfig c = SmallKda();
   const int64_t C = c.linear_num_heads * c.linear_head_dim, n = 70;
   std::mt19937 rng(11);

@@ -176,11 +176,11 @@ void CheckSplit(const std::string& dir, int64_t fork_back, int64_t min_pieces = 
   }
 }
 
-TEST_CASE("owner split glm_moe_dsa: every logit equals the replicated engine's, bit for bit", "[owner_split][tp]") {
+TEST_CASE("owner split glm_moe_dsa: every logit equals the replicated engine's - bit for bit", "[owner_split][tp]") {
   CheckSplit(kDsa, 5);
 }
 
-TEST_CASE("owner split glm5_next: every logit equals the replicated engine's, bit for bit", "[owner_split][tp]") {
+TEST_CASE("owner split glm5_next: every logit equals the replicated engine's - bit for bit", "[owner_split][tp]") {
   CheckSplit(kNext, 0);
 }
 

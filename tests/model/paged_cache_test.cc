@@ -47,7 +47,7 @@ std::vector<float> Run(CausalLM& m, const std::vector<int32_t>& ids) {
   return all;
 }
 
-TEST_CASE("paged cache: an arena is sized once, before any page is used", "[paged]") {
+TEST_CASE("paged cache: an arena is sized once - before any page is used", "[paged]") {
   PageArena arena({4, 0, 8}, 16);  // grows until sized
   REQUIRE(arena.SetCapacity(3).ok());
   CHECK(arena.capacity() == 3);
@@ -122,7 +122,7 @@ TEST_CASE("paged cache: a full arena refuses the step and changes nothing", "[pa
   }
 }
 
-TEST_CASE("paged cache: a clone shares whole pages, copies the partial one, and stays apart", "[paged]") {
+TEST_CASE("paged cache: a clone shares whole pages - copies the partial one - and stays apart", "[paged]") {
   auto m = Load(kDsa, 16);
   const std::vector<int32_t> ids = Prompt(kDsa);
   auto fresh_model = Load(kDsa, 16);

@@ -48,11 +48,11 @@ void CheckAgainstOracle(const nlohmann::json& config, uint32_t seed, int shards,
   }
 }
 
-TEST_CASE("synthetic glm_moe_dsa: the small base config, sparse indexer", "[glm_moe_dsa][oracle]") {
+TEST_CASE("synthetic glm_moe_dsa: the small base config - sparse indexer", "[glm_moe_dsa][oracle]") {
   CheckAgainstOracle(ferry::testing::SmallDsaConfig(), 101, 1, 30);
 }
 
-TEST_CASE("synthetic glm_moe_dsa: group-limited routing, shared chain, sharded", "[glm_moe_dsa][oracle]") {
+TEST_CASE("synthetic glm_moe_dsa: group-limited routing - shared chain - sharded", "[glm_moe_dsa][oracle]") {
   nlohmann::json c = ferry::testing::SmallDsaConfig();
   c["n_group"] = 4;
   c["topk_group"] = 2;
@@ -63,7 +63,7 @@ TEST_CASE("synthetic glm_moe_dsa: group-limited routing, shared chain, sharded",
   CheckAgainstOracle(c, 202, 3, 27);
 }
 
-TEST_CASE("synthetic glm_moe_dsa: other widths, tied head, no shared expert", "[glm_moe_dsa][oracle]") {
+TEST_CASE("synthetic glm_moe_dsa: other widths - tied head - no shared expert", "[glm_moe_dsa][oracle]") {
   nlohmann::json c = ferry::testing::SmallDsaConfig();
   c["num_hidden_layers"] = 5;
   c["num_attention_heads"] = 2;

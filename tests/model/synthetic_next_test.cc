@@ -106,7 +106,7 @@ TEST_CASE("synthetic glm5_next: the small base config", "[glm5_next][synthetic]"
   CheckConfig(ferry::testing::SmallNextConfig(), 41);
 }
 
-TEST_CASE("synthetic glm5_next: kpool 2, two streams, wider KDA, conv 3, a clamp that bites", "[glm5_next][synthetic]") {
+TEST_CASE("synthetic glm5_next: kpool 2 - two streams - wider KDA - conv 3 - a clamp that bites", "[glm5_next][synthetic]") {
   nlohmann::json c = ferry::testing::SmallNextConfig();
   auto& t = c["text_config"];
   t["index_kpool"] = 2;
@@ -125,7 +125,7 @@ TEST_CASE("synthetic glm5_next: kpool 2, two streams, wider KDA, conv 3, a clamp
   CheckConfig(c, 42);
 }
 
-TEST_CASE("synthetic glm5_next: kpool 8, top-k 16, grouped routing, tied head", "[glm5_next][synthetic]") {
+TEST_CASE("synthetic glm5_next: kpool 8 - top-k 16 - grouped routing - tied head", "[glm5_next][synthetic]") {
   nlohmann::json c = ferry::testing::SmallNextConfig();
   auto& t = c["text_config"];
   t["index_kpool"] = 8;

@@ -77,11 +77,11 @@ void CheckFamily(const std::string& name) {
   }
 }
 
-TEST_CASE("tensor parallel glm_moe_dsa: W = 2, 4 give the W = 1 tokens", "[tp][glm_moe_dsa]") {
+TEST_CASE("tensor parallel glm_moe_dsa: W = 2 - 4 give the W = 1 tokens", "[tp][glm_moe_dsa]") {
   CheckFamily("glm-dsa-tiny");
 }
 
-TEST_CASE("tensor parallel glm5_next: W = 2, 4 give the W = 1 tokens", "[tp][glm5_next]") {
+TEST_CASE("tensor parallel glm5_next: W = 2 - 4 give the W = 1 tokens", "[tp][glm5_next]") {
   CheckFamily("glm5next-tiny");
 }
 

@@ -48,7 +48,7 @@ Step SampleStep() {
   return step;
 }
 
-TEST_CASE("step proto: a step round-trips, each rank keeping its own latent pages", "[worker][proto]") {
+TEST_CASE("step proto: a step round-trips - each rank keeping its own latent pages", "[worker][proto]") {
   const Step step = SampleStep();
   control::v1::StepCommand cmd;
   StepToProto(step, &cmd);
@@ -116,7 +116,7 @@ TEST_CASE("step proto: log-probability requests round-trip and are bounded", "[w
   CHECK(std::string(many.status().message()) == "step 41: sequence 3 asks for 21 top log-probabilities; at most 20");
 }
 
-TEST_CASE("step proto: rank 0's sampled tokens decode, and a result that does not fit its step is refused",
+TEST_CASE("step proto: rank 0's sampled tokens decode - and a result that does not fit its step is refused",
           "[worker][proto]") {
   Step step = SampleStep();  // segment 0 samples; the others do not
   step.segments[0].sampling.top_logprobs = 2;

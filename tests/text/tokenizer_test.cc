@@ -52,7 +52,7 @@ TEST_CASE("the tokenizer encodes and decodes as Hugging Face tokenizers does", "
   }
 }
 
-TEST_CASE("a stream of ids decodes to the same text, never splitting a character", "[tokenizer]") {
+TEST_CASE("a stream of ids decodes to the same text - never splitting a character", "[tokenizer]") {
   const Tokenizer t = Load();
   for (const auto& c : Cases()["cases"]) {
     const std::vector<int32_t> ids = c["ids"].get<std::vector<int32_t>>();
@@ -70,7 +70,7 @@ TEST_CASE("a stream of ids decodes to the same text, never splitting a character
   }
 }
 
-TEST_CASE("UTF-8 read lossily: each maximal invalid part is one U+FFFD; a stream holds a partial character",
+TEST_CASE("UTF-8 read lossily: each maximal invalid part is one U+FFFD - a stream holds a partial character",
           "[tokenizer]") {
   const std::string fffd = "\xEF\xBF\xBD";
   auto lossy = [](const std::string& s) {
@@ -89,7 +89,7 @@ TEST_CASE("UTF-8 read lossily: each maximal invalid part is one U+FFFD; a stream
   CHECK(out == "ok");
 }
 
-TEST_CASE("encoding refuses invalid UTF-8; decoding refuses an id outside the vocabulary", "[tokenizer]") {
+TEST_CASE("encoding refuses invalid UTF-8 - decoding refuses an id outside the vocabulary", "[tokenizer]") {
   const Tokenizer t = Load();
   auto bad = t.Encode("ok\xC3(");
   CHECK(bad.status().code() == absl::StatusCode::kInvalidArgument);
