@@ -251,6 +251,12 @@ int RunCheckGoldenRemote(const std::string& address, const std::vector<GoldenPro
       ++failed;
       continue;
     }
+    if (fin->finish_reason() == ferry::v1::FINISH_REASON_ERROR || fin->finish_reason() == ferry::v1::FINISH_REASON_ABORT) {
+      printf("%s: the request ended with %s: %s: FAIL\n", g.name.c_str(),
+             fin->finish_reason() == ferry::v1::FINISH_REASON_ERROR ? "ERROR" : "ABORT", fin->error().c_str());
+      ++failed;
+      continue;
+    }
     const std::vector<int32_t> got(fin->token_ids().begin(), fin->token_ids().end());
     size_t first = 0;
     while (first < got.size() && first < g.greedy.size() && got[first] == g.greedy[first]) ++first;

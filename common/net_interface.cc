@@ -12,7 +12,8 @@
 namespace ferry {
 
 absl::StatusOr<std::string> InterfaceOfAddress(const std::string& host) {
-  const std::string ip = host == "localhost" ? "127.0.0.1" : host;
+  std::string ip = host == "localhost" ? "127.0.0.1" : host;
+  if (ip.size() > 2 && ip.front() == '[' && ip.back() == ']') ip = ip.substr(1, ip.size() - 2);  // [::1]
   in_addr v4{};
   in6_addr v6{};
   const bool is4 = inet_pton(AF_INET, ip.c_str(), &v4) == 1;

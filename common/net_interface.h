@@ -9,7 +9,8 @@
 namespace ferry {
 
 // The name of the interface that holds IPv4 or IPv6 address `host` ("127.0.0.1" -> "lo";
-// "localhost" counts as 127.0.0.1). NOT_FOUND when no interface holds it; INVALID_ARGUMENT for a
+// "localhost" counts as 127.0.0.1; an IPv6 address may come in brackets, "[::1]"). Host names
+// other than localhost are not resolved. NOT_FOUND when no interface holds it; INVALID_ARGUMENT for a
 // wildcard address (0.0.0.0, ::: every interface) or one that does not parse.
 absl::StatusOr<std::string> InterfaceOfAddress(const std::string& host);
 

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -42,6 +43,10 @@ pb::FinishReason ToProto(FinishReason r) {
   }
   return pb::FINISH_REASON_ERROR;
 }
+
+// A text prompt longer than this many bytes a context token cannot fit (a token is rarely more
+// than 8 bytes of text); refused before it is tokenized.
+constexpr int64_t kMaxPromptBytesPerToken = 16;
 
 // Stop strings: a bound on their number and length keeps the text check cheap.
 constexpr size_t kMaxStopStrings = 16;
@@ -119,7 +124,7 @@ absl::StatusOr<std::shared_ptr<Request>> BuildRequest(const pb::GenerateRequest&
                                                       const model::ModelConfig& config, int64_t max_context) {
   const int64_t vocab = config.vocab_size;
   const int64_t n = req.prompt_token_ids_size();
-  if (n == 0) return absl::InvalidArgumentError("prompt_token_ids is empty; give at least one token id");
+  if (n == 0) return absl::InvalidArgumentError("the prompt is empty: give prompt_token_ids or prompt (text)");
   if (n >= max_context) {
     return absl::InvalidArgumentError(absl::StrCat("the prompt has ", n, " tokens; the context holds ", max_context,
                                                    ", which leaves no room to generate"));
@@ -209,6 +214,13 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
   pb::GenerateRequest tokenized;
   const pb::GenerateRequest* use = &req;
   if (!req.prompt().empty()) {
+    // Tokenizing is linear in the text; a prompt that could not fit the context is refused first.
+    const size_t max_bytes = static_cast<size_t>(kMaxPromptBytesPerToken * scheduler_->options().max_context);
+    if (req.prompt().size() > max_bytes) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("the prompt has ", req.prompt().size(), " bytes; a context of ",
+                                       scheduler_->options().max_context, " tokens takes at most ", max_bytes));
+    }
     if (req.prompt_token_ids_size() > 0) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "give prompt or prompt_token_ids, not both");
     }
@@ -424,12 +436,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> 
       Finish(parsed);
       return;
     }
-    std::thread([this, req = std::move(req)] {
-      grpc::Status st = api_->RunGenerate(
-          req, peer_, [this] { return cancelled_.load(); },
-          [this](const pb::GenerateResponse& resp) { return Write(resp); });
-      Finish(st);
-    }).detach();
+    try {
+      std::thread([this, req = std::move(req)] {
+        grpc::Status st = api_->RunGenerate(
+            req, peer_, [this] { return cancelled_.load(); },
+            [this](const pb::GenerateResponse& resp) { return Write(resp); });
+        Finish(st);
+      }).detach();
+    } catch (const std::system_error& e) {  // out of threads: refuse this call, keep serving
+      Finish(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          absl::StrCat("the coordinator cannot start a thread for this request: ", e.what())));
+    }
   }
 
   void OnWriteDone(bool ok) override {

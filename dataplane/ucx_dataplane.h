@@ -79,7 +79,8 @@ class UcxDataPlane final : public DataPlane {
   // Creates one endpoint per peer from `addresses` (indexed by rank, world of them, our own
   // included and ignored) and exchanges a handshake with every peer, waiting at most `timeout`
   // for all of them. `nonce`: the deployment's (the same on every rank). Call once.
-  // INVALID_ARGUMENT when a peer's handshake names another rank or carries another nonce.
+  // INVALID_ARGUMENT when a peer's handshake names another rank, PERMISSION_DENIED when it
+  // carries another nonce.
   absl::Status Connect(const std::vector<std::string>& addresses,
                        std::chrono::milliseconds timeout = std::chrono::seconds(60), uint64_t nonce = 0);
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <fstream>
 #include <limits>
+#include <queue>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -222,6 +223,14 @@ size_t AppendUtf8Lossy(std::string_view s, bool final, std::string* out) {
 }
 
 absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
+  try {
+    return LoadJson(path);
+  } catch (const nlohmann::json::exception& e) {  // a field of another type than the format's
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::LoadJson(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot read it (the checkpoint's tokenizer.json)"));
   json j;
@@ -234,6 +243,14 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
   const json& model = j["model"];
   if (model.value("type", "BPE") != "BPE") {
     return absl::UnimplementedError(absl::StrCat(path, ": model type ", model.value("type", ""), "; only BPE is read"));
+  }
+  // BPE options that would change the ids: only their defaults are read.
+  if (model.value("ignore_merges", false) || model.value("byte_fallback", false) ||
+      !model.value("continuing_subword_prefix", json()).is_null() ||
+      !model.value("end_of_word_suffix", json()).is_null() || !model.value("dropout", json()).is_null()) {
+    return absl::UnimplementedError(absl::StrCat(
+        path, ": BPE options ignore_merges, byte_fallback, continuing_subword_prefix, end_of_word_suffix or dropout "
+              "are set; only their defaults are read"));
   }
   if (!model.contains("vocab") || !model["vocab"].is_object() || !model.contains("merges") ||
       !model["merges"].is_array()) {
@@ -272,11 +289,20 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
   }
   int64_t max_id = -1;
   for (const auto& [token, id] : model["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > (int64_t{1} << 24)) {
       return Malformed(path, absl::StrCat("vocab entry '", token, "' has id ", id.dump()));
     }
     t.vocab_[token] = id.get<int32_t>();
     max_id = std::max<int64_t>(max_id, id.get<int64_t>());
+  }
+  // Every byte must be a token, or some text could not be encoded.
+  for (int b = 0; b < 256; ++b) {
+    auto it = t.vocab_.find(Bytes().of_byte[b]);
+    if (it == t.vocab_.end()) {
+      return Malformed(path, absl::StrCat("the vocabulary lacks byte 0x", absl::Hex(b), " ('", Bytes().of_byte[b],
+                                          "'): not a byte-level BPE"));
+    }
+    t.byte_id_[static_cast<size_t>(b)] = it->second;
   }
   int32_t rank = 0;
   for (const json& m : model["merges"]) {
@@ -291,13 +317,20 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
     } else {
       return Malformed(path, absl::StrCat("merge ", rank, " is ", m.dump()));
     }
-    t.merge_rank_.emplace(left + " " + right, rank++);
+    auto l = t.vocab_.find(left), r = t.vocab_.find(right), lr = t.vocab_.find(left + right);
+    if (l == t.vocab_.end() || r == t.vocab_.end() || lr == t.vocab_.end()) {
+      return Malformed(path, absl::StrCat("merge ", rank, " '", left, " ", right, "' names tokens the vocabulary lacks"));
+    }
+    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(l->second)) << 32 | static_cast<uint32_t>(r->second);
+    t.merges_.emplace(key, Merge{rank, lr->second});  // the first (lowest) rank of a pair wins
+    ++rank;
   }
   if (j.contains("added_tokens")) {
     for (const json& a : j["added_tokens"]) {
       if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() || !a.contains("content") ||
-          !a["content"].is_string() || a["content"].get<std::string>().empty() || a["id"].get<int64_t>() < 0) {
-        return Malformed(path, absl::StrCat("added token ", a.dump(), " needs an id and non-empty content"));
+          !a["content"].is_string() || a["content"].get<std::string>().empty() || a["id"].get<int64_t>() < 0 ||
+          a["id"].get<int64_t>() > (int64_t{1} << 24)) {
+        return Malformed(path, absl::StrCat("added token ", a.dump(), " needs an id (0 to 2^24) and non-empty content"));
       }
       if (a.value("lstrip", false) || a.value("rstrip", false) || a.value("single_word", false)) {
         return absl::UnimplementedError(
@@ -318,42 +351,61 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path) {
     t.is_added_[static_cast<size_t>(a.id)] = 1;
     t.is_special_[static_cast<size_t>(a.id)] = a.special ? 1 : 0;
   }
-  // Every byte must be a token, or some text could not be encoded.
-  for (int b = 0; b < 256; ++b) {
-    if (t.vocab_.count(Bytes().of_byte[b]) == 0) {
-      return Malformed(path, absl::StrCat("the vocabulary lacks byte 0x", absl::Hex(b), " ('", Bytes().of_byte[b],
-                                          "'): not a byte-level BPE"));
-    }
-  }
   return t;
 }
 
 void Tokenizer::EncodePiece(std::string_view piece, std::vector<int32_t>* out) const {
-  std::vector<std::string> sym;
-  sym.reserve(piece.size());
-  for (unsigned char b : piece) sym.push_back(Bytes().of_byte[b]);
-  // Merge the best-ranked adjacent pair (the leftmost of equals) until none is a merge.
-  std::string key;
-  while (sym.size() > 1) {
-    int32_t best = std::numeric_limits<int32_t>::max();
-    size_t at = 0;
-    for (size_t k = 0; k + 1 < sym.size(); ++k) {
-      key.assign(sym[k]).append(" ").append(sym[k + 1]);
-      auto it = merge_rank_.find(key);
-      if (it != merge_rank_.end() && it->second < best) best = it->second, at = k;
-    }
-    if (best == std::numeric_limits<int32_t>::max()) break;
-    sym[at] += sym[at + 1];
-    sym.erase(sym.begin() + static_cast<std::ptrdiff_t>(at) + 1);
+  // The byte tokens as a linked list; the best-ranked adjacent pair (the leftmost of equals) is
+  // merged until none is a merge, through a heap of candidate pairs checked when popped:
+  // O(m log m) in the piece's bytes, so a long run of one letter costs no more than its length.
+  const size_t m = piece.size();
+  std::vector<int32_t> id(m);
+  std::vector<int64_t> prev(m), next(m);
+  std::vector<uint32_t> version(m, 0);
+  for (size_t k = 0; k < m; ++k) {
+    id[k] = byte_id_[static_cast<unsigned char>(piece[k])];
+    prev[k] = static_cast<int64_t>(k) - 1;
+    next[k] = k + 1 < m ? static_cast<int64_t>(k + 1) : -1;
   }
-  for (const std::string& s : sym) {
-    auto it = vocab_.find(s);
-    if (it != vocab_.end()) {
-      out->push_back(it->second);
-    } else {  // a merge result the vocabulary lacks: its bytes one by one (Load checked every byte)
-      for (unsigned char b : s) out->push_back(vocab_.at(Bytes().of_byte[b]));
+  struct Candidate {
+    int32_t rank;
+    int64_t left;            // symbol index (its first byte: leftmost first among equal ranks)
+    uint32_t left_version, right_version;
+    int64_t right;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto consider = [&](int64_t l) {
+    if (l < 0 || next[static_cast<size_t>(l)] < 0) return;
+    const int64_t r = next[static_cast<size_t>(l)];
+    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(id[static_cast<size_t>(l)])) << 32 |
+                         static_cast<uint32_t>(id[static_cast<size_t>(r)]);
+    auto it = merges_.find(key);
+    if (it != merges_.end()) {
+      heap.push({it->second.rank, l, version[static_cast<size_t>(l)], version[static_cast<size_t>(r)], r});
     }
+  };
+  for (size_t k = 0; k + 1 < m; ++k) consider(static_cast<int64_t>(k));
+  std::vector<char> dead(m, 0);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    const size_t l = static_cast<size_t>(c.left), r = static_cast<size_t>(c.right);
+    // Stale: either side merged since, or no longer neighbours.
+    if (dead[l] || dead[r] || version[l] != c.left_version || version[r] != c.right_version ||
+        next[l] != c.right) {
+      continue;
+    }
+    const uint64_t key = static_cast<uint64_t>(static_cast<uint32_t>(id[l])) << 32 | static_cast<uint32_t>(id[r]);
+    id[l] = merges_.at(key).merged;
+    ++version[l];
+    dead[r] = 1;
+    next[l] = next[r];
+    if (next[r] >= 0) prev[static_cast<size_t>(next[r])] = static_cast<int64_t>(l);
+    consider(prev[l]);
+    consider(static_cast<int64_t>(l));
   }
+  for (int64_t k = m > 0 ? 0 : -1; k >= 0; k = next[static_cast<size_t>(k)]) out->push_back(id[static_cast<size_t>(k)]);
 }
 
 absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) const {

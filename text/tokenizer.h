@@ -22,6 +22,7 @@
 // Thread safety: a loaded Tokenizer is immutable; Encode and Decode may run concurrently.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -61,11 +62,17 @@ class Tokenizer {
     int32_t id;
     bool special;
   };
+  static absl::StatusOr<Tokenizer> LoadJson(const std::string& path);
   // BPE over one pre-tokenized piece (its byte-level characters), appending ids.
   void EncodePiece(std::string_view piece, std::vector<int32_t>* out) const;
 
-  std::unordered_map<std::string, int32_t> vocab_;      // byte-level token -> id
-  std::unordered_map<std::string, int32_t> merge_rank_;  // "left right" -> rank
+  struct Merge {
+    int32_t rank;    // lower merges first
+    int32_t merged;  // the id of left + right
+  };
+  std::unordered_map<std::string, int32_t> vocab_;  // byte-level token -> id
+  std::unordered_map<uint64_t, Merge> merges_;      // (left id << 32 | right id) -> the merge
+  std::array<int32_t, 256> byte_id_{};              // the id of each byte's token
   std::vector<std::string> id_to_token_;                 // "" where no token has the id
   std::vector<char> is_added_, is_special_;              // by id
   std::vector<Added> added_;                             // longest first

@@ -12,6 +12,8 @@ TEST_CASE("the interface of an address: loopback - none - a wildcard - not an ad
   CHECK(*lo == "lo");
   CHECK(InterfaceOfAddress("localhost").value_or("") == "lo");
   CHECK(InterfaceOfAddress("127.0.0.2").value_or("") == "lo");  // all of 127/8 is loopback
+  CHECK(InterfaceOfAddress("[::1]").value_or("") == "lo");
+  CHECK(InterfaceOfAddress("::1").value_or("") == "lo");
   // TEST-NET-3 (RFC 5737): documentation only, on no interface of a test machine.
   CHECK(InterfaceOfAddress("203.0.113.77").status().code() == absl::StatusCode::kNotFound);
   CHECK(InterfaceOfAddress("0.0.0.0").status().code() == absl::StatusCode::kInvalidArgument);

@@ -4,8 +4,9 @@
 # family, deploy/ferry-cluster brings up the coordinator in the first and one worker in each (UCX
 # over TCP between them, the owner split on); every golden prompt through the gRPC API gives the
 # goldens' tokens (those of one rank); a worker killed in the second namespace is reported by host;
-# `down` leaves no process. Preflight refusals: a token file another user can read, model files
-# that differ between hosts.
+# `down` leaves no process. Preflight refusals: a token file another user can read, a run
+# directory others may write, model files that differ between hosts; a pid file naming another
+# process is not signalled.
 #
 #   tests/integration/cluster_netns.sh BIN_DIR SOURCE_DIR
 #
@@ -112,6 +113,18 @@ echo "$out" | grep -E "FAIL|preflight|up:"
 [ $rc -ne 0 ] && echo "$out" | grep -q "token file $tmp/token has mode 644; it must be 600" || fail "a readable token file passed"
 pgrep -f "$tmp/" >/dev/null && fail "up started processes after a failed preflight"
 chmod 600 "$tmp/token"
+# A run directory others may write (where a planted pid file or log link would be followed).
+mkdir -p "$tmp/run-a" && chmod 777 "$tmp/run-a"
+out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
+[ $rc -ne 0 ] && echo "$out" | grep -q "run directory $tmp/run-a is not owned by this user or others may write it" ||
+  fail "a run directory others may write passed"
+chmod 700 "$tmp/run-a"
+# A pid file that names another process is not signalled by down, nor counted as ours.
+sleep 300 & bystander=$!
+echo "$bystander" > "$tmp/run-a/worker-0.pid"
+"$launcher" -c "$tmp/conf" down >/dev/null 2>&1
+kill -0 "$bystander" 2>/dev/null || fail "down signalled a process that is not Ferry's"
+kill "$bystander" 2>/dev/null
 echo '{"changed": true}' >> "$tmp/b/glm-dsa-tiny/config.json"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
 echo "$out" | grep -E "FAIL|preflight"

@@ -149,7 +149,7 @@ TEST_CASE("serve: bad requests get INVALID_ARGUMENT with the numbers - and servi
     INFO(res.status().message());
     CHECK(std::string(res.status().message()).find(what) != std::string::npos);
   };
-  expect(Greedy({}, 4), "prompt_token_ids is empty");
+  expect(Greedy({}, 4), "the prompt is empty: give prompt_token_ids or prompt (text)");
   expect(Greedy({5, 384}, 4), "prompt_token_ids[1] = 384 is outside the vocabulary [0, 384)");
   expect(Greedy({5, -2}, 4), "prompt_token_ids[1] = -2");
   expect(Greedy(std::vector<int32_t>(60, 5), 10), "the prompt (60 tokens) + max_tokens (10) = 70 exceeds the context length 64");

@@ -130,7 +130,29 @@ TEST_CASE("a missing or malformed tokenizer.json is a clear error at load", "[to
   j = good;
   j["model"]["merges"][0] = 7;
   CHECK(with(j.dump()).code() == absl::StatusCode::kInvalidArgument);
+  j = good;
+  j["model"]["byte_fallback"] = true;  // would change the ids: refused, not ignored
+  CHECK(with(j.dump()).code() == absl::StatusCode::kUnimplemented);
+  j = good;
+  j["pre_tokenizer"]["pretokenizers"][1] = 7;  // a field of another type
+  CHECK(with(j.dump()).code() == absl::StatusCode::kInvalidArgument);
+  j = good;
+  j["added_tokens"][0]["id"] = int64_t{1} << 40;
+  CHECK(with(j.dump()).code() == absl::StatusCode::kInvalidArgument);
   CHECK(with(good.dump()).ok());
+}
+
+TEST_CASE("a run of one character two million long encodes and decodes back", "[tokenizer]") {
+  const Tokenizer t = Load();
+  // The merge loop is a heap over a linked list (a second or so here); one merge a pass over the
+  // whole piece, as before, would take hours and meet ctest's timeout.
+  const std::string run(2000000, ' ');
+  auto ids = t.Encode(run);
+  REQUIRE(ids.ok());
+  CHECK(!ids->empty());
+  auto back = t.Decode(*ids);
+  REQUIRE(back.ok());
+  CHECK(*back == run);
 }
 
 }  // namespace
