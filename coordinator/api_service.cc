@@ -293,8 +293,8 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
           if (i < e->logprobs.size()) ToProto(e->logprobs[i], gathered.add_logprobs());
         }
       }
-      // A stop string ends the request; its end still comes as an event.
-      if (detok && detok->stopped() && !aborted) aborted = scheduler_->Abort(r->id);
+      // A stop string ends the request (as a stop); its end still comes as an event.
+      if (detok && detok->stopped() && !aborted) aborted = scheduler_->EndWithStop(r->id);
       if (chunk != nullptr && !write(resp) && !aborted) aborted = scheduler_->Abort(r->id);
       continue;
     }
@@ -307,7 +307,7 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
     }
     if (detok) {
       f->mutable_text()->append(detok->Finish());
-      // Ended by a stop string (the abort that followed it is not the client's).
+      // Ended by a stop string (also when the request ended otherwise in the same step).
       if (detok->stopped()) f->set_finish_reason(pb::FINISH_REASON_STOP);
     }
     for (const step::SampledToken& t : e->logprobs) ToProto(t, f->add_logprobs());

@@ -74,6 +74,9 @@ struct Request {
   EventChannel events;
   // Set by Abort() or a cancelled RPC from any thread; the scheduler acts on it at the next step.
   std::atomic<bool> abort_requested{false};
+  // Set with abort_requested by EndWithStop(): the request ends as if a stop token had come
+  // (a stop string in its text): finish reason STOP, its state kept like any finished one.
+  std::atomic<bool> stop_requested{false};
 
   // Owned by the scheduler thread.
   uint64_t seq_id = 0;

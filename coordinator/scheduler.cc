@@ -71,6 +71,16 @@ bool Scheduler::Abort(const std::string& id, const std::string& caller) {
   return true;
 }
 
+bool Scheduler::EndWithStop(const std::string& id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  it->second->stop_requested = true;
+  it->second->abort_requested = true;
+  cv_.notify_all();
+  return true;
+}
+
 SchedulerSnapshot Scheduler::Snapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulerSnapshot s;
@@ -236,7 +246,7 @@ void Scheduler::FinishAborted() {
     if (running_[i]->abort_requested) {
       auto r = running_[i];
       running_.erase(running_.begin() + static_cast<long>(i));
-      Finish(r, FinishReason::kAbort);
+      Finish(r, r->stop_requested ? FinishReason::kStop : FinishReason::kAbort);
     } else {
       ++i;
     }
@@ -253,7 +263,7 @@ void Scheduler::FinishAborted() {
       }
     }
   }
-  for (auto& r : aborted) Finish(r, FinishReason::kAbort);
+  for (auto& r : aborted) Finish(r, r->stop_requested ? FinishReason::kStop : FinishReason::kAbort);
 }
 
 bool Scheduler::ApplyResults(StepPlan& p, absl::StatusOr<std::vector<step::SampledToken>>& tokens,

@@ -125,6 +125,9 @@ class Scheduler {
   // Marks a live request for abort; false when no live request has that id, or it has a caller
   // (Request::caller) other than `caller` (empty: any, for the server's own use).
   bool Abort(const std::string& id, const std::string& caller = {});
+  // Ends live request `id` at the next step with finish reason STOP (a stop string found in its
+  // text by the API): counted and kept as a request that stopped, not as an aborted one.
+  bool EndWithStop(const std::string& id);
 
   // Runs the step loop on its own thread until Stop().
   void Start();

@@ -171,6 +171,10 @@ TEST_CASE("serve: a stop string ends the text before it and the request there - 
     // The request ended where the stop appeared, not at max_tokens.
     CHECK(chunk_tokens + r->token_ids_size() < 32);
   }
+  // Counted as stopped, not aborted.
+  const std::string m = testing::ScrapeMetrics(server.metrics_port());
+  CHECK(testing::MetricValue(m, "ferry:request_success_total{finished_reason=\"stop\"}") == 2);
+  CHECK(testing::MetricValue(m, "ferry:request_success_total{finished_reason=\"abort\"}") == 0);
   // Bounds: 17 strings, an empty one, 257 bytes.
   auto refused = Run(server.address(), text_request(false, std::vector<std::string>(17, "x")));
   CHECK(refused.status().code() == absl::StatusCode::kInvalidArgument);
