@@ -95,28 +95,9 @@ char32_t DecodeAt(std::string_view s, size_t i, size_t* len) {
   return cp;
 }
 
-bool IsLetter(char32_t c) {
-  switch (u_charType(static_cast<UChar32>(c))) {
-    case U_UPPERCASE_LETTER:
-    case U_LOWERCASE_LETTER:
-    case U_TITLECASE_LETTER:
-    case U_MODIFIER_LETTER:
-    case U_OTHER_LETTER:
-      return true;
-    default:
-      return false;
-  }
-}
-bool IsNumber(char32_t c) {
-  switch (u_charType(static_cast<UChar32>(c))) {
-    case U_DECIMAL_DIGIT_NUMBER:
-    case U_LETTER_NUMBER:
-    case U_OTHER_NUMBER:
-      return true;
-    default:
-      return false;
-  }
-}
+// \p{L} and \p{N}: the general categories L* and N*.
+bool IsLetter(char32_t c) { return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_L_MASK) != 0; }
+bool IsNumber(char32_t c) { return (U_GET_GC_MASK(static_cast<UChar32>(c)) & U_GC_N_MASK) != 0; }
 bool IsSpace(char32_t c) { return u_isUWhiteSpace(static_cast<UChar32>(c)); }
 bool IsNewline(char32_t c) { return c == '\r' || c == '\n'; }
 // [^\s\p{L}\p{N}]
@@ -342,6 +323,7 @@ absl::StatusOr<Tokenizer> Tokenizer::LoadJson(const std::string& path) {
   }
   std::stable_sort(t.added_.begin(), t.added_.end(),
                    [](const Added& a, const Added& b) { return a.content.size() > b.content.size(); });
+  for (const Added& a : t.added_) t.added_first_byte_[static_cast<unsigned char>(a.content[0])] = true;
   t.id_to_token_.assign(static_cast<size_t>(max_id + 1), "");
   t.is_added_.assign(t.id_to_token_.size(), 0);
   t.is_special_.assign(t.id_to_token_.size(), 0);
@@ -440,6 +422,10 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text) co
   size_t start = 0;
   for (size_t i = 0; i < cps.size();) {
     const Added* hit = nullptr;
+    if (!added_first_byte_[static_cast<unsigned char>(text[offs[i]])]) {  // no added token starts so
+      ++i;
+      continue;
+    }
     for (const Added& a : added_) {  // longest first
       if (text.compare(offs[i], a.content.size(), a.content) == 0) {
         hit = &a;

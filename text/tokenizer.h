@@ -76,6 +76,7 @@ class Tokenizer {
   std::vector<std::string> id_to_token_;                 // "" where no token has the id
   std::vector<char> is_added_, is_special_;              // by id
   std::vector<Added> added_;                             // longest first
+  std::array<bool, 256> added_first_byte_{};             // bytes some added token starts with
   bool split_ = true;                                    // GLM's split before ByteLevel
 };
 
