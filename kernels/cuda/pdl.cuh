@@ -33,42 +33,49 @@ __device__ __forceinline__ void PdlWait() {
 // read once). runtime.cu.
 bool PdlEnabled();
 
-// kernel<<<grid, block, smem, stream>>>(args...) allowed to begin before the previous kernel in
-// the stream ends (the kernel must call PdlWait as its contract above says).
+// kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster` blocks along x (0: no
+// clusters; grid.x a multiple of it), allowed to begin before the previous kernel in the stream
+// ends when programmatic dependent launch is on.
 template <typename... Params, typename... Args>
-cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                            Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t LaunchEx(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, unsigned cluster,
+                     cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cluster > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (PdlEnabled()) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = PdlEnabled() ? 1 : 0;
+  config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) allowed to begin before the previous kernel in
+// the stream ends (the kernel must call PdlWait as its contract above says).
+template <typename... Params, typename... Args>
+cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                            Args&&... args) {
+  return LaunchEx(kernel, grid, block, smem, /*cluster=*/0, stream, std::forward<Args>(args)...);
 }
 
 // LaunchDependent for a grid of clusters of `cluster` blocks along x (grid.x a multiple of it).
 template <typename... Params, typename... Args>
 cudaError_t LaunchClusterDependent(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster,
                                    cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attr[2];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = PdlEnabled() ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  return LaunchEx(kernel, grid, block, /*smem=*/0, cluster, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace ferry::kernels::cuda
