@@ -12,28 +12,31 @@
 
 namespace ferry {
 
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::string& flag) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": ", std::strerror(errno)));
+  }
+  if ((st.st_mode & 077) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s %s has mode %04o: group or others can read or write it; chmod 600 it", flag, path, st.st_mode & 07777));
+  }
+  std::ifstream in(path);
+  std::string secret;
+  if (!in || !std::getline(in, secret)) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": cannot read a line from it"));
+  }
+  while (!secret.empty() && (secret.back() == '\r' || secret.back() == ' ' || secret.back() == '\t')) secret.pop_back();
+  if (secret.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, " holds no secret on its first line"));
+  return secret;
+}
+
 absl::StatusOr<std::string> LoadClusterToken(const std::string& token_file) {
   if (token_file.empty()) {
     const char* env = std::getenv(kClusterTokenEnv);
     return std::string(env != nullptr ? env : "");
   }
-  struct stat st {};
-  if (stat(token_file.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--token-file ", token_file, ": ", std::strerror(errno)));
-  }
-  if ((st.st_mode & 077) != 0) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--token-file %s has mode %04o: group or others can read or write it; chmod 600 it", token_file,
-        st.st_mode & 07777));
-  }
-  std::ifstream in(token_file);
-  std::string token;
-  if (!in || !std::getline(in, token)) {
-    return absl::InvalidArgumentError(absl::StrCat("--token-file ", token_file, ": cannot read a line from it"));
-  }
-  while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t')) token.pop_back();
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat("--token-file ", token_file, " holds no token"));
-  return token;
+  return ReadSecretFile(token_file, "--token-file");
 }
 
 bool TokensEqual(std::string_view a, std::string_view b) {

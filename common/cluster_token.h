@@ -18,6 +18,11 @@ inline constexpr char kClusterTokenEnv[] = "FERRY_CLUSTER_TOKEN";
 // readable or writable by group or others (the mode is printed: chmod 600 it), or it is empty.
 absl::StatusOr<std::string> LoadClusterToken(const std::string& token_file);
 
+// The first line of `path` (trailing blanks cut): a secret such as the cluster token or the HTTP
+// API's key. INVALID_ARGUMENT naming `flag` and the file: it cannot be read, group or others can
+// read or write it (the mode is printed: chmod 600 it), or its first line is empty.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::string& flag);
+
 // a == b in time that depends on their lengths only, not on where they differ.
 bool TokensEqual(std::string_view a, std::string_view b);
 

@@ -1,8 +1,6 @@
 #include "common/metrics_server.h"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/http_server.h"
 #include "prometheus/text_serializer.h"
 
 namespace ferry {
@@ -64,39 +63,9 @@ std::string Answer(const std::string& head, prometheus::Collectable& metrics) {
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& host, int port,
                                                                     std::shared_ptr<prometheus::Collectable> metrics) {
   if (metrics == nullptr) return absl::InvalidArgumentError("MetricsServer: no metrics to serve");
-  if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is outside [0, 65535]"));
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found); rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("metrics address ", host, ":", port, ": ", gai_strerror(rc)));
-  }
-  int fd = -1;
-  std::string why = "no address";
-  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
-    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) {
-      why = absl::StrCat("socket: ", std::strerror(errno));
-      continue;
-    }
-    const int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 64) != 0) {
-      why = std::strerror(errno);
-      close(fd);
-      fd = -1;
-    }
-  }
-  freeaddrinfo(found);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", host, ":", port, ": ", why));
-  sockaddr_storage bound{};
-  socklen_t len = sizeof(bound);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
-  const int bound_port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                                     : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  auto listening = ListenTcp(host, port, "/metrics");
+  if (!listening.ok()) return listening.status();
+  const auto [fd, bound_port] = *listening;
   int wake[2];
   if (pipe2(wake, O_CLOEXEC) != 0) {
     close(fd);
