@@ -93,7 +93,7 @@ double ToFloat(const Value& v, bool* ok) {
 
 Value SelectOrReject(Renderer& r, const Value& v, Args& a, bool select, bool by_attr) {
   std::vector<Value> out;
-  if (!Truthy(v) && !v.is_undefined()) return Value::List({});
+  if (!Truthy(v)) return Value::List({});  // jinja2 reads its arguments only for a non-empty value
   size_t off = 0;
   Value attr;
   if (by_attr) {
@@ -118,9 +118,30 @@ Value SelectOrReject(Renderer& r, const Value& v, Args& a, bool select, bool by_
   return Value::List(std::move(out));
 }
 
-Value Sorted(Renderer& r, std::vector<Value> items, const Value& attribute, bool case_sensitive, bool reverse) {
+// sorted(items, key, reverse). The sort filter's key (jinja2's make_multi_attrgetter) is a list of
+// the comma-separated attributes' values (the item itself without one), so keys compare as lists
+// do: equal parts are skipped by ==, never compared by <. dictsort's key is a plain value.
+Value Sorted(Renderer& r, std::vector<Value> items, const Value& attribute, bool case_sensitive, bool reverse,
+             bool multi) {
   std::vector<std::pair<Value, Value>> keyed;
-  for (Value& x : items) keyed.emplace_back(SortKey(r, x, attribute, case_sensitive), std::move(x));
+  for (Value& x : items) {
+    Value key;
+    if (!multi) {
+      key = SortKey(r, x, attribute, case_sensitive);
+    } else {
+      std::vector<Value> parts;
+      if (!attribute.is_string()) {
+        parts.push_back(SortKey(r, x, attribute, case_sensitive));
+      } else {
+        static const std::string kComma = ",";
+        for (std::string& part : PySplit(attribute.s(), &kComma, -1, false)) {
+          parts.push_back(SortKey(r, x, Value::Str(std::move(part)), case_sensitive));
+        }
+      }
+      key = Value::List(std::move(parts), ListKind::kTuple);
+    }
+    keyed.emplace_back(std::move(key), std::move(x));
+  }
   const auto less = [](const auto& p, const auto& q) { return Less(p.first, q.first, "<"); };
   if (reverse) {  // Python keeps equal elements in their order when reverse=True too
     std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& p, const auto& q) { return less(q, p); });
@@ -149,7 +170,7 @@ Value MinMax(Renderer& r, const Value& v, Args& a, bool max) {
 
 Value Round(const Value& v, Args& a) {
   if (!v.is_number()) Fail("TypeError", Cat("type ", TypeName(v), " doesn't define __round__ method"));
-  const int64_t precision = Arg(a, 0, "precision", Value::Int(0)).i();
+  const int64_t precision = AsInt(Arg(a, 0, "precision", Value::Int(0)));
   const std::string method = Str(Arg(a, 1, "method", Value::Str("common")));
   if (method != "common" && method != "ceil" && method != "floor") {
     Fail("FilterArgumentError", "method must be common, ceil or floor");
@@ -170,9 +191,10 @@ Value Round(const Value& v, Args& a) {
 }
 
 Value Indent(Renderer& r, const Value& v, Args& a) {
-  if (v.is_undefined()) v.FailUndefined();  // jinja2 appends "\n" to it, which an undefined refuses
+  if (v.is_undefined()) v.FailUndefined();  // jinja2 appends "\n" to it, which only a string takes
+  if (!v.is_string()) Fail("TypeError", Cat("unsupported operand type(s) for +=: '", TypeName(v), "' and 'str'"));
   const Value width = Arg(a, 0, "width", Value::Int(4));
-  const std::string indention = width.is_string() ? width.s() : std::string(std::max<int64_t>(0, width.i()), ' ');
+  const std::string indention = width.is_string() ? width.s() : std::string(std::max<int64_t>(0, AsInt(width)), ' ');
   const bool first = BoolArg(a, 1, "first", false), blank = BoolArg(a, 2, "blank", false);
   std::vector<std::string> lines = PySplitLines(Str(v) + "\n");
   std::string out;
@@ -193,7 +215,7 @@ Value ToJsonFilter(Renderer& r, const Value& v, Args& a) {
   const Value indent = Arg(a, 1, "indent", Value::None());
   if (!indent.is_none()) {
     o.indent_set = true;
-    o.indent = indent.is_string() ? indent.s() : std::string(std::max<int64_t>(0, indent.is_int() ? indent.i() : 0), ' ');
+    o.indent = indent.is_string() ? indent.s() : std::string(std::max<int64_t>(0, AsInt(indent)), ' ');
     o.item_sep = ",";
   }
   const Value seps = Arg(a, 2, "separators", Value::None());
@@ -225,7 +247,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          return r.GetAttr(v, name);
        }},
       {"batch", [](Renderer& r, const Value& v, Args& a) {
-         const int64_t n = Required(a, 0, "linecount", "batch").i();
+         const int64_t n = AsInt(Required(a, 0, "linecount", "batch"));
          if (n <= 0) Fail("ValueError", "batch linecount must be positive");
          const Value fill = Arg(a, 1, "fill_with", Value::None());
          std::vector<Value> out, row;
@@ -243,7 +265,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"capitalize", [](Renderer& r, const Value& v, Args&) { return r.NewStr(PyCapitalize(Str(v))); }},
       {"center", [](Renderer& r, const Value& v, Args& a) {
          const std::string s = Str(v);
-         const int64_t width = Arg(a, 0, "width", Value::Int(80)).i(), len = CodePointCount(s);
+         const int64_t width = AsInt(Arg(a, 0, "width", Value::Int(80))), len = CodePointCount(s);
          if (width <= len) return Value::Str(s);
          r.CheckSize(width);
          const int64_t marg = width - len, left = marg / 2 + (marg & width & 1);
@@ -259,14 +281,15 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"dictsort", [](Renderer& r, const Value& v, Args& a) {
          if (v.is_undefined()) v.FailUndefined();
          if (!v.is_dict()) Fail("AttributeError", Cat("'", TypeName(v), "' object has no attribute 'items'"));
-         const bool cs = BoolArg(a, 0, "case_sensitive", false), reverse = BoolArg(a, 2, "reverse", false);
+         const bool cs = BoolArg(a, 0, "case_sensitive", false);
+         const bool reverse = AsInt(Arg(a, 2, "reverse", Value::Bool(false))) != 0;
          const std::string by = Str(Arg(a, 1, "by", Value::Str("key")));
          if (by != "key" && by != "value") {
            Fail("FilterArgumentError", "You can only sort by either \"key\" or \"value\"");
          }
          std::vector<Value> pairs;
          for (const auto& [k, x] : v.dict().items) pairs.push_back(Value::List({k, x}, ListKind::kTuple));
-         return Sorted(r, std::move(pairs), Value::Int(by == "key" ? 0 : 1), cs, reverse);
+         return Sorted(r, std::move(pairs), Value::Int(by == "key" ? 0 : 1), cs, reverse, /*multi=*/false);
        }},
       {"escape", [](Renderer& r, const Value& v, Args&) { return r.NewStr(Escape(Str(v))); }},
       {"first", [](Renderer&, const Value& v, Args&) {
@@ -290,7 +313,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"int", [](Renderer&, const Value& v, Args& a) {
          int64_t i = 0;
          if (v.is_undefined()) v.FailUndefined();
-         const int64_t base = Arg(a, 1, "base", Value::Int(10)).i();
+         const int64_t base = AsInt(Arg(a, 1, "base", Value::Int(10)));
          if (v.is_string() && base != 10) {
            std::string s = PyStrip(v.s(), nullptr, true, true);
            if (base == 16 && (s.rfind("0x", 0) == 0 || s.rfind("0X", 0) == 0)) s.erase(0, 2);
@@ -368,7 +391,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          const std::string s = Str(v), old_text = StrArg(a, 0, "old", "replace");
          const std::string new_text = StrArg(a, 1, "new", "replace");
          const Value count = Arg(a, 2, "count", Value::None());
-         const int64_t n = count.is_none() ? -1 : count.i();
+         const int64_t n = count.is_none() ? -1 : AsInt(count);
          const int64_t hits = old_text.empty() ? CodePointCount(s) + 1 : PyCount(s, old_text);
          r.CheckSize(static_cast<int64_t>(s.size()) +
                      std::min(hits, n < 0 ? hits : n) * static_cast<int64_t>(new_text.size()));
@@ -390,7 +413,8 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
       {"selectattr", [](Renderer& r, const Value& v, Args& a) { return SelectOrReject(r, v, a, true, true); }},
       {"sort", [](Renderer& r, const Value& v, Args& a) {
          return Sorted(r, Iterate(v), Arg(a, 2, "attribute", Value::None()), BoolArg(a, 1, "case_sensitive", false),
-                       BoolArg(a, 0, "reverse", false));
+                       AsInt(Arg(a, 0, "reverse", Value::Bool(false))) != 0,  // sorted() takes an int
+                       /*multi=*/true);
        }},
       {"string", [](Renderer& r, const Value& v, Args&) { return v.is_string() ? v : r.NewStr(Str(v)); }},
       {"sum", [](Renderer& r, const Value& v, Args& a) {
@@ -459,6 +483,53 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
   return *filters;
 }
 
+// Each filter's parameters after the value, as jinja2 declares them.
+const std::unordered_map<std::string, std::vector<std::string_view>>& FilterParams() {
+  static const auto* params = new std::unordered_map<std::string, std::vector<std::string_view>>{
+      {"abs", {}},
+      {"attr", {"name"}},
+      {"batch", {"linecount", "fill_with"}},
+      {"capitalize", {}},
+      {"center", {"width"}},
+      {"count", {}},
+      {"default", {"default_value", "boolean"}},
+      {"dictsort", {"case_sensitive", "by", "reverse"}},
+      {"escape", {}},
+      {"first", {}},
+      {"float", {"default"}},
+      {"format", {"*"}},
+      {"indent", {"width", "first", "blank"}},
+      {"int", {"default", "base"}},
+      {"items", {}},
+      {"join", {"d", "attribute"}},
+      {"last", {}},
+      {"length", {}},
+      {"list", {}},
+      {"lower", {}},
+      {"map", {"*"}},
+      {"max", {"case_sensitive", "attribute"}},
+      {"min", {"case_sensitive", "attribute"}},
+      {"reject", {"*"}},
+      {"rejectattr", {"*"}},
+      {"replace", {"old", "new", "count"}},
+      {"reverse", {}},
+      {"round", {"precision", "method"}},
+      {"safe", {}},
+      {"select", {"*"}},
+      {"selectattr", {"*"}},
+      {"sort", {"reverse", "case_sensitive", "attribute"}},
+      {"string", {}},
+      {"sum", {"attribute", "start"}},
+      {"title", {}},
+      {"tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}},
+      {"trim", {"chars"}},
+      {"unique", {"case_sensitive", "attribute"}},
+      {"upper", {}},
+      {"wordcount", {}},
+  };
+  return *params;
+}
+
 std::string_view Canonical(std::string_view name) {  // jinja2's aliases
   if (name == "d") return "default";
   if (name == "e") return "escape";
@@ -470,9 +541,26 @@ std::string_view Canonical(std::string_view name) {  // jinja2's aliases
 bool IsFilterName(std::string_view name) { return Filters().count(std::string(Canonical(name))) > 0; }
 
 Value ApplyFilter(Renderer& r, std::string_view name, Value subject, Args& args) {
-  const auto it = Filters().find(std::string(Canonical(name)));
-  if (it == Filters().end()) Fail("TemplateRuntimeError", Cat("No filter named '", name, "'."));
+  const std::string canonical(Canonical(name));
+  const auto it = Filters().find(canonical);
+  if (it == Filters().end()) Fail("TemplateRuntimeError", Cat("No filter named '", name, "' found."));
+  CheckArity(Cat("do_", canonical), FilterParams().at(canonical), args);
   return it->second(r, subject, args);
+}
+
+void CheckArity(std::string_view function, const std::vector<std::string_view>& params, const Args& args) {
+  if (!params.empty() && params[0] == "*") return;
+  if (args.pos.size() > params.size()) {
+    Fail("TypeError", Cat(function, "() takes ", params.size() + 1, " positional argument(s) but ",
+                          args.pos.size() + 1, " were given"));
+  }
+  for (const auto& [k, v] : args.kw) {
+    const auto p = std::find(params.begin(), params.end(), k);
+    if (p == params.end()) Fail("TypeError", Cat(function, "() got an unexpected keyword argument '", k, "'"));
+    if (static_cast<size_t>(p - params.begin()) < args.pos.size()) {
+      Fail("TypeError", Cat(function, "() got multiple values for argument '", k, "'"));
+    }
+  }
 }
 
 }  // namespace ferry::text::jinja

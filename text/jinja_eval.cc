@@ -34,8 +34,20 @@ Renderer::Renderer(const Program& program, Value variables, const ChatTemplateLi
     : program_(program), variables_(std::move(variables)), limits_(limits) {}
 
 Renderer::~Renderer() {
-  for (const ScopePtr& s : closures_) s->Clear();
-  for (const auto& ns : namespaces_) ns->attrs.items.clear();
+  for (const auto& weak : closures_) {
+    if (const auto s = weak.lock()) s->Clear();
+  }
+  for (const auto& weak : namespaces_) {
+    if (const auto ns = weak.lock()) ns->attrs = DictObj();
+  }
+}
+
+template <typename T>
+void Renderer::Register(std::vector<std::weak_ptr<T>>* registry, const std::shared_ptr<T>& p) {
+  if (registry->size() >= 1024 && (registry->size() & (registry->size() - 1)) == 0) {  // at powers of two
+    std::erase_if(*registry, [](const std::weak_ptr<T>& w) { return w.expired(); });
+  }
+  registry->push_back(p);
 }
 
 std::string Renderer::Run() {
@@ -79,8 +91,9 @@ Value Renderer::NewStr(std::string s) {
 }
 
 std::shared_ptr<NamespaceObj> Renderer::NewNamespace() {
-  namespaces_.push_back(std::make_shared<NamespaceObj>());
-  return namespaces_.back();
+  auto ns = std::make_shared<NamespaceObj>();
+  Register(&namespaces_, ns);
+  return ns;
 }
 
 void Renderer::Append(std::string* out, std::string_view text) {
@@ -247,7 +260,7 @@ Value Renderer::MakeMacro(const MacroDef& def, const ScopePtr& closure) {
   fn->name = def.name;
   fn->macro = &def;
   fn->closure = closure;
-  if (closures_.empty() || closures_.back() != closure) closures_.push_back(closure);
+  if (closures_.empty() || closures_.back().lock() != closure) Register(&closures_, closure);
   return Value::Callable(std::move(fn));
 }
 
@@ -266,7 +279,8 @@ Value Renderer::CallMacro(const CallableObj& fn, Args args) {
     set[k] = true;
   }
   if (args.pos.size() > np && !m.uses_varargs) {
-    Fail("TypeError", Cat("macro '", m.name, "' takes not more than ", np, " argument(s)"));
+    Fail("TypeError", Cat("macro ", m.name.empty() ? "None" : Cat("'", m.name, "'"), " takes not more than ", np,
+                          " argument(s)"));
   }
   std::vector<Value> varargs(std::make_move_iterator(args.pos.begin() + std::min(np, args.pos.size())),
                              std::make_move_iterator(args.pos.end()));
@@ -283,7 +297,8 @@ Value Renderer::CallMacro(const CallableObj& fn, Args args) {
     } else if (p == np && m.uses_kwargs) {
       kwargs->Set(Value::Str(k), std::move(v));
     } else {
-      Fail("TypeError", Cat("macro '", m.name, "' takes no keyword argument '", k, "'"));
+      Fail("TypeError", Cat("macro ", m.name.empty() ? "None" : Cat("'", m.name, "'"), " takes no keyword argument '",
+                            k, "'"));
     }
   }
   const size_t first_default = np - m.defaults.size();

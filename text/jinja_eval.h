@@ -105,8 +105,13 @@ class Renderer {
   int64_t string_bytes_ = 0;
   int call_depth_ = 0;
   int line_ = 0;  // the line being evaluated, for errors
-  std::vector<ScopePtr> closures_;                     // captured by macros and loops
-  std::vector<std::shared_ptr<NamespaceObj>> namespaces_;
+  // What closures and namespaces this render made, to clear at its end: a macro's closure can
+  // hold the macro, a namespace itself, and such cycles would never be freed. Weak, and pruned as
+  // they grow, so that what dies during the render is not kept.
+  template <typename T>
+  static void Register(std::vector<std::weak_ptr<T>>* registry, const std::shared_ptr<T>& p);
+  std::vector<std::weak_ptr<Scope>> closures_;
+  std::vector<std::weak_ptr<NamespaceObj>> namespaces_;
 };
 
 // ---- builtins: text/jinja_builtins.cc (filters, tests, globals), text/jinja_methods.cc ----
@@ -123,6 +128,10 @@ MethodLookup LookupMethod(const Value& obj, std::string_view name);
 Value CallMethod(Renderer& r, const Value& self, std::string_view name, Args& args);
 // The attributes of `loop` (index, first, length, ...); undefined for other names.
 Value LoopAttr(const Value& loop, std::string_view name);
+
+// Python's check of a call to a function with `params` after its first (the value): too many
+// positional arguments, an unknown keyword, or one given twice is a TypeError. "*" takes any.
+void CheckArity(std::string_view function, const std::vector<std::string_view>& params, const Args& args);
 
 // Python's `format % args` (printf-style: %s %r %d %i %f %e %g %x %o %c %%, flags, width,
 // precision, %(key)s with a dict).

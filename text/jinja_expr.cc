@@ -93,6 +93,7 @@ Value Missing(const Value& obj, const Value& name) {
 
 Value Arith(Renderer& r, BinOp op, const Value& a, const Value& b) {
   if (a.is_undefined()) a.FailUndefined();
+  if (op == BinOp::kMod && a.is_string()) return PercentFormat(r, a.s(), b);  // str % undefined is Python's
   if (b.is_undefined()) b.FailUndefined();
   if (a.is_number() && b.is_number()) {
     const bool ints = a.is_int() && b.is_int();
@@ -377,8 +378,8 @@ Value Renderer::Slice(const Value& obj, const Expr& slice, const ScopePtr& scope
     Work(static_cast<int64_t>(part.size()));
     return Value::List(std::move(part), obj.list().kind == ListKind::kTuple ? ListKind::kTuple : ListKind::kList);
   }
-  return Value::Undefined(Cat(ObjectTypeRepr(obj), " has no element slice(", Repr(bounds[0]), ", ",
-                                       Repr(bounds[1]), ", ", Repr(bounds[2]), ")"));
+  if (obj.is_dict()) Fail("TypeError", "unhashable type: 'slice'");
+  Fail("TypeError", Cat("'", TypeName(obj), "' object is not subscriptable"));
 }
 
 Value Renderer::GetAttr(const Value& obj, std::string_view name) {

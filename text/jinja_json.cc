@@ -93,18 +93,20 @@ void JsonTo(const Value& v, const JsonOptions& o, int level, std::string* out) {
         out->append("{}");
         return;
       }
-      std::vector<std::pair<std::string, const Value*>> items;
-      for (const auto& [k, val] : d.items) items.emplace_back(JsonKey(k), &val);
-      if (o.sort_keys) {
-        std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      std::vector<const std::pair<Value, Value>*> items;
+      for (const auto& kv : d.items) items.push_back(&kv);
+      if (o.sort_keys) {  // Python sorts the keys themselves (mixed types are a TypeError), then converts them
+        std::stable_sort(items.begin(), items.end(), [](const auto* a, const auto* b) {
+          return Less(a->first, b->first, "<");
+        });
       }
       out->push_back('{');
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) out->append(o.item_sep);
         if (o.indent_set) newline(level + 1);
-        JsonString(items[k].first, o.ensure_ascii, out);
+        JsonString(JsonKey(items[k]->first), o.ensure_ascii, out);
         out->append(o.key_sep);
-        JsonTo(*items[k].second, o, level + 1, out);
+        JsonTo(items[k]->second, o, level + 1, out);
       }
       if (o.indent_set) newline(level);
       out->push_back('}');
@@ -137,7 +139,8 @@ Value FromJsonAt(const nlohmann::ordered_json& j, int depth) {
     case nlohmann::ordered_json::value_t::object: {
       auto d = std::make_shared<DictObj>();
       d->items.reserve(j.size());
-      for (const auto& [k, x] : j.items()) d->Set(Value::Str(k), FromJsonAt(x, depth + 1));
+      for (const auto& [k, x] : j.items()) d->Append(k, FromJsonAt(x, depth + 1));  // keys are unique
+      d->Index();
       return Value::Dict(std::move(d));
     }
     default: Fail("TypeError", "binary or discarded JSON values cannot be rendered");

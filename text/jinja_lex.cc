@@ -1,7 +1,10 @@
 #include "text/jinja_lex.h"
 
+#include <unicode/uchar.h>
+
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 
 #include "text/jinja_strings.h"
 #include "text/jinja_value.h"
@@ -10,8 +13,15 @@ namespace ferry::text::jinja {
 namespace {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (c & 0x80); }
-bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
+// Python identifiers: XID_Start or '_', then XID_Continue (what str.isidentifier() accepts).
+bool IsNameStart(char32_t c) {
+  if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+  return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_XID_START);
+}
+bool IsNameChar(char32_t c) {
+  if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (c >= '0' && c <= '9');
+  return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_XID_CONTINUE);
+}
 
 // jinja2 drops one trailing newline and reads \r\n and \r as \n.
 std::string Normalize(std::string_view source) {
@@ -155,6 +165,10 @@ class Lexer {
           return;
         }
       }
+      if (q >= src_.size()) {  // jinja2 ends quietly when nothing follows the opener
+        pos_ = src_.size();
+        return;
+      }
       Throw(p, "missing end of comment tag '#}'");
     }
     Push(kind == '{' ? Tok::kVarBegin : Tok::kBlockBegin, p, "");
@@ -175,6 +189,10 @@ class Lexer {
       Data(from, r, sign, false);
       line_starting_ = src_[end - 1] == '\n';
       pos_ = end;
+      return;
+    }
+    if (from >= src_.size()) {  // jinja2 ends quietly when nothing follows the opener
+      pos_ = src_.size();
       return;
     }
     Throw(open, "missing {% endraw %} for this {% raw %}");
@@ -204,9 +222,13 @@ class Lexer {
       if (space_end != at) {
         pos_ = space_end;
       } else if (Number()) {
-      } else if (IsNameStart(c)) {
-        size_t i = at;
-        while (i < src_.size() && IsNameChar(src_[i])) ++i;
+      } else if (size_t next = at; IsNameStart(NextCodePoint(src_, &next))) {
+        size_t i = next;
+        while (i < src_.size()) {
+          size_t j = i;
+          if (!IsNameChar(NextCodePoint(src_, &j))) break;
+          i = j;
+        }
         Push(Tok::kName, at, src_.substr(at, i - at));
         pos_ = i;
       } else if (c == '\'' || c == '"') {
@@ -251,7 +273,10 @@ class Lexer {
           if (src_[k] != '_') text.push_back(src_[k]);
         }
         double f = 0;
-        std::from_chars(text.data(), text.data() + text.size(), f);
+        if (std::from_chars(text.data(), text.data() + text.size(), f).ec == std::errc::result_out_of_range) {
+          const size_t e = text.find_first_of("eE");  // Python: inf beyond the range, 0.0 below it
+          f = e != std::string::npos && text[e + 1] == '-' ? 0.0 : HUGE_VAL;
+        }
         Push(Tok::kFloat, at, text).f = f;
         pos_ = end;
         return true;

@@ -1,6 +1,7 @@
 // Methods of the Jinja engine's values (declared in text/jinja_eval.h): Python's str, dict, list
 // and tuple methods that templates call ('a b'.split(), d.items(), ...), the sandbox's refusal of
 // the mutating ones, the attributes of `loop`, printf-style `%` formatting, and int().
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -50,6 +51,7 @@ std::string Pad(const std::string& s, int64_t left, int64_t right, const std::st
 std::string StrFormat(Renderer& r, const std::string& fmt, const Args& a) {
   std::string out;
   size_t auto_index = 0;
+  bool manual = false, automatic = false;
   for (size_t i = 0; i < fmt.size(); ++i) {
     const char c = fmt[i];
     if ((c == '{' || c == '}') && i + 1 < fmt.size() && fmt[i + 1] == c) {
@@ -70,13 +72,22 @@ std::string StrFormat(Renderer& r, const std::string& fmt, const Args& a) {
       repr = field.back() == 'r';
       field.resize(field.size() - 2);
     }
-    if (field.find(':') != std::string::npos) Fail("ValueError", "format specs are not supported");
+    if (field.find_first_of(":.[") != std::string::npos) {
+      Fail("ValueError", "format specs, attributes and indices in str.format are not supported");
+    }
     Value v;
+    const bool numbered =
+        !field.empty() && std::all_of(field.begin(), field.end(), [](char c) { return c >= '0' && c <= '9'; });
+    automatic = automatic || field.empty();
+    manual = manual || numbered;
+    if (manual && automatic) {
+      Fail("ValueError", "cannot switch from manual field specification to automatic field numbering");
+    }
     if (field.empty()) {
-      v = auto_index < a.pos.size() ? a.pos[auto_index++] : Value();
-      if (auto_index > a.pos.size()) Fail("IndexError", "Replacement index out of range for positional args tuple");
-    } else if (field[0] >= '0' && field[0] <= '9') {
-      const size_t k = std::stoul(field);
+      if (auto_index >= a.pos.size()) Fail("IndexError", "Replacement index out of range for positional args tuple");
+      v = a.pos[auto_index++];
+    } else if (numbered) {
+      const size_t k = field.size() > 9 ? SIZE_MAX : std::stoul(field);
       if (k >= a.pos.size()) Fail("IndexError", "Replacement index out of range for positional args tuple");
       v = a.pos[k];
     } else {
@@ -114,7 +125,7 @@ Value StrMethod(Renderer& r, const std::string& s, std::string_view m, Args& a) 
     }
     std::vector<Value> out;
     for (std::string& part : PySplit(s, sep != nullptr && !sep->is_none() ? &sep_s : nullptr,
-                                     maxsplit != nullptr ? maxsplit->i() : -1, m == "rsplit")) {
+                                     maxsplit != nullptr ? AsInt(*maxsplit) : -1, m == "rsplit")) {
       out.push_back(Value::Str(std::move(part)));
     }
     r.Work(static_cast<int64_t>(out.size()));
@@ -147,7 +158,7 @@ Value StrMethod(Renderer& r, const std::string& s, std::string_view m, Args& a) 
   if (m == "replace") {
     const std::string o = NeedStr(a, 0, "old", m), n = NeedStr(a, 1, "new", m);
     const Value* count = a.Get(2, "count");
-    const int64_t c = count != nullptr ? count->i() : -1;
+    const int64_t c = count != nullptr ? AsInt(*count) : -1;
     const int64_t hits = o.empty() ? CodePointCount(s) + 1 : PyCount(s, o);
     r.CheckSize(static_cast<int64_t>(s.size()) + (c < 0 ? hits : std::min(hits, c)) * static_cast<int64_t>(n.size()));
     return r.NewStr(PyReplace(s, o, n, c));
@@ -173,7 +184,7 @@ Value StrMethod(Renderer& r, const std::string& s, std::string_view m, Args& a) 
   }
   if (m.substr(0, 2) == "is") return Value::Bool(PyIs(m.substr(2), s));
   if (m == "center" || m == "ljust" || m == "rjust" || m == "zfill") {
-    const int64_t width = Need(a, 0, "width", m).i(), len = CodePointCount(s);
+    const int64_t width = AsInt(Need(a, 0, "width", m)), len = CodePointCount(s);
     const std::string fill = m == "zfill" ? "0" : a.Get(1, "fillchar") != nullptr ? NeedStr(a, 1, "fillchar", m) : " ";
     if (width <= len) return Value::Str(s);
     r.CheckSize(width * static_cast<int64_t>(fill.size()));
@@ -264,6 +275,9 @@ std::string Convert(char conv, const std::string& flags, int64_t width, int64_t 
 
 Value PercentFormat(Renderer& r, const std::string& format, const Value& args) {
   const bool tuple = args.is_list() && args.list().kind == ListKind::kTuple;
+  // Python takes a dict, or anything else with __getitem__ but a tuple or str (an undefined too),
+  // as the mapping of %(key)s; such an argument left unused is no error.
+  const bool mapping = args.is_dict() || args.is_undefined() || (args.is_list() && !tuple);
   const std::vector<Value> items = tuple ? args.list().items : std::vector<Value>{args};
   size_t next = 0;
   bool used_mapping = false;
@@ -279,6 +293,7 @@ Value PercentFormat(Renderer& r, const std::string& format, const Value& args) {
     if (format[i] == '(') {
       const size_t close = format.find(')', i);
       if (close == std::string::npos) Fail("ValueError", "incomplete format key");
+      if (args.is_undefined()) args.FailUndefined();
       if (!args.is_dict()) Fail("TypeError", "format requires a mapping");
       const Value* v = args.dict().Find(std::string_view(format).substr(i + 1, close - i - 1));
       if (v == nullptr) Fail("KeyError", Cat("'", format.substr(i + 1, close - i - 1), "'"));
@@ -320,7 +335,7 @@ Value PercentFormat(Renderer& r, const std::string& format, const Value& args) {
     out += Convert(conv, flags, width, prec, *value);
     r.CheckSize(static_cast<int64_t>(out.size()));
   }
-  if (!used_mapping && next < items.size() && !args.is_dict()) {
+  if (!used_mapping && next < items.size() && !mapping) {
     Fail("TypeError", "not all arguments converted during string formatting");
   }
   return r.NewStr(std::move(out));

@@ -33,6 +33,55 @@ void CollectNames(const Expr* e, MacroDef* m) {
   CollectNames(e->star_kwargs.get(), m);
 }
 
+// jinja2 checks filter and test names when it compiles, except inside an If or a CondExpr (a
+// "soft" frame; a block that makes its own frame there is not soft again).
+void CheckNames(const Expr* e, bool soft);
+void CheckNames(const Body& body, bool soft) {
+  for (const auto& s : body) {
+    switch (s->kind) {
+      case StmtKind::kIf:
+        CheckNames(s->expr.get(), true);
+        CheckNames(s->body, true);
+        CheckNames(s->orelse, true);
+        continue;
+      case StmtKind::kPrint:
+      case StmtKind::kSet:
+      case StmtKind::kCallBlock:
+        CheckNames(s->expr.get(), soft);
+        break;
+      case StmtKind::kFor:
+        CheckNames(s->expr.get(), soft);
+        CheckNames(s->filter.get(), false);
+        break;
+      case StmtKind::kWith:
+        for (const auto& v : s->values) CheckNames(v.get(), soft);
+        break;
+      default:
+        CheckNames(s->filter.get(), false);
+        break;
+    }
+    CheckNames(s->body, false);
+    CheckNames(s->orelse, false);
+    if (s->macro) {
+      CheckNames(s->macro->body, false);
+      for (const auto& d : s->macro->defaults) CheckNames(d.get(), false);
+    }
+  }
+}
+void CheckNames(const Expr* e, bool soft) {
+  if (e == nullptr) return;
+  if (!soft && ((e->kind == ExprKind::kFilter && !IsFilterName(e->name)) ||
+                (e->kind == ExprKind::kTest && !IsTestName(e->name)))) {
+    throw Error{At(e->line, e->col, Cat("no ", e->kind == ExprKind::kFilter ? "filter" : "test", " named '", e->name, "'")),
+                e->line};
+  }
+  soft = soft || e->kind == ExprKind::kCond;
+  for (const auto& k : e->kids) CheckNames(k.get(), soft);
+  for (const auto& [name, k] : e->kwargs) CheckNames(k.get(), soft);
+  CheckNames(e->star_args.get(), soft);
+  CheckNames(e->star_kwargs.get(), soft);
+}
+
 }  // namespace
 
 std::string Describe(const Token& t) {
@@ -52,6 +101,7 @@ std::unique_ptr<Program> Parser::Run() {
   auto program = std::make_unique<Program>();
   program->body = Subparse({});
   if (Cur().type != Tok::kEof) Fail(Cur(), Cat("unexpected ", Describe(Cur())));
+  CheckNames(program->body, false);
   return program;
 }
 
@@ -125,7 +175,7 @@ std::unique_ptr<Stmt> Parser::Statement() {
   } else if (tag == "call") {
     s->kind = StmtKind::kCallBlock;
     s->macro = std::make_unique<MacroDef>();
-    s->macro->name = "caller";
+    s->macro->name = "";  // jinja2's caller macro has no name
     if (IsOp("(")) Signature(s->macro.get());
     s->expr = Expression(true);
     if (s->expr->kind != ExprKind::kCall) Fail(t, "expected a call after {% call %}");

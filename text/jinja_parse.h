@@ -54,6 +54,7 @@ enum class CmpOp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe, kIn, kNotIn };
 struct Expr {
   ExprKind kind;
   int line = 0;
+  int col = 0;       // kFilter, kTest: where the name is
   Value value;       // kConst
   std::string name;  // kName, kGetAttr, kFilter, kTest
   BinOp op = BinOp::kAdd;
@@ -119,7 +120,9 @@ struct Program {
 };
 
 // Parses `source`; throws Error ("line L, column C: ...") on a syntax error, an unknown tag,
-// filter or test, or nesting deeper than the parser allows.
+// filter or test, or nesting deeper than the parser allows. As in jinja2 3.x, a filter or test
+// inside an {% if %} or an `a if b else c` is checked only when it runs (a TemplateRuntimeError
+// then), so that a template may guard one that the environment lacks.
 std::unique_ptr<Program> ParseTemplate(std::string_view source);
 
 // Names the evaluator provides, for checking at parse time as jinja2 does when it compiles.

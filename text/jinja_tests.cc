@@ -72,8 +72,8 @@ const std::unordered_map<std::string, TestFn>& Tests() {
       {"odd", [](Renderer& r, const Value& v, Args&) { return Mod2(r, v, 1); }},
       {"sameas", [](Renderer&, const Value& v, Args& a) {
          const Value o = Required(a, 0, "other", "sameas");
-         if (v.type() != o.type()) return false;
-         if (v.is_none() || v.is_undefined() || v.is_number()) return Equal(v, o);
+         if (v.type() != o.type() || v.is_undefined()) return false;  // each undefined is its own object
+         if (v.is_none() || v.is_number()) return Equal(v, o);
          return v.identity() == o.identity();
        }},
       {"sequence", [](Renderer&, const Value& v, Args&) {
@@ -110,8 +110,18 @@ std::string_view Canonical(std::string_view name) {  // jinja2's aliases
 bool IsTestName(std::string_view name) { return Tests().count(std::string(Canonical(name))) > 0; }
 
 bool ApplyTest(Renderer& r, std::string_view name, const Value& subject, Args& args) {
-  const auto it = Tests().find(std::string(Canonical(name)));
-  if (it == Tests().end()) Fail("TemplateRuntimeError", Cat("No test named '", name, "'."));
+  const std::string canonical(Canonical(name));
+  const auto it = Tests().find(canonical);
+  if (it == Tests().end()) Fail("TemplateRuntimeError", Cat("No test named '", name, "' found."));
+  static const std::vector<std::string_view> kNone, kNum = {"num"}, kSeq = {"seq"}, kOther = {"other"}, kB = {"b"};
+  const std::vector<std::string_view>& params = canonical == "divisibleby" ? kNum
+                                                : canonical == "in"          ? kSeq
+                                                : canonical == "sameas"      ? kOther
+                                                : canonical.size() == 2 && (canonical == "eq" || canonical == "ne" ||
+                                                                            canonical[0] == 'l' || canonical[0] == 'g')
+                                                    ? kB
+                                                    : kNone;
+  CheckArity(Cat("test_", canonical), params, args);
   return it->second(r, subject, args);
 }
 
@@ -124,10 +134,7 @@ Value CallGlobal(Renderer& r, std::string_view name, Args& args) {
   if (name == "range") {
     if (!args.kw.empty()) Fail("TypeError", "range() takes no keyword arguments");
     if (args.pos.empty() || args.pos.size() > 3) Fail("TypeError", "range expected 1 to 3 arguments");
-    for (const Value& v : args.pos) {
-      if (v.is_undefined()) v.FailUndefined();
-      if (!v.is_int()) Fail("TypeError", Cat("'", TypeName(v), "' object cannot be interpreted as an integer"));
-    }
+    for (const Value& v : args.pos) AsInt(v);
     const int64_t start = args.pos.size() == 1 ? 0 : args.pos[0].i();
     const int64_t stop = args.pos.size() == 1 ? args.pos[0].i() : args.pos[1].i();
     const int64_t step = args.pos.size() == 3 ? args.pos[2].i() : 1;
@@ -140,6 +147,7 @@ Value CallGlobal(Renderer& r, std::string_view name, Args& args) {
   if (name == "namespace" || name == "dict") {
     auto d = std::make_shared<DictObj>();
     for (const Value& init : args.pos) {
+      if (init.is_undefined()) init.FailUndefined();  // dict() asks it for keys()
       if (init.is_dict()) {
         for (const auto& [k, v] : init.dict().items) d->Set(k, v);
       } else {

@@ -127,11 +127,13 @@ void ReprTo(const Value& v, std::string* out) {
           return;
         }
       }
-      open.push_back(v.identity());
+      struct Open {  // pops even when printing an attribute fails
+        explicit Open(const void* p) { open.push_back(p); }
+        ~Open() { open.pop_back(); }
+      } scope(v.identity());
       out->append("<Namespace ");
       ReprDict(v.ns().attrs, out);
       out->push_back('>');
-      open.pop_back();
       return;
     }
     default:
@@ -258,13 +260,33 @@ const Value* DictObj::Find(const Value& key) const {
 }
 
 const Value* DictObj::Find(std::string_view key) const {
+  if (index_ != nullptr) {
+    const auto it = index_->find(key);
+    return it == index_->end() ? nullptr : &items[it->second].second;
+  }
   for (const auto& [k, v] : items) {
     if (k.is_string() && k.s() == key) return &v;
   }
   return nullptr;
 }
 
+void DictObj::Append(std::string key, Value value) {
+  depth = std::max(depth, 1 + NestingDepth(value));
+  if (depth > kMaxNesting) Fail("RecursionError", Cat("lists and dicts nest deeper than ", kMaxNesting));
+  items.emplace_back(Value::Str(std::move(key)), std::move(value));
+}
+
+void DictObj::Index() {
+  if (items.size() <= 16) return;
+  auto index = std::make_shared<std::unordered_map<std::string_view, size_t>>();
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (items[k].first.is_string()) index->emplace(items[k].first.s(), k);  // the first of equal keys wins
+  }
+  index_ = std::move(index);
+}
+
 void DictObj::Set(Value key, Value value) {
+  index_.reset();
   if (!IsHashable(key)) Fail("TypeError", Cat("unhashable type: '", TypeName(key), "'"));
   depth = std::max({depth, 1 + NestingDepth(key), 1 + NestingDepth(value)});
   if (depth > kMaxNesting) Fail("RecursionError", Cat("lists and dicts nest deeper than ", kMaxNesting));
@@ -374,7 +396,8 @@ std::string Str(const Value& v) {
     case Type::kString: return v.s();
     case Type::kCallable:
       switch (v.fn().kind) {
-        case CallableKind::kMacro: return Cat("<Macro '", v.fn().name, "'>");
+        case CallableKind::kMacro:
+          return v.fn().name.empty() ? "<Macro anonymous>" : Cat("<Macro '", v.fn().name, "'>");
         case CallableKind::kMethod: return Cat("<built-in method ", v.fn().name, ">");
         case CallableKind::kGlobal:
           if (v.fn().name == "namespace") return "<class 'jinja2.utils.Namespace'>";
@@ -509,6 +532,12 @@ int64_t Length(const Value& v) {
     case Type::kDict: return static_cast<int64_t>(v.dict().items.size());
     default: Fail("TypeError", Cat("object of type '", TypeName(v), "' has no len()"));
   }
+}
+
+int64_t AsInt(const Value& v) {
+  if (v.is_undefined()) v.FailUndefined();
+  if (!v.is_int()) Fail("TypeError", Cat("'", TypeName(v), "' object cannot be interpreted as an integer"));
+  return v.i();
 }
 
 }  // namespace ferry::text::jinja

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -138,13 +139,23 @@ struct ListObj {
 };
 
 // A Python dict: insertion-ordered, keys compared as Python compares them (1 == 1.0 == True).
+// Lookups scan the items, or a hash index of the string keys once Index() built one.
 struct DictObj {
   std::vector<std::pair<Value, Value>> items;
   int depth = 1;
   const Value* Find(const Value& key) const;
   const Value* Find(std::string_view key) const;
   // Replaces the value of an equal key, else appends. Throws TypeError for an unhashable key.
+  // Drops the index.
   void Set(Value key, Value value);
+  // Appends a string key known not to be there yet (a JSON object's), without a search.
+  void Append(std::string key, Value value);
+  // Indexes the string keys when there are many. Invariant: items does not change afterwards
+  // except through Set, which drops the index (the index points into the items' key strings).
+  void Index();
+
+ private:
+  std::shared_ptr<const std::unordered_map<std::string_view, size_t>> index_;
 };
 
 struct NamespaceObj {
@@ -198,6 +209,9 @@ bool Contains(const Value& container, const Value& x);
 std::vector<Value> Iterate(const Value& v);
 // len(); TypeError for values without one.
 int64_t Length(const Value& v);
+// An integer argument (int or bool) as Python's __index__ takes it: an undefined raises its
+// UndefinedError, anything else is a TypeError.
+int64_t AsInt(const Value& v);
 
 // json.dumps(v, ensure_ascii, indent, separators, sort_keys) as transformers' tojson calls it.
 struct JsonOptions {
