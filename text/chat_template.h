@@ -15,11 +15,20 @@
 // values (jinja_value, jinja_strings, jinja_json), evaluator (jinja_eval, jinja_expr) and builtins
 // (jinja_builtins: filters, jinja_tests: tests and globals, jinja_methods: str/dict/list methods).
 //
-// Not implemented (a parse error where jinja2 would accept the template): extends, block, include,
-// import, from, the `do` tag; filters and tests beyond those listed in text/jinja_builtins.cc;
-// str.format. Known differences from jinja2: integers are int64 (overflow is an error, where
-// Python grows the integer); a bound method prints as "<built-in method NAME>" with no address.
+// Not implemented: the tags extends, block, include, import, from, autoescape, trans (a parse
+// error); the filters filesizeformat, forceescape, groupby, pprint, random, slice, striptags,
+// truncate, urlencode, urlize, wordwrap, xmlattr and the globals lipsum, cycler, joiner (an error
+// where used); str methods other than those in text/jinja_methods.cc, and format specs in
+// str.format. Known differences from jinja2: integers are int64 (overflow is an error where
+// Python grows the integer); a function, method or generator prints without its address ("<built-in
+// method split>"), and map/select/reject/unique/... return lists where jinja2 returns generators
+// (the same when iterated, joined or |list-ed, as templates use them); a slice of range() prints
+// as a list; jinja2's compile-time constant folding (which turns e.g. a failing `1[::-1]` into an
+// undefined) is not imitated; case mapping and character classes follow ICU's Unicode tables,
+// which may differ from Python's by a Unicode version for rare characters.
 //
+// Stack: a render recurses at most max_call_depth macro calls deep over expressions at most 200
+// nodes deep: 256 KiB of stack sufficed for the deepest case in an optimized build; give 1 MiB.
 // Thread safety: a ChatTemplate is immutable after Parse; Render may run concurrently.
 #pragma once
 

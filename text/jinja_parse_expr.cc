@@ -342,7 +342,7 @@ ExprPtr Parser::Filter(ExprPtr subject, bool start_inline) {
     start_inline = false;
     const Token& at = Cur();
     std::string name = TakeName();
-    while (SkipOp(".")) name += "." + TakeName();
+    while (SkipOp(".")) name.append(".").append(TakeName());
     ExprPtr f = Make(ExprKind::kFilter, at.line);
     f->col = at.col;
     f->name = std::move(name);
@@ -358,7 +358,7 @@ ExprPtr Parser::Test(ExprPtr subject) {
   const bool negated = SkipName("not");
   const Token& at = Cur();
   std::string name = TakeName();
-  while (SkipOp(".")) name += "." + TakeName();
+  while (SkipOp(".")) name.append(".").append(TakeName());
   ExprPtr e = Make(ExprKind::kTest, line);
   e->line = at.line;
   e->col = at.col;

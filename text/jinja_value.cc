@@ -372,15 +372,18 @@ std::string FloatRepr(double f) {
   const int n = static_cast<int>(digits.size());
   if (decpt > -4 && decpt <= 16) {
     if (decpt <= 0) {
-      out += "0." + std::string(-decpt, '0') + digits;
+      out.append("0.").append(-decpt, '0').append(digits);
     } else if (decpt >= n) {
-      out += digits + std::string(decpt - n, '0') + ".0";
+      out.append(digits).append(decpt - n, '0').append(".0");
     } else {
-      out += digits.substr(0, decpt) + "." + digits.substr(decpt);
+      out.append(digits, 0, decpt).append(".").append(digits, decpt);
     }
   } else {
     out += digits.substr(0, 1);
-    if (n > 1) out += "." + digits.substr(1);
+    if (n > 1) {
+      out.push_back('.');
+      out.append(digits, 1);
+    }
     absl::StrAppendFormat(&out, "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
   }
   return out;
