@@ -11,7 +11,7 @@
 //   - a macro's free names resolve, when it is called, in the scope it was defined in.
 //
 // Limits (ChatTemplateLimits): output bytes, steps (loop iterations, macro calls, list elements
-// built), macro call depth, bytes of strings built, and wall time (checked every 1024 steps: no
+// built), macro call depth, bytes of strings built, and wall time (checked every 1024 calls of Work: no
 // single operation runs long, since strings, lists and nesting are bounded); exceeding one is an
 // Error, never a crash.
 //
