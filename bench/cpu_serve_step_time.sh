@@ -7,25 +7,22 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${FERRY_BUILD_DIR:-$root/build}/bin"
 model="${1:-$root/tests/data/glm-dsa-tiny}"
+source "$root/bench/tools/serve.sh"
 port=50771
 mport=9771
 prompt=$(seq -s, 10 73)
 printf "model: %s\nmachine: %s, %s cores\n\n" "$model" "$(uname -m)" "$(nproc)"
 printf "| ranks | wall s | steps | mean step s (rank 0) | mean step s (all ranks) | tokens/s |\n|---|---|---|---|---|---|\n"
 for w in 1 2 4; do
-  log=$(mktemp)
-  "$bin/ferry" serve --model "$model" --ranks "$w" --port $port --metrics-port $mport 2>"$log" &
-  pid=$!
-  for _ in $(seq 1 300); do grep -q "ferry serve: serving" "$log" && break; sleep 0.1; done
+  serve_start "$bin" --model "$model" --ranks "$w" --port $port --metrics-port $mport --http-port 0
   t0=$(date +%s.%N)
   for i in $(seq 1 8); do
     "$bin/ferry" generate --server 127.0.0.1:$port --prompt-ids "$prompt,$i" --max-tokens 32 --ignore-eos >/dev/null 2>&1 &
   done
-  wait $(jobs -p | grep -v "^$pid$") 2>/dev/null || true
+  serve_wait_clients
   t1=$(date +%s.%N)
   m=$(curl -s "http://127.0.0.1:$mport/metrics")
-  kill -TERM $pid; wait $pid 2>/dev/null || true
-  rm -f "$log"
+  serve_stop
   echo "$m" | awk -v w="$w" -v t0="$t0" -v t1="$t1" '
     /^ferry:rank_step_time_seconds_sum/ { split($0, a, " "); sum += a[2]; if ($0 ~ /rank="0"/) s0 = a[2] }
     /^ferry:rank_step_time_seconds_count/ { split($0, a, " "); cnt += a[2]; if ($0 ~ /rank="0"/) c0 = a[2] }

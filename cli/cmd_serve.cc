@@ -248,6 +248,8 @@ int RunServe() {
                                   "--host=" + host, absl::StrCat("--port=", absl::GetFlag(FLAGS_port)),
                                   absl::StrCat("--control_port=", control_port),
                                   absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port)),
+                                  absl::StrCat("--http_port=", absl::GetFlag(FLAGS_http_port)),
+                                  "--api_key_file=" + absl::GetFlag(FLAGS_api_key_file),
                                   absl::StrCat("--parallel=", parallel),
                                   absl::StrCat("--max_batch_tokens=", absl::GetFlag(FLAGS_max_batch_tokens)),
                                   absl::StrCat("--max_queue=", absl::GetFlag(FLAGS_max_queue)),
@@ -303,8 +305,11 @@ int RunServe() {
     if (!serving) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (serving) {
-    fprintf(stderr, "ferry serve: serving %s on %s with %lld rank(s)%s\n", model.c_str(), address.c_str(),
+    fprintf(stderr, "ferry serve: serving %s on %s with %lld rank(s)%s%s\n", model.c_str(), address.c_str(),
             static_cast<long long>(ranks),
+            absl::GetFlag(FLAGS_http_port) > 0
+                ? absl::StrCat("; OpenAI API on http://", host, ":", absl::GetFlag(FLAGS_http_port), "/v1").c_str()
+                : "",
             absl::GetFlag(FLAGS_metrics_port) > 0
                 ? absl::StrCat("; metrics on http://", host, ":", absl::GetFlag(FLAGS_metrics_port), "/metrics").c_str()
                 : "");

@@ -4,6 +4,7 @@
 
 namespace ferry::cli {
 
+int RunChat();
 int RunCheckGolden();
 int RunGenerate();
 int RunServe();

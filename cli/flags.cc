@@ -62,6 +62,8 @@ ABSL_FLAG(std::string, server, "",
           "run --model in-process");
 ABSL_FLAG(double, wait_s, 0, "status: seconds to wait for the server to be serving (0: look once)");
 ABSL_FLAG(bool, stream, false, "generate --server: stream tokens as they are generated");
+ABSL_FLAG(std::string, system, "", "chat: a system message opening the conversation");
+ABSL_FLAG(bool, think, false, "chat: let the model reason first (the chat template's enable_thinking; /think on|off)");
 ABSL_FLAG(std::string, request_id, "", "generate --server: client request id (default: assigned by the server)");
 ABSL_FLAG(double, timeout_s, 600, "generate --server: deadline of the request (seconds)");
 ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address the coordinator binds to");
@@ -69,6 +71,12 @@ ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port of the coordinator's public AP
 ABSL_FLAG(int32_t, control_port, 0,
           "serve: gRPC port of the coordinator's control service, where the workers register (0: --port + 1)");
 ABSL_FLAG(int32_t, metrics_port, 9400, "serve: HTTP port of /metrics (0: none)");
+ABSL_FLAG(int32_t, http_port, 8000,
+          "serve: HTTP port of the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, "
+          "/health) on --host (0: none)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "serve: file (mode 0600) whose first line is the key HTTP clients send as Authorization: Bearer KEY "
+          "(empty: none; required when --host is not loopback)");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "serve: tokens one step may carry");
 ABSL_FLAG(int64_t, max_queue, 64, "serve: requests that may wait for a lane");
 ABSL_FLAG(int64_t, kv_pool_pages, 0,

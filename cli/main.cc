@@ -30,7 +30,11 @@ constexpr char kUsage[] =
     "      --prompt, the text is tokenized with the model's tokenizer.json and the output is text\n"
     "  generate --server HOST:PORT (--prompt-ids 1,2,3 | --prompt TEXT) [--max-tokens N] [sampling flags] [--stream]\n"
     "      the same against a running server (ferry serve)\n"
-    "  serve --model DIR --ranks N [--port 50051] [--metrics-port 9400] [--host 127.0.0.1]\n"
+    "  chat --server HOST:PORT [--system TEXT] [--think] [--max-tokens N] [sampling flags]\n"
+    "      a conversation: each stdin line a user turn, rendered by the server with the model's chat template,\n"
+    "      the reply streamed to stdout; /think on|off, /reset, /quit\n"
+    "  serve --model DIR --ranks N [--port 50051] [--http-port 8000] [--metrics-port 9400] [--host 127.0.0.1]\n"
+    "        [--api-key-file FILE]\n"
     "        [--parallel 16] [--max-batch-tokens 256] [--max-queue 64] [--context N]\n"
     "      launch ferry-coordinator and N local ferry-worker ranks; stop them on ^C\n"
     "  plan (--model DIR | --config FILE) --ranks W --context N --parallel P --room-gib G\n"
@@ -69,6 +73,7 @@ int main(int argc, char** argv) {
   }
   if (absl::GetFlag(FLAGS_verbose)) ferry::SetMinLogLevel(ferry::LogLevel::kDebug);
 
+  if (sub == "chat") return ferry::cli::RunChat();
   if (sub == "check-golden") return ferry::cli::RunCheckGolden();
   if (sub == "generate") return ferry::cli::RunGenerate();
   if (sub == "serve") return ferry::cli::RunServe();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/version.h"
+#include "coordinator/chat.h"
 
 namespace ferry::coordinator {
 namespace {
@@ -210,27 +211,58 @@ ApiService::ApiService(const model::ModelConfig& config, std::string model_path,
 grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::string& peer,
                                      const std::function<bool()>& cancelled,
                                      const std::function<bool(const pb::GenerateResponse&)>& write) {
-  // A text prompt becomes ids here, on the call's own thread (never on the step's path).
-  pb::GenerateRequest tokenized;
+  // A conversation becomes the prompt's text, and a text prompt ids, here on the call's own
+  // thread (never on the step's path).
+  pb::GenerateRequest rendered;
   const pb::GenerateRequest* use = &req;
-  if (!req.prompt().empty()) {
+  if (req.has_chat()) {
+    if (!req.prompt().empty() || req.prompt_token_ids_size() > 0) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "give one of prompt_token_ids, prompt and chat");
+    }
+    if (chat_template_ == nullptr || tokenizer_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat(model_path_, " has no chat template and tokenizer.json: send prompt or prompt_token_ids"));
+    }
+    auto parse = [](const std::string& text, const char* field) -> absl::StatusOr<nlohmann::ordered_json> {
+      if (text.empty()) return nlohmann::ordered_json();
+      nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("chat.", field, " is not valid JSON"));
+      return j;
+    };
+    absl::StatusOr<nlohmann::ordered_json> messages = parse(req.chat().messages_json(), "messages_json");
+    absl::StatusOr<nlohmann::ordered_json> tools = parse(req.chat().tools_json(), "tools_json");
+    absl::StatusOr<nlohmann::ordered_json> kwargs = parse(req.chat().template_kwargs_json(), "template_kwargs_json");
+    for (const auto* part : {&messages, &tools, &kwargs}) {
+      if (!part->ok()) return ToGrpc(part->status());
+    }
+    absl::StatusOr<ChatPrompt> prompt =
+        RenderChat(*chat_template_, std::move(*messages), *tools, *kwargs, req.chat().continue_final_message());
+    if (!prompt.ok()) return ToGrpc(prompt.status());
+    rendered = req;
+    rendered.clear_chat();
+    rendered.set_prompt(std::move(prompt->text));
+    for (int32_t id : TurnEndTokens(*tokenizer_)) rendered.mutable_sampling()->add_stop_token_ids(id);
+    use = &rendered;
+  }
+  pb::GenerateRequest tokenized;
+  if (!use->prompt().empty()) {
     // Tokenizing is linear in the text; a prompt that could not fit the context is refused first.
     const size_t max_bytes = static_cast<size_t>(kMaxPromptBytesPerToken * scheduler_->options().max_context);
-    if (req.prompt().size() > max_bytes) {
+    if (use->prompt().size() > max_bytes) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("the prompt has ", req.prompt().size(), " bytes; a context of ",
+                          absl::StrCat("the prompt has ", use->prompt().size(), " bytes; a context of ",
                                        scheduler_->options().max_context, " tokens takes at most ", max_bytes));
     }
-    if (req.prompt_token_ids_size() > 0) {
+    if (use->prompt_token_ids_size() > 0) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "give prompt or prompt_token_ids, not both");
     }
     if (tokenizer_ == nullptr) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat(model_path_, " has no tokenizer.json: send prompt_token_ids"));
     }
-    auto ids = tokenizer_->Encode(req.prompt());
+    auto ids = tokenizer_->Encode(use->prompt());
     if (!ids.ok()) return ToGrpc(absl::InvalidArgumentError(absl::StrCat("prompt: ", ids.status().message())));
-    tokenized = req;
+    tokenized = *use;
     tokenized.clear_prompt();
     tokenized.mutable_prompt_token_ids()->Add(ids->begin(), ids->end());
     use = &tokenized;

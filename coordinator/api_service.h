@@ -17,6 +17,7 @@
 #include "coordinator/scheduler.h"
 #include "ferry/v1/ferry.grpc.pb.h"
 #include "model/config.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 namespace ferry::coordinator {
@@ -45,6 +46,9 @@ class ApiService final : public RawApi {
 
   // One Generate call after parsing: `cancelled` says whether the client went away, `write`
   // sends a response (false: the client cannot take it). Runs until the request ends.
+  // The model's chat template (owned by the caller), for requests that carry a conversation.
+  void SetChatTemplate(const text::ChatTemplate* chat_template) { chat_template_ = chat_template; }
+
   grpc::Status RunGenerate(const ferry::v1::GenerateRequest& req, const std::string& peer,
                            const std::function<bool()>& cancelled,
                            const std::function<bool(const ferry::v1::GenerateResponse&)>& write);
@@ -60,6 +64,7 @@ class ApiService final : public RawApi {
   const ControlService* control_;
   const std::atomic<bool>* accepting_;
   const text::Tokenizer* tokenizer_;
+  const text::ChatTemplate* chat_template_ = nullptr;
 };
 
 // Checks a request against the model and the server's limits and builds the scheduler's

@@ -21,12 +21,14 @@
 #include "coordinator/api_service.h"
 #include "coordinator/control_service.h"
 #include "coordinator/metrics.h"
+#include "coordinator/openai_api.h"
 #include "coordinator/pool.h"
 #include "coordinator/scheduler.h"
 #include "model/checkpoint.h"
 #include "kvpool/plan.h"
 #include "model/causal_lm.h"
 #include "model/config.h"
+#include "text/chat_template.h"
 #include "text/tokenizer.h"
 
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (the coordinator reads only config.json)");
@@ -36,6 +38,12 @@ ABSL_FLAG(int32_t, port, 50051, "gRPC port of the public API (ferry.v1.Ferry and
 ABSL_FLAG(int32_t, control_port, 0,
           "gRPC port of the control service the workers register on (0: --port + 1); on --host too");
 ABSL_FLAG(int32_t, metrics_port, 9400, "HTTP port of /metrics (0: no metrics server)");
+ABSL_FLAG(int32_t, http_port, 0,
+          "HTTP port of the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health) "
+          "on --host (0: none)");
+ABSL_FLAG(std::string, api_key_file, "",
+          "File (mode 0600) whose first line is the key HTTP clients must send (Authorization: Bearer KEY); "
+          "empty: none. Required when --http-port listens beyond loopback");
 ABSL_FLAG(int64_t, max_batch_tokens, 256, "Tokens one step may carry (decode rows + prefill chunks)");
 ABSL_FLAG(int64_t, parallel, 16, "Requests holding a lane at once");
 ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a lane; past it requests get RESOURCE_EXHAUSTED");
@@ -210,6 +218,57 @@ int main(int argc, char** argv) {
     FERRY_LOG(INFO) << "no tokenizer.json in " << dir << ": requests carry token ids only";
   }
   coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting, tokenizer ? &*tokenizer : nullptr);
+  // The model's chat template, when it has one (and a tokenizer): chat requests need both.
+  std::optional<text::ChatTemplate> chat_template;
+  if (absl::StatusOr<std::string> source = text::ReadChatTemplate(dir); source.ok()) {
+    absl::StatusOr<text::ChatTemplate> parsed = text::ChatTemplate::Parse(*source);
+    if (!parsed.ok()) {
+      fprintf(stderr, "ferry-coordinator: the chat template of %s: %s\n", dir.c_str(),
+              std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    chat_template = std::move(*parsed);
+    api.SetChatTemplate(&*chat_template);
+    FERRY_LOG(INFO) << "chat template: " << source->size() << " bytes";
+  } else if (source.status().code() != absl::StatusCode::kNotFound) {
+    fprintf(stderr, "ferry-coordinator: %s\n", std::string(source.status().message()).c_str());
+    return 2;
+  }
+  // The OpenAI-compatible HTTP API, started with the gRPC servers below.
+  std::unique_ptr<coordinator::OpenAiApi> openai;
+  std::unique_ptr<HttpServer> http;
+  if (absl::GetFlag(FLAGS_http_port) > 0) {
+    coordinator::OpenAiOptions o;
+    o.served_model_name = served_model_name;
+    o.generation_defaults = coordinator::ReadGenerationDefaults(dir);
+    o.max_context = opts.max_context;
+    if (!absl::GetFlag(FLAGS_api_key_file).empty()) {
+      absl::StatusOr<std::string> key = ReadSecretFile(absl::GetFlag(FLAGS_api_key_file), "--api-key-file");
+      if (!key.ok()) {
+        fprintf(stderr, "ferry-coordinator: %s\n", std::string(key.status().message()).c_str());
+        return 2;
+      }
+      o.api_key = *key;
+    } else if (!IsLoopbackHost(host)) {
+      fprintf(stderr,
+              "ferry-coordinator: --http-port on --host %s listens beyond this machine: give --api-key-file so that "
+              "only your clients can use it\n",
+              host.c_str());
+      return 2;
+    }
+    openai = std::make_unique<coordinator::OpenAiApi>(&api, *config, tokenizer ? &*tokenizer : nullptr,
+                                                      chat_template ? &*chat_template : nullptr, &accepting, o);
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+        host, absl::GetFlag(FLAGS_http_port),
+        [p = openai.get()](const HttpRequest& req, HttpResponse& resp) { p->Handle(req, resp); },
+        HttpServer::Options{}, "the OpenAI API");
+    if (!started.ok()) {
+      fprintf(stderr, "ferry-coordinator: %s\n", std::string(started.status().message()).c_str());
+      return 2;
+    }
+    http = std::move(*started);
+    FERRY_LOG(INFO) << "OpenAI-compatible API on http://" << host << ":" << http->port() << "/v1";
+  }
 
   control.SetStepDeadline(std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_step_timeout) * 1000) + 5000));
 
@@ -329,6 +388,7 @@ int main(int argc, char** argv) {
   health->SetServingStatus(false);
   scheduler.Stop("the server is shutting down");
   control.Shutdown("the coordinator is shutting down");
+  http.reset();  // every HTTP request has ended with the scheduler's stop
   control_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return g_signal != 0 && exit_code == 0 ? 0 : exit_code;

@@ -25,6 +25,8 @@ const Histogram::BucketBoundaries kRequestTokenBuckets = {1,    2,    4,     8, 
 const Histogram::BucketBoundaries kIterationTokenBuckets = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
 const Histogram::BucketBoundaries kStepBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                                                    0.1,    0.25,  0.5,    1.0,   2.5,  5.0,   10.0};
+const Histogram::BucketBoundaries kSchedulerBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+                                                       0.001,   0.0025,   0.005,   0.01,   0.025,   0.1};
 
 }  // namespace
 
@@ -74,6 +76,10 @@ Metrics::Metrics(int world, const std::string& model_name) : registry_(std::make
   iteration_tokens_ = &prometheus::BuildHistogram().Name("ferry:iteration_tokens_total")
                            .Help("Tokens in one step (decode rows + prefill chunks)")
                            .Labels(model).Register(r).Add({}, kIterationTokenBuckets);
+  scheduler_time_ = &prometheus::BuildHistogram().Name("ferry:scheduler_step_seconds")
+                         .Help("The coordinator's own time in a step: planning it and applying its results "
+                               "(the wait for the workers left out)")
+                         .Labels(model).Register(r).Add({}, kSchedulerBuckets);
   auto& step_family = prometheus::BuildHistogram().Name("ferry:rank_step_time_seconds")
                           .Help("Time a rank spent executing a step").Labels(model).Register(r);
   auto& bytes_family = prometheus::BuildCounter().Name("ferry:rank_dataplane_bytes_total")
@@ -134,6 +140,8 @@ void Metrics::OnStep(int64_t tokens, int64_t running, int64_t waiting, double, d
   waiting_->Set(static_cast<double>(waiting));
   kv_usage_->Set(kv_usage);
 }
+
+void Metrics::OnSchedulerTime(double seconds) { scheduler_time_->Observe(seconds); }
 
 void Metrics::OnPreempt(const Request&) { preemptions_->Increment(); }
 

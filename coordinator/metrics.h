@@ -35,6 +35,7 @@ class Metrics final : public SchedulerObserver {
 
   // SchedulerObserver
   void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, double kv_usage) override;
+  void OnSchedulerTime(double seconds) override;
   void OnPreempt(const Request& r) override;
   void OnPrefixLookup(int64_t queried, int64_t hit) override;
   void OnFirstToken(const Request& r, double ttft_seconds) override;
@@ -65,6 +66,7 @@ class Metrics final : public SchedulerObserver {
   prometheus::Histogram* e2e_;
   prometheus::Histogram* queue_;
   prometheus::Histogram* iteration_tokens_;
+  prometheus::Histogram* scheduler_time_;
   prometheus::Histogram *prefill_time_, *decode_time_, *prompt_hist_, *generation_hist_;
   std::vector<prometheus::Histogram*> rank_step_;
   std::vector<prometheus::Counter*> rank_bytes_;

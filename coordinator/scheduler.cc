@@ -230,6 +230,7 @@ void Scheduler::FailAll(const std::string& error) {
 }
 
 bool Scheduler::RunOnce() {
+  const Clock::time_point start = Clock::now();
   FinishAborted();
   StepPlan p = PlanStep();
   if (p.step.segments.empty() && p.step.release.empty() && p.step.end_borrow.empty()) return false;
@@ -238,7 +239,9 @@ bool Scheduler::RunOnce() {
   absl::StatusOr<std::vector<step::SampledToken>> tokens = runner_->RunStep(p.step);
   const Clock::time_point t1 = Clock::now();
   step_forks_.clear();  // the workers forked them: they may go now
-  return ApplyResults(p, tokens, t0, t1);
+  const bool ran = ApplyResults(p, tokens, t0, t1);
+  if (observer_) observer_->OnSchedulerTime(Seconds((t0 - start) + (Clock::now() - t1)));
+  return ran;
 }
 
 void Scheduler::FinishAborted() {

@@ -53,6 +53,9 @@ class SchedulerObserver {
   // kv_usage: the fraction of the cache in use: pool pages used / pool pages with a page pool,
   // else tokens held by running requests / (max_running * max_context).
   virtual void OnStep(int64_t tokens, int64_t running, int64_t waiting, double seconds, double kv_usage) {}
+  // The scheduler's own time in a step: planning it and applying its results (the wait for the
+  // workers left out).
+  virtual void OnSchedulerTime(double seconds) {}
   virtual void OnFirstToken(const Request& r, double ttft_seconds) {}
   virtual void OnToken(const Request& r, double inter_token_seconds) {}
   virtual void OnScheduled(const Request& r, double queue_seconds) {}

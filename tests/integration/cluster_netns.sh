@@ -55,6 +55,7 @@ bin = $bin
 token_file = $tmp/token
 api_port = 50051
 metrics_port = 9400
+http_port = 0
 device = cpu
 owner_split = on
 parallel = 4

@@ -116,14 +116,17 @@ std::string Process::Log() const {
 
 Server::Server(const std::string& model_dir, int ranks, const std::vector<std::string>& extra) {
   // One run: the API port, the control port, then the coordinator's metrics port and each
-  // worker's (+1 + rank) (two separate picks could hand out the same still-unbound port).
+  // worker's (+1 + rank), the OpenAI API's last (two separate picks could hand out the same
+  // still-unbound port).
   const int port = FreePortRun(8);
   metrics_port_ = port + 2;
+  http_port_ = port + 7;
   address_ = "127.0.0.1:" + std::to_string(port);
   log_ = TempLog("ferry-serve");
   std::vector<std::string> argv = {BinDir() + "/ferry", "serve", "--model", model_dir, "--ranks", std::to_string(ranks),
                                    "--port", std::to_string(port), "--control-port", std::to_string(port + 1),
-                                   "--metrics-port", std::to_string(metrics_port_)};
+                                   "--metrics-port", std::to_string(metrics_port_),
+                                   "--http-port", std::to_string(port + 7)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   proc_ = std::make_unique<Process>(argv, log_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -185,23 +188,59 @@ int ConnectLoopback(int port) {
 std::string ScrapeMetrics(int port) { return HttpGet(port, "/metrics"); }
 
 std::string HttpGet(int port, const std::string& path) {
-  const int fd = ConnectLoopback(port);
-  if (fd < 0) return "";
   // Something else on the port must not hang the test: give up after 10 s without an answer.
-  timeval tv{10, 0};
+  const HttpAnswer a = HttpCall(port, "GET", path, "", {}, std::chrono::seconds(10));
+  return a.status == 0 ? "" : a.body;
+}
+
+HttpAnswer HttpCall(int port, const std::string& method, const std::string& path, const std::string& body,
+                    const std::vector<std::string>& headers, std::chrono::seconds timeout) {
+  HttpAnswer a;
+  const int fd = ConnectLoopback(port);
+  if (fd < 0) return a;
+  timeval tv{static_cast<time_t>(timeout.count()), 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+  for (const std::string& h : headers) req += h + "\r\n";
+  if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
-    return "";
+    return a;
   }
   std::string out;
   char buf[65536];
   ssize_t n;
   while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
   close(fd);
-  const size_t body = out.find("\r\n\r\n");
-  return body == std::string::npos ? "" : out.substr(body + 4);
+  const size_t end = out.find("\r\n\r\n");
+  if (end == std::string::npos || out.size() < 12) return a;
+  a.status = std::atoi(out.substr(9, 3).c_str());
+  a.head = out.substr(0, end);
+  std::string rest = out.substr(end + 4);
+  if (a.head.find("Transfer-Encoding: chunked") == std::string::npos) {
+    a.body = rest;
+    return a;
+  }
+  for (size_t at = 0;;) {
+    const size_t eol = rest.find("\r\n", at);
+    if (eol == std::string::npos) break;
+    const size_t size = std::stoul(rest.substr(at, eol - at), nullptr, 16);
+    if (size == 0) break;
+    a.body += rest.substr(eol + 2, size);
+    at = eol + 2 + size + 2;
+  }
+  return a;
+}
+
+std::vector<std::string> SseData(const std::string& body) {
+  std::vector<std::string> out;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("data: ", 0) == 0) out.push_back(line.substr(6));
+  }
+  return out;
 }
 
 double MetricValue(const std::string& body, const std::string& series) {

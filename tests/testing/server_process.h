@@ -53,6 +53,8 @@ class Server {
 
   const std::string& address() const { return address_; }
   int metrics_port() const { return metrics_port_; }
+  // The OpenAI-compatible API's port (ferry serve --http-port).
+  int http_port() const { return http_port_; }
   Process& process() { return *proc_; }
   bool serving() const { return serving_; }
   // The pid of serve's ferry-coordinator child (found in /proc), or -1.
@@ -61,6 +63,7 @@ class Server {
  private:
   std::string address_;
   int metrics_port_ = 0;
+  int http_port_ = 0;
   std::string log_;
   std::unique_ptr<Process> proc_;
   bool serving_ = false;
@@ -70,6 +73,17 @@ class Server {
 int ConnectLoopback(int port);
 // GET http://127.0.0.1:port<path>; the body, or "" on failure (10 s without an answer included).
 std::string HttpGet(int port, const std::string& path);
+struct HttpAnswer {
+  int status = 0;  // 0: no answer
+  std::string head;
+  std::string body;  // de-chunked
+};
+// One HTTP/1.1 request to 127.0.0.1:port (Connection: close; `headers` as "Name: value" lines),
+// read to the server's close (giving up after `timeout` without a byte).
+HttpAnswer HttpCall(int port, const std::string& method, const std::string& path, const std::string& body = "",
+                    const std::vector<std::string>& headers = {}, std::chrono::seconds timeout = std::chrono::seconds(60));
+// The `data:` payloads of a server-sent event stream, in order.
+std::vector<std::string> SseData(const std::string& body);
 // HttpGet(port, "/metrics").
 std::string ScrapeMetrics(int port);
 // The value of an exposition line "name{labels} value" (labels exactly as written, or none, the
