@@ -11,6 +11,7 @@ pkgs=(
   libabsl-dev prometheus-cpp-dev catch2 libucx-dev nlohmann-json3-dev libicu-dev
   iproute2 prometheus  # tests: the two-namespace cluster (ip netns), the dashboard's queries
   curl                 # tests: the OpenAI API's event streams as curl sees them
+  python3-jinja2       # tests: the chat templates' reference renders, checked against jinja2 itself
 )
 # Tests: the official openai npm client runs on Node.js; Debian's when the machine has none.
 if ! command -v npm >/dev/null 2>&1; then pkgs+=(nodejs npm); fi

@@ -18,7 +18,11 @@ and renders
 A case that jinja2 refuses records "error": "<ExceptionType>: <message>" instead of "output"
 (the C++ must fail there too). Run with jinja2 3.1:
 
-  python3 scripts/render_chat_reference.py tests/data/chat
+  python3 scripts/render_chat_reference.py tests/data/chat           # write the two files
+  python3 scripts/render_chat_reference.py --check tests/data/chat   # compare with them (exit 1)
+
+--check renders again with the jinja2 at hand (CI: Debian's python3-jinja2) and reports every case
+whose output or error differs from the committed files, so the C++ is held to jinja2 itself.
 """
 import json
 import os
@@ -306,7 +310,10 @@ FEATURES = [
 
 
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "chat")
+    args = sys.argv[1:]
+    check = "--check" in args
+    args = [a for a in args if a != "--check"]
+    out_dir = args[0] if args else os.path.join(os.path.dirname(__file__), "..", "tests", "data", "chat")
     env = environment()
     with open(os.path.join(out_dir, "conversations.json"), encoding="utf-8") as f:
         conversations = json.load(f)["conversations"]
@@ -317,17 +324,40 @@ def main():
         for c in conversations:
             cases.append({"template": key, "conversation": c["name"], **render(env, source, c["variables"])})
     meta = {"generator": "scripts/render_chat_reference.py", "jinja2": jinja2.__version__}
+    features = [{"name": name, "template": source, "variables": variables, **render(env, source, variables)}
+                for name, source, variables in FEATURES]
+    if check:
+        sys.exit(compare(out_dir, cases, features))
     with open(os.path.join(out_dir, "expected.json"), "w", encoding="utf-8") as f:
         json.dump({**meta, "templates": TEMPLATES, "cases": cases}, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    features = [{"name": name, "template": source, "variables": variables, **render(env, source, variables)}
-                for name, source, variables in FEATURES]
     with open(os.path.join(out_dir, "features.json"), "w", encoding="utf-8") as f:
         json.dump({**meta, "cases": features}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     errors = sum("error" in c for c in cases)
     print(f"{len(cases)} template cases ({errors} jinja2 errors), {len(features)} feature cases "
           f"({sum('error' in c for c in features)} errors)")
+
+
+def compare(out_dir, cases, features):
+    """Exit status of --check: 0 when every render equals the committed one."""
+    bad = 0
+    for file, fresh in (("expected.json", cases), ("features.json", features)):
+        with open(os.path.join(out_dir, file), encoding="utf-8") as f:
+            committed = json.load(f)
+        if len(committed["cases"]) != len(fresh):
+            print(f"{file}: {len(committed['cases'])} cases committed, {len(fresh)} rendered now")
+            bad += 1
+            continue
+        for old, new in zip(committed["cases"], fresh):
+            if old.get("output") != new.get("output") or ("error" in old) != ("error" in new):
+                bad += 1
+                name = new.get("name") or f"{new['template']} / {new['conversation']}"
+                print(f"{file}: {name}: committed {old.get('output', old.get('error'))!r:.200}, "
+                      f"jinja2 {jinja2.__version__} {new.get('output', new.get('error'))!r:.200}")
+    print(f"render_chat_reference --check: jinja2 {jinja2.__version__}, {len(cases)} template cases and "
+          f"{len(features)} feature cases, {bad} differ")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
