@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/flags/flag.h"
+#include "absl/flags/reflection.h"
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
@@ -57,14 +58,19 @@ int RunChat() {
     }
     history.push_back({{"role", "user"}, {"content", line}});
     ferry::v1::GenerateRequest req;
-    req.mutable_chat()->set_messages_json(history.dump());
+    req.mutable_chat()->set_messages_json(history.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
     req.mutable_chat()->set_template_kwargs_json(nlohmann::ordered_json{{"enable_thinking", think}}.dump());
     ferry::v1::SamplingParams* sp = req.mutable_sampling();
     sp->set_temperature(static_cast<float>(absl::GetFlag(FLAGS_temperature)));
     sp->set_top_k(absl::GetFlag(FLAGS_top_k));
     sp->set_top_p(static_cast<float>(absl::GetFlag(FLAGS_top_p)));
     if (absl::GetFlag(FLAGS_seed) != 0) sp->set_seed(absl::GetFlag(FLAGS_seed));
-    sp->set_max_tokens(static_cast<int32_t>(absl::GetFlag(FLAGS_max_tokens)));
+    // Replies run to the end of the turn (or the context) unless --max-tokens bounds them (generate's
+    // default bound does not apply here).
+    if (const absl::CommandLineFlag* f = absl::FindCommandLineFlag("max_tokens");
+        f != nullptr && f->CurrentValue() != f->DefaultValue()) {
+      sp->set_max_tokens(static_cast<int32_t>(absl::GetFlag(FLAGS_max_tokens)));
+    }
     req.set_stream(true);
     std::string reply;
     auto res = GenerateRemote(server, req,

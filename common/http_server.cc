@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -230,8 +231,8 @@ void HttpResponse::Send(int status, std::string_view content_type, std::string_v
   if (state_ != State::kNone) return;
   state_ = State::kSent;
   std::string out = StatusHead(status, content_type, headers);
-  absl::StrAppend(&out, "Content-Length: ", body.size(), "\r\n", keep_alive_ ? "" : "Connection: close\r\n", "\r\n");
-  out.append(body);
+  absl::StrAppend(&out, "Content-Length: ", body.size(), "\r\n", ConnectionHeader(), "\r\n");
+  if (!head_only_) out.append(body);
   WriteAll(out);
 }
 
@@ -246,19 +247,25 @@ bool HttpResponse::StartStream(int status, std::string_view content_type,
   } else {
     keep_alive_ = false;
   }
-  absl::StrAppend(&out, keep_alive_ ? "" : "Connection: close\r\n", "\r\n");
+  absl::StrAppend(&out, ConnectionHeader(), "\r\n");
   return WriteAll(out);
+}
+
+std::string HttpResponse::ConnectionHeader() const {
+  if (!keep_alive_) return "Connection: close\r\n";
+  return http11_ ? "" : "Connection: keep-alive\r\n";  // HTTP/1.0 closes unless told
 }
 
 bool HttpResponse::Write(std::string_view data) {
   if (state_ != State::kStreaming) return false;
+  if (head_only_) return !failed_;
   if (data.empty()) return !failed_;
   if (!http11_) return WriteAll(data);
   return WriteAll(absl::StrCat(absl::Hex(data.size()), "\r\n", std::string(data), "\r\n"));
 }
 
 bool HttpResponse::Finish() {
-  if (state_ == State::kStreaming && http11_) WriteAll("0\r\n\r\n");
+  if (state_ == State::kStreaming && http11_ && !head_only_) WriteAll("0\r\n\r\n");
   return keep_alive_ && !failed_;
 }
 
@@ -405,6 +412,8 @@ void HttpServer::Serve(Conn* conn) {
     while (ReadSome(fd, sink, until, stopping_) > 0) sink.clear();
   };
   while (!stopping_.load()) {
+    // Blank lines before a request line are ignored (some clients end a body with an extra CRLF).
+    buf.erase(0, std::min(buf.find_first_not_of("\r\n"), buf.size()));
     // The head: idle_timeout for its first byte, read_timeout from there.
     size_t head_end = HeadEnd(buf);
     Clock::time_point deadline = Clock::now() + (buf.empty() ? options_.idle_timeout : options_.read_timeout);
@@ -416,7 +425,8 @@ void HttpServer::Serve(Conn* conn) {
         conn->done = true;
         return;
       }
-      if (!started) {
+      if (!started) buf.erase(0, std::min(buf.find_first_not_of("\r\n"), buf.size()));
+      if (!started && !buf.empty()) {
         started = true;
         deadline = Clock::now() + options_.read_timeout;
       }
@@ -534,8 +544,15 @@ void HttpServer::Serve(Conn* conn) {
       reply_and_close(body_error.find("over") != std::string::npos ? 413 : 400, body_error);
       break;
     }
-    HttpResponse resp(fd, http11, keep_alive && !stopping_.load(), options_.write_timeout);
-    handler_(req, resp);
+    HttpResponse resp(fd, http11, keep_alive && !stopping_.load(), options_.write_timeout, req.method == "HEAD");
+    // A handler's exception ends its answer (500 when nothing was sent) and this connection,
+    // never the process.
+    try {
+      handler_(req, resp);
+    } catch (const std::exception& e) {
+      if (!resp.started()) resp.Send(500, "text/plain", absl::StrCat("the handler failed: ", e.what(), "\n"));
+      break;
+    }
     if (!resp.started()) resp.Send(500, "text/plain", "the handler gave no answer\n");
     if (!resp.Finish()) break;
   }

@@ -57,7 +57,7 @@ struct HttpRequest {
 
 // One request's answer, written by the handler on the connection's thread: either Send (a whole
 // response) or StartStream then Write pieces (chunked; closed when the handler returns). A
-// handler that does neither gets a 500.
+// handler that does neither gets a 500. A HEAD request's answer carries the headers alone.
 class HttpResponse {
  public:
   // `headers`: extra header lines, name and value.
@@ -75,17 +75,19 @@ class HttpResponse {
  private:
   friend class HttpServer;
   enum class State { kNone, kSent, kStreaming };
-  HttpResponse(int fd, bool http11, bool keep_alive, std::chrono::milliseconds write_timeout)
-      : fd_(fd), http11_(http11), keep_alive_(keep_alive), write_timeout_(write_timeout) {}
+  HttpResponse(int fd, bool http11, bool keep_alive, std::chrono::milliseconds write_timeout, bool head_only = false)
+      : fd_(fd), http11_(http11), keep_alive_(keep_alive), write_timeout_(write_timeout), head_only_(head_only) {}
   bool WriteAll(std::string_view data);
   std::string StatusHead(int status, std::string_view content_type,
                          const std::vector<std::pair<std::string, std::string>>& headers) const;
   bool Finish();  // ends a stream; whether the connection may serve another request
+  std::string ConnectionHeader() const;
 
   int fd_;
   bool http11_;
   bool keep_alive_;
   std::chrono::milliseconds write_timeout_;
+  bool head_only_;  // the request was HEAD: headers only, never a body
   State state_ = State::kNone;
   bool failed_ = false;
 };

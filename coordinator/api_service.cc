@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/json_depth.h"
 #include "common/log.h"
 #include "common/version.h"
 #include "coordinator/chat.h"
@@ -225,6 +226,9 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
     }
     auto parse = [](const std::string& text, const char* field) -> absl::StatusOr<nlohmann::ordered_json> {
       if (text.empty()) return nlohmann::ordered_json();
+      if (const int depth = JsonDepth(text); depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(absl::StrCat("chat.", field, " nests ", depth, " levels deep; at most ", kMaxJsonDepth));
+      }
       nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded()) return absl::InvalidArgumentError(absl::StrCat("chat.", field, " is not valid JSON"));
       return j;

@@ -119,9 +119,19 @@ absl::StatusOr<ChatPrompt> RenderChat(const text::ChatTemplate& tmpl, Json messa
     }
     out.text.resize(at + tail.size());
   }
-  const size_t open = out.text.rfind("<think>");
-  const size_t close = out.text.rfind("</think>");
-  out.opens_reasoning = open != std::string::npos && (close == std::string::npos || close < open);
+  // Whether what the template adds to open the assistant's turn leaves a <think> block open: the
+  // prompt rendered without that turn is a prefix of it (user text never counts).
+  std::string_view opening = out.text;
+  if (!continue_final_message) {
+    vars["add_generation_prompt"] = false;
+    absl::StatusOr<std::string> without = tmpl.Render(vars);
+    if (without.ok() && out.text.compare(0, without->size(), *without) == 0) {
+      opening = std::string_view(out.text).substr(without->size());
+    }
+  }
+  const size_t open = opening.rfind("<think>");
+  const size_t close = opening.rfind("</think>");
+  out.opens_reasoning = open != std::string_view::npos && (close == std::string_view::npos || close < open);
   return out;
 }
 

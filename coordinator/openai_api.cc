@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cluster_token.h"
+#include "common/json_depth.h"
 #include "coordinator/chat.h"
 #include "coordinator/openai_wire.h"
 #include "text/reply_parser.h"
@@ -77,6 +78,9 @@ void OpenAiApi::Handle(const HttpRequest& req, HttpResponse& resp) {
     return SendError(resp, 404, absl::StrCat("no route ", req.method, " ", req.path), "not_found_error");
   }
   if (req.method != "POST") return SendError(resp, 405, absl::StrCat("use POST ", req.path));
+  if (const int depth = JsonDepth(req.body); depth > kMaxJsonDepth) {
+    return SendError(resp, 400, absl::StrCat("the body nests ", depth, " levels deep; at most ", kMaxJsonDepth));
+  }
   Json body = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
   if (body.is_discarded()) {
     return SendError(resp, 400, absl::StrCat("the body (", req.body.size(), " bytes) is not valid JSON"));
@@ -157,7 +161,8 @@ void OpenAiApi::ChatCompletions(const Json& body, const HttpRequest& req, HttpRe
     }
     tool_choice = body["tool_choice"].get<std::string>();
   }
-  const Json tools = body.contains("tools") ? body["tools"] : Json();
+  static const Json kNoTools;
+  const Json& tools = body.contains("tools") ? body["tools"] : kNoTools;
   Json kwargs = Json::object();
   if (body.contains("chat_template_kwargs") && !body["chat_template_kwargs"].is_null()) {
     if (!body["chat_template_kwargs"].is_object()) {
@@ -172,7 +177,7 @@ void OpenAiApi::ChatCompletions(const Json& body, const HttpRequest& req, HttpRe
     }
     kwargs["reasoning_effort"] = body["reasoning_effort"];
   }
-  const bool continue_final = body.value("continue_final_message", false) == true;
+  const bool continue_final = body.contains("continue_final_message") && body["continue_final_message"] == true;
   absl::StatusOr<ChatPrompt> prompt = RenderChat(*chat_template_, body["messages"], tools, kwargs, continue_final);
   if (!prompt.ok()) return SendError(resp, 400, std::string(prompt.status().message()), "invalid_request_error", "messages");
   g.set_prompt(prompt->text);

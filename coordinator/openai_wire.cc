@@ -1,6 +1,7 @@
 #include "coordinator/openai_wire.h"
 
 #include <climits>
+#include <cmath>
 #include <ctime>
 #include <random>
 
@@ -62,7 +63,10 @@ absl::Status Number(const Json& body, const char* key, std::optional<double>* ou
 absl::Status Integer(const Json& body, const char* key, std::optional<int64_t>* out) {
   if (!body.contains(key) || body[key].is_null()) return absl::OkStatus();
   const Json& v = body[key];
-  if (!v.is_number_integer() && !(v.is_number_float() && v.get<double>() == static_cast<double>(static_cast<int64_t>(v.get<double>())))) {
+  // An integer, or a float that holds one (2.0), within int64.
+  const bool whole_float = v.is_number_float() && std::abs(v.get<double>()) < 9.0e18 &&
+                           v.get<double>() == std::trunc(v.get<double>());
+  if (!(v.is_number_integer() || whole_float) || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX)) {
     return absl::InvalidArgumentError(absl::StrCat(key, " must be an integer"));
   }
   *out = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
@@ -121,7 +125,7 @@ absl::Status ReadSampling(const Json& body, const Json& defaults, bool chat, pb:
   }
   if (body.contains("response_format") && !body["response_format"].is_null()) {
     const Json& rf = body["response_format"];
-    if (!rf.is_object() || rf.value("type", "") != "text") {
+    if (!rf.is_object() || !rf.contains("type") || rf["type"] != "text") {
       return absl::InvalidArgumentError("response_format: only {\"type\": \"text\"} is supported");
     }
   }
@@ -205,7 +209,8 @@ Stream::Stream(HttpResponse* resp, const text::Tokenizer* tokenizer, StreamKind 
       created_(static_cast<int64_t>(std::time(nullptr))) {
   stream_ = body.contains("stream") && body["stream"] == true;
   include_usage_ = body.contains("stream_options") && body["stream_options"].is_object() &&
-                   body["stream_options"].value("include_usage", false) == true;
+                   body["stream_options"].contains("include_usage") &&
+                   body["stream_options"]["include_usage"] == true;
 }
 
 Json Stream::Envelope(const char* object) const {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/json_depth.h"
+
 
 namespace ferry::text {
 namespace {
@@ -75,7 +77,8 @@ ReplyDelta ReplyParser::Finish() {
     pending_.clear();
     state_ = State::kContent;
   }
-  if (!saw_tool_call_ && !blank_content_.empty()) {
+  // Trailing whitespace is content unless it follows a tool call with nothing else after it.
+  if ((!saw_tool_call_ || content_since_call_) && !blank_content_.empty()) {
     out.content += blank_content_;
     blank_content_.clear();
   }
@@ -93,6 +96,7 @@ void ReplyParser::EmitContent(std::string_view text, bool final, ReplyDelta& out
   blank_content_.clear();
   out.content.append(text);
   content_started_ = true;
+  content_since_call_ = true;
 }
 
 void ReplyParser::Drain(bool final, ReplyDelta& out) {
@@ -155,6 +159,7 @@ void ReplyParser::Drain(bool final, ReplyDelta& out) {
       // Whitespace before the call is content only when content came before it.
       if (content_started_) out.content += blank_content_;
       blank_content_.clear();
+      content_since_call_ = false;
       out.tool_calls.push_back(std::move(parsed));
     } else {
       EmitContent(std::string(kCallOpen) + body + std::string(kCallClose), final, out);
@@ -184,7 +189,7 @@ bool ReplyParser::ParseCall(std::string_view body, ParsedToolCall& call) const {
     rest = rest.substr(value_end + kValueClose.size());
     if (key.empty()) return false;
     nlohmann::ordered_json v = value;
-    if (!DeclaredString(options_.tools, call.name, key)) {
+    if (!DeclaredString(options_.tools, call.name, key) && JsonDepth(value) <= kMaxJsonDepth) {
       nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
       if (!parsed.is_discarded()) v = std::move(parsed);
     }

@@ -63,6 +63,7 @@ class ReplyParser {
   std::string pending_;        // received, not yet told
   std::string blank_content_;  // whitespace-only content, told once something else follows
   bool content_started_ = false;
+  bool content_since_call_ = false;  // content other than whitespace after the last tool call
   bool saw_tool_call_ = false;
 };
 

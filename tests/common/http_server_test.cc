@@ -105,6 +105,31 @@ TEST_CASE("http: requests on one kept-alive connection with bodies by length and
   CHECK(echo.served == 5);
 }
 
+TEST_CASE("http: HEAD gets headers alone and HTTP/1.0 keep-alive is announced and blank lines are skipped",
+          "[http]") {
+  Echo echo;
+  auto server = Start(&echo);
+  int fd = Connect(server->port());
+  // HEAD: the length of the body a GET would get, no body; the connection goes on.
+  SendAll(fd, "HEAD /h HTTP/1.1\r\n\r\n");
+  std::string r = ReadUntil(fd, "\r\n\r\n");
+  CHECK(r.find("Content-Length: 12\r\n") != std::string::npos);
+  // A stray CRLF before the next request line is ignored.
+  SendAll(fd, "\r\nGET /after HTTP/1.1\r\nConnection: close\r\n\r\n");
+  r = ReadAll(fd);
+  CHECK(r.rfind("HTTP/1.1 200", 0) == 0);  // nothing of a HEAD body came before it
+  CHECK(r.find("GET /after") != std::string::npos);
+  close(fd);
+  fd = Connect(server->port());
+  SendAll(fd, "GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  r = ReadUntil(fd, "GET /a [] -");
+  CHECK(r.rfind("HTTP/1.0 200", 0) == 0);
+  CHECK(r.find("Connection: keep-alive\r\n") != std::string::npos);
+  SendAll(fd, "GET /b HTTP/1.0\r\n\r\n");
+  CHECK(ReadAll(fd).find("GET /b [] -") != std::string::npos);
+  close(fd);
+}
+
 TEST_CASE("http: Expect 100-continue is answered before the body is read", "[http]") {
   Echo echo;
   auto server = Start(&echo);

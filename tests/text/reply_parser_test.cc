@@ -116,6 +116,14 @@ TEST_CASE("without a schema a value is JSON where it parses as JSON and a string
   CHECK(t.calls[0].arguments.dump() == R"({"n":42,"s":"hello world","q":"quoted"})");
 }
 
+TEST_CASE("whitespace after a tool call is content only when content follows the call", "[reply]") {
+  ReplyParser::Options o;
+  o.parse_tool_calls = true;
+  CHECK(FeedAllWays("<tool_call>f</tool_call>a ", o).content == "a ");
+  CHECK(FeedAllWays("<tool_call>f</tool_call>\n ", o).content.empty());
+  CHECK(FeedAllWays("x <tool_call>f</tool_call>\n<tool_call>g</tool_call> y", o).content == "x \n y");
+}
+
 TEST_CASE("a malformed or unclosed tool call stays text and tool calls off leave the tags", "[reply]") {
   ReplyParser::Options o;
   o.parse_tool_calls = true;
