@@ -2,6 +2,9 @@
 // returns the process exit code: 0 success, 1 a failed check, 2 bad usage or input.
 #pragma once
 
+#include <string>
+#include <vector>
+
 namespace ferry::cli {
 
 int RunChat();
@@ -9,6 +12,7 @@ int RunCheckGolden();
 int RunGenerate();
 int RunServe();
 int RunPlan();
+int RunQuantize(const std::vector<std::string>& args);
 int RunStatus();
 
 }  // namespace ferry::cli

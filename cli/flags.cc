@@ -40,6 +40,8 @@ ABSL_FLAG(int32_t, logprobs, -1,
 ABSL_FLAG(std::string, stop_token_ids, "", "generate: extra stop token ids, comma-separated");
 ABSL_FLAG(bool, ignore_eos, false, "generate: do not stop at the model's end-of-sequence tokens");
 ABSL_FLAG(std::string, config, "", "plan: a config.json to read instead of --model DIR's");
+ABSL_FLAG(std::string, format, "",
+          "quantize: nvfp4 (MLP and expert projections as ModelOpt NVFP4), bf16 or f32 (every weight decoded)");
 ABSL_FLAG(std::string, gpus, "",
           "serve --device cuda: the GPUs of the ranks, comma-separated (rank r on the (r mod n)-th; several ranks may "
           "share one); empty: rank modulo the visible GPUs");

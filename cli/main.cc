@@ -41,6 +41,9 @@ constexpr char kUsage[] =
     "       [--kv-pages auto|on|off] [--page-size 512] [--cache-gib 16] [--mtp-layers 0]\n"
     "       [--kv-cache bf16|fp8] [--fixed-mib X]\n"
     "      the KV memory plan a rank would use (reads config.json only); exits 1 when refused\n"
+    "  quantize --format nvfp4|bf16|f32 IN_DIR OUT_DIR\n"
+    "      rewrite a checkpoint: nvfp4 quantizes the MLP and expert projections as NVIDIA ModelOpt's NVFP4 (per-16\n"
+    "      E4M3 scales, a global scale a tensor); bf16/f32 decode every weight (FP8 and NVFP4 included)\n"
     "  version\n"
     "      the release and the source commit of this build (hosts of one cluster must agree)\n"
     "  status --server HOST:PORT [--wait-s N]\n"
@@ -67,7 +70,8 @@ int main(int argc, char** argv) {
   args[0] = std::string(argv[0]) + " " + sub;
   std::vector<char*> cargs = ferry::ArgvOf(args);
   std::vector<char*> rest = absl::ParseCommandLine(static_cast<int>(cargs.size()), cargs.data());
-  if (rest.size() > 1) {
+  // quantize is the one subcommand with positional arguments (IN OUT).
+  if (sub != "quantize" && rest.size() > 1) {
     fprintf(stderr, "ferry %s: unexpected argument '%s'\n", sub.c_str(), rest[1]);
     return 2;
   }
@@ -78,6 +82,7 @@ int main(int argc, char** argv) {
   if (sub == "generate") return ferry::cli::RunGenerate();
   if (sub == "serve") return ferry::cli::RunServe();
   if (sub == "plan") return ferry::cli::RunPlan();
+  if (sub == "quantize") return ferry::cli::RunQuantize(std::vector<std::string>(rest.begin() + 1, rest.end()));
   if (sub == "status") return ferry::cli::RunStatus();
   fprintf(stderr, "ferry: unknown subcommand '%s'\n\n%s\n", sub.c_str(), kUsage);
   return 2;

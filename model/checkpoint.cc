@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/nvfp4.h"
 #include "common/status.h"
 
 namespace ferry::model {
@@ -71,18 +72,41 @@ absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   }
 }
 
-// quantization_config.weight_block_size (FP8 checkpoints), if the config names one.
-absl::Status Checkpoint::ReadFp8BlockSize(const std::string& where) {
-  if (auto q = config_.find("quantization_config"); q != config_.end() && q->is_object()) {
-    if (auto b = q->find("weight_block_size"); b != q->end()) {
-      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
-          !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||
-          (*b)[1].get<int64_t>() <= 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": quantization_config.weight_block_size must be two positive integers, got ", b->dump()));
-      }
-      fp8_block_rows_ = (*b)[0].get<int64_t>();
-      fp8_block_cols_ = (*b)[1].get<int64_t>();
+// quantization_config: weight_block_size (FP8 checkpoints), and quant_algo NVFP4 with its group
+// size (ModelOpt's releases; hf_quant_config.json's "quantization" when config.json has none).
+absl::Status Checkpoint::ReadQuantization(const std::string& where, const nlohmann::json& hf_quant) {
+  const nlohmann::json* q = nullptr;
+  if (auto it = config_.find("quantization_config"); it != config_.end() && it->is_object()) {
+    q = &*it;
+  } else if (hf_quant.is_object() && hf_quant.contains("quantization") && hf_quant["quantization"].is_object()) {
+    q = &hf_quant["quantization"];
+  }
+  if (q == nullptr) return absl::OkStatus();
+  if (auto b = q->find("weight_block_size"); b != q->end()) {
+    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
+        !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||
+        (*b)[1].get<int64_t>() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": quantization_config.weight_block_size must be two positive integers, got ", b->dump()));
+    }
+    fp8_block_rows_ = (*b)[0].get<int64_t>();
+    fp8_block_cols_ = (*b)[1].get<int64_t>();
+  }
+  // NVFP4 for the whole model, or (MIXED_PRECISION) for the modules quantized_layers names so.
+  auto nvfp4_entry = [&](const nlohmann::json& e) -> absl::Status {
+    auto a = e.find("quant_algo");
+    if (a == e.end() || !a->is_string() || a->get<std::string>() != "NVFP4") return absl::OkStatus();
+    nvfp4_ = true;
+    if (auto g = e.find("group_size"); g != e.end() && !(g->is_number_integer() && g->get<int64_t>() == kNvfp4Group)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": NVFP4 with group_size ", g->dump(),
+                                                     "; only groups of ", kNvfp4Group, " exist"));
+    }
+    return absl::OkStatus();
+  };
+  FERRY_RETURN_IF_ERROR(nvfp4_entry(*q));
+  if (auto layers = q->find("quantized_layers"); layers != q->end() && layers->is_object()) {
+    for (const auto& [module, entry] : layers->items()) {
+      if (entry.is_object()) FERRY_RETURN_IF_ERROR(nvfp4_entry(entry));
     }
   }
   return absl::OkStatus();
@@ -96,7 +120,11 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
   if (!ck.config_.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(ck.config_path(), ": not a JSON object"));
   }
-  FERRY_RETURN_IF_ERROR(ck.ReadFp8BlockSize(ck.config_path()));
+  nlohmann::json hf_quant;
+  if (const std::string hq = ck.dir_ + "/hf_quant_config.json"; FileExists(hq)) {
+    FERRY_ASSIGN_OR_RETURN(hf_quant, ReadJsonFile(hq));
+  }
+  FERRY_RETURN_IF_ERROR(ck.ReadQuantization(ck.config_path(), hf_quant));
 
   const std::string index_path = ck.dir_ + "/model.safetensors.index.json";
   if (FileExists(index_path)) {
@@ -154,7 +182,7 @@ absl::StatusOr<Checkpoint> Checkpoint::FromHost(nlohmann::json config, std::vect
   Checkpoint ck;
   ck.dir_ = label;
   ck.config_ = std::move(config);
-  FERRY_RETURN_IF_ERROR(ck.ReadFp8BlockSize(label));
+  FERRY_RETURN_IF_ERROR(ck.ReadQuantization(label));
   for (HostTensor& h : tensors) {
     if (h.data == nullptr || !IsFloatWeightType(h.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": tensor '", h.name, "' has ",
@@ -202,6 +230,8 @@ absl::Status NonFinite(const std::string& path, absl::string_view name, int64_t 
 
 absl::StatusOr<const void*> Checkpoint::Bf16Data(absl::string_view name,
                                                  const std::vector<int64_t>& expected_shape) const {
+  FERRY_ASSIGN_OR_RETURN(const Nvfp4Tensor nv, Nvfp4Data(name, expected_shape));
+  if (nv.packed != nullptr) return nullptr;
   FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
   if (e->info->dtype != DType::kBF16) return nullptr;
   // bf16 with every exponent bit set is an infinity or a NaN.
@@ -244,8 +274,10 @@ absl::StatusOr<std::vector<float>> Checkpoint::Fp8Scales(absl::string_view name,
 
 absl::StatusOr<Checkpoint::Fp8Tensor> Checkpoint::Fp8Data(absl::string_view name,
                                                           const std::vector<int64_t>& expected_shape) const {
-  FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
   Fp8Tensor out;
+  FERRY_ASSIGN_OR_RETURN(const Nvfp4Tensor nv, Nvfp4Data(name, expected_shape));
+  if (nv.packed != nullptr) return out;
+  FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
   out.block_rows = fp8_block_rows_;
   out.block_cols = fp8_block_cols_;
   const TensorInfo& t = *e->info;
@@ -258,6 +290,74 @@ absl::StatusOr<Checkpoint::Fp8Tensor> Checkpoint::Fp8Data(absl::string_view name
     if ((e->data[i] & 0x7f) == 0x7f) return NonFinite(PathOf(*e), name, i, "NaN");
   }
   out.bytes = e->data;
+  return out;
+}
+
+absl::StatusOr<Checkpoint::Nvfp4Tensor> Checkpoint::Nvfp4Data(absl::string_view name,
+                                                              const std::vector<int64_t>& expected_shape) const {
+  Nvfp4Tensor out;
+  auto it = tensors_.find(name);
+  if (it == tensors_.end() || it->second.info->dtype != DType::kU8) return out;  // not NVFP4 (or absent)
+  const std::string& path = PathOf(it->second);
+  const TensorInfo& t = *it->second.info;
+  if (!nvfp4_) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' is U8 ", t.ShapeString(),
+                                                   " but the checkpoint's quantization_config does not say NVFP4"));
+  }
+  if (expected_shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' is stored NVFP4 but the config implies [",
+                                                   absl::StrJoin(expected_shape, ", "), "], not a matrix"));
+  }
+  out.rows = expected_shape[0];
+  out.cols = expected_shape[1];
+  if (out.cols % kNvfp4Group != 0 || t.shape != std::vector<int64_t>{out.rows, out.cols / 2}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": NVFP4 tensor '", name, "' is packed as ", t.ShapeString(), "; a ", out.rows, " x ", out.cols,
+        " weight packs two values a byte into [", out.rows, ", ", out.cols / 2, "]",
+        out.cols % kNvfp4Group != 0 ? absl::StrCat(" with ", out.cols, " a multiple of ", kNvfp4Group) : ""));
+  }
+  const std::string scale_name = absl::StrCat(name, "_scale");
+  auto sit = tensors_.find(scale_name);
+  if (sit == tensors_.end()) {
+    return absl::NotFoundError(absl::StrCat(path, ": NVFP4 tensor '", name, "' has no '", scale_name, "'"));
+  }
+  const TensorInfo& s = *sit->second.info;
+  if (s.dtype != DType::kF8E4M3 || s.shape != std::vector<int64_t>{out.rows, out.cols / kNvfp4Group}) {
+    return absl::InvalidArgumentError(absl::StrCat(PathOf(sit->second), ": '", scale_name, "' is ", DTypeName(s.dtype),
+                                                   " ", s.ShapeString(), "; expected F8_E4M3 [", out.rows, ", ",
+                                                   out.cols / kNvfp4Group, "] (a scale for each 16 of ", out.cols,
+                                                   " columns)"));
+  }
+  for (int64_t i = 0, n = s.numel(); i < n; ++i) {
+    if ((sit->second.data[i] & 0x7f) == 0x7f) return NonFinite(PathOf(sit->second), scale_name, i, "NaN");
+  }
+  // One float32 value, finite (> 0 for the weight's global scale).
+  auto scalar = [&](const std::string& scalar_name, bool required, float* value) -> absl::Status {
+    auto g = tensors_.find(scalar_name);
+    if (g == tensors_.end()) {
+      return required ? absl::NotFoundError(absl::StrCat(path, ": NVFP4 tensor '", name, "' has no '", scalar_name, "'"))
+                      : absl::OkStatus();
+    }
+    const TensorInfo& gi = *g->second.info;
+    if (gi.dtype != DType::kF32 || gi.numel() != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(PathOf(g->second), ": '", scalar_name, "' is ", DTypeName(gi.dtype),
+                                                     " ", gi.ShapeString(), "; expected one F32 value"));
+    }
+    std::memcpy(value, g->second.data, sizeof(float));
+    if (!std::isfinite(*value) || !(*value > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(PathOf(g->second), ": '", scalar_name, "' is ", *value,
+                                                     "; an NVFP4 global scale must be finite and > 0"));
+    }
+    return absl::OkStatus();
+  };
+  FERRY_RETURN_IF_ERROR(scalar(absl::StrCat(name, "_scale_2"), /*required=*/true, &out.global_scale));
+  std::string input_name(name);
+  if (input_name.size() > 7 && input_name.compare(input_name.size() - 7, 7, ".weight") == 0) {
+    input_name.resize(input_name.size() - 7);
+    FERRY_RETURN_IF_ERROR(scalar(input_name + ".input_scale", /*required=*/false, &out.input_scale));
+  }
+  out.packed = it->second.data;
+  out.scales = sit->second.data;
   return out;
 }
 
@@ -280,6 +380,22 @@ std::vector<std::string> Checkpoint::TensorNames() const {
 absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
                                                        const std::vector<int64_t>& expected_shape,
                                                        const Slice& slice) const {
+  FERRY_ASSIGN_OR_RETURN(const Nvfp4Tensor nv, Nvfp4Data(name, expected_shape));
+  if (nv.packed != nullptr) {
+    const int64_t r0 = slice.row_begin, r1 = slice.row_end < 0 ? nv.rows : slice.row_end;
+    const int64_t c0 = slice.col_begin, c1 = slice.col_end < 0 ? nv.cols : slice.col_end;
+    if (r0 < 0 || r0 > r1 || r1 > nv.rows || c0 < 0 || c0 > c1 || c1 > nv.cols) {
+      return absl::InvalidArgumentError(absl::StrCat(FileOf(name), ": slice rows [", r0, ", ", r1, ") cols [", c0, ", ",
+                                                     c1, ") of tensor '", name, "' lies outside its ", nv.rows,
+                                                     " x ", nv.cols, " elements"));
+    }
+    std::vector<float> out(static_cast<size_t>((r1 - r0) * (c1 - c0)));
+    loaded_bytes_ += static_cast<int64_t>(out.size() * sizeof(float));
+    for (int64_t r = r0; r < r1; ++r) {
+      DequantNvfp4Row(nv.packed, nv.scales, nv.global_scale, nv.cols, r, c0, c1, out.data() + (r - r0) * (c1 - c0));
+    }
+    return out;
+  }
   FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
   const std::string& path = PathOf(*e);
   const TensorInfo& t = *e->info;

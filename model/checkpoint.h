@@ -6,6 +6,12 @@
 // `X.weight_scale_inv` (F32 or BF16) of shape [ceil(rows/Br), ceil(cols/Bc)], where [Br, Bc] is
 // config.json's quantization_config.weight_block_size (default [128, 128]); the real value of
 // element (r, c) is fp8(r, c) * scale_inv[r / Br][c / Bc].
+//
+// NVFP4 weights follow NVIDIA's ModelOpt releases (common/nvfp4.h: the layout and the numbers):
+// config.json's quantization_config (or hf_quant_config.json's "quantization") names quant_algo
+// NVFP4 with group_size 16, and a quantized `X.weight` is stored U8 [rows, cols / 2] with
+// `X.weight_scale` (F8_E4M3 [rows, cols / 16]), `X.weight_scale_2` (F32, one value) and
+// optionally `X.input_scale` (F32, one value); every other tensor stays as it is (bf16).
 #pragma once
 
 #include <cstdint>
@@ -65,7 +71,7 @@ class Checkpoint {
   // Float32 bytes LoadF32 has produced so far (the CPU backend's weights).
   int64_t loaded_bytes() const { return loaded_bytes_; }
 
-  // Upcasts tensor `name` (BF16, F16, F32, or F8_E4M3 with its block scales) to float32,
+  // Upcasts tensor `name` (BF16, F16, F32, F8_E4M3 with its block scales, or NVFP4) to float32,
   // row-major, after checking its shape equals `expected_shape` and `slice` lies inside it.
   // Errors: NOT_FOUND naming the tensor when it is absent (or its FP8 scale is);
   // INVALID_ARGUMENT naming the file when the dtype or shape disagrees.
@@ -95,10 +101,29 @@ class Checkpoint {
   // the scale tensor included.
   absl::StatusOr<Fp8Tensor> Fp8Data(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
 
+  // An NVFP4 weight as stored (common/nvfp4.h): packed codes [rows, cols / 2], E4M3 group scales
+  // [rows, cols / 16] (both valid while this Checkpoint lives), the global scales.
+  struct Nvfp4Tensor {
+    const uint8_t* packed = nullptr;
+    const uint8_t* scales = nullptr;
+    float global_scale = 1.0f;
+    float input_scale = 0.0f;  // 0: none stored
+    int64_t rows = 0, cols = 0;
+  };
+  // Tensor `name` as an Nvfp4Tensor when it is stored NVFP4 for `expected_shape` (the weight's
+  // real shape, [rows, cols]); packed == nullptr when it is stored in another form. Errors
+  // (INVALID_ARGUMENT naming the file and the numbers): a packed size that is not cols / 2, a
+  // scale tensor of another dtype or shape, a global scale that is not one finite value > 0, a
+  // NaN group scale, a U8 weight in a checkpoint whose config does not say NVFP4; NOT_FOUND for a
+  // missing scale tensor.
+  absl::StatusOr<Nvfp4Tensor> Nvfp4Data(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
+  bool nvfp4() const { return nvfp4_; }
+
  private:
-  // Sets fp8_block_rows_ / fp8_block_cols_ from config_'s quantization_config (`where` names the
-  // config in messages).
-  absl::Status ReadFp8BlockSize(const std::string& where);
+  // Sets fp8_block_rows_ / fp8_block_cols_ and nvfp4_ from config_'s quantization_config (or
+  // `hf_quant` when config_ has none: hf_quant_config.json's contents); `where` names the config
+  // in messages.
+  absl::Status ReadQuantization(const std::string& where, const nlohmann::json& hf_quant = nullptr);
   // A tensor's description and bytes; `path` names the file holding it (null for a FromHost
   // tensor: PathOf gives the checkpoint's label).
   struct Entry {
@@ -119,6 +144,7 @@ class Checkpoint {
   nlohmann::json config_;
   int64_t fp8_block_rows_ = 128;
   int64_t fp8_block_cols_ = 128;
+  bool nvfp4_ = false;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<std::unique_ptr<TensorInfo>> host_infos_;  // FromHost's tensor descriptions
   std::map<std::string, Entry, std::less<>> tensors_;

@@ -1,6 +1,9 @@
 #include "model/safetensors.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <cstdint>
 #include <utility>
 
@@ -158,6 +161,41 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 const TensorInfo* SafetensorsFile::Find(absl::string_view name) const {
   auto it = index_.find(name);
   return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorBytes>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  nlohmann::json header = nlohmann::json::object();
+  uint64_t offset = 0;
+  for (const TensorBytes& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (static_cast<uint64_t>(numel * DTypeSize(t.dtype)) != t.bytes.size()) {
+      return Bad(path, absl::StrCat("tensor '", t.name, "': ", t.bytes.size(), " bytes for ", DTypeName(t.dtype), " [",
+                                    absl::StrJoin(t.shape, ", "), "]"));
+    }
+    if (header.contains(t.name)) return Bad(path, absl::StrCat("tensor '", t.name, "' given twice"));
+    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + t.bytes.size()}}};
+    offset += t.bytes.size();
+  }
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>((static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xff);
+  bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  for (const TensorBytes& t : tensors) ok = ok && std::fwrite(t.bytes.data(), 1, t.bytes.size(), f) == t.bytes.size();
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::UnavailableError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ferry::model

@@ -56,4 +56,19 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// A tensor to write: raw little-endian bytes (numel * DTypeSize(dtype) of them).
+struct TensorBytes {
+  std::string name;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+
+// Writes `tensors` as one safetensors file, back to back in the given order (the header padded
+// with spaces to a multiple of 8 bytes, as the format recommends), through a temporary file
+// renamed into place. INVALID_ARGUMENT for a tensor whose bytes disagree with its shape or a
+// duplicate name; UNAVAILABLE naming the file when it cannot be written.
+absl::Status WriteSafetensors(const std::string& path, const std::vector<TensorBytes>& tensors,
+                              const std::map<std::string, std::string>& metadata = {});
+
 }  // namespace ferry::model

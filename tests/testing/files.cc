@@ -7,6 +7,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "model/safetensors.h"
+
 namespace ferry::testing {
 
 TempDir::TempDir() {
@@ -44,16 +46,10 @@ RawTensor Bf16Tensor(const std::string& name, std::vector<int64_t> shape, const 
 
 void WriteSafetensors(const std::string& path, const std::vector<RawTensor>& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  nlohmann::json header = nlohmann::json::object();
-  std::string data;
-  for (const RawTensor& t : tensors) {
-    header[t.name] = {{"dtype", std::string(DTypeName(t.dtype))},
-                      {"shape", t.shape},
-                      {"data_offsets", {data.size(), data.size() + t.bytes.size()}}};
-    data += t.bytes;
-  }
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  WriteRawSafetensors(path, header.dump(), data);
+  std::vector<model::TensorBytes> out;
+  for (const RawTensor& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.bytes});
+  const absl::Status st = model::WriteSafetensors(path, out, metadata);
+  if (!st.ok()) throw std::runtime_error(std::string(st.message()));
 }
 
 void WriteRawSafetensors(const std::string& path, const std::string& header, const std::string& data,

@@ -1,0 +1,216 @@
+// `ferry quantize --format nvfp4|bf16|f32 IN OUT`: a checkpoint rewritten with its weights in
+// another form.
+//   nvfp4     every MLP and expert projection (`*.mlp.*_proj.weight`; the router stays) as NVIDIA's
+//             ModelOpt writes NVFP4 (common/nvfp4.h: per-16 E4M3 scales chosen as ModelOpt
+//             chooses them, a global scale a tensor; no input_scale, which needs calibration data),
+//             every other tensor as stored; config.json gains quantization_config and
+//             hf_quant_config.json is written, both naming the linear modules left unquantized.
+//   bf16, f32 every floating-point weight decoded (FP8 and NVFP4 included) into that dtype, e.g.
+//             to hold a quantized model to a float32 run over its own dequantized weights.
+// Every other file of IN (tokenizer, chat template, generation config) is copied. Shards of up to
+// 5 GB, with model.safetensors.index.json when there are several.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "common/dtype.h"
+#include "common/nvfp4.h"
+#include "common/version.h"
+#include "model/checkpoint.h"
+#include "model/safetensors.h"
+
+namespace ferry::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kShardBytes = size_t{5} << 30;
+
+// Whether tensor `name` is a projection of an MLP or an expert: what NVFP4 releases quantize.
+bool MlpProjection(const std::string& name, const model::TensorInfo& t) {
+  return absl::StrContains(name, ".mlp.") && absl::EndsWith(name, "_proj.weight") && t.shape.size() == 2 &&
+         t.shape[1] % kNvfp4Group == 0;
+}
+
+// Tensors gathered into shards of up to kShardBytes, each written when full; then the index.
+class ShardWriter {
+ public:
+  explicit ShardWriter(std::string dir) : dir_(std::move(dir)) {}
+
+  absl::Status Add(model::TensorBytes t) {
+    if (!pending_.empty() && bytes_ + t.bytes.size() > kShardBytes) {
+      if (absl::Status st = Flush(); !st.ok()) return st;
+    }
+    bytes_ += t.bytes.size();
+    pending_.push_back(std::move(t));
+    return absl::OkStatus();
+  }
+
+  // Writes what is pending; one shard becomes model.safetensors, several get an index.
+  absl::Status Finish() {
+    if (absl::Status st = Flush(); !st.ok()) return st;
+    if (files_.size() == 1) {
+      std::error_code ec;
+      fs::rename(dir_ + "/" + files_[0].first, dir_ + "/model.safetensors", ec);
+      return ec ? absl::UnavailableError(absl::StrCat(dir_, ": cannot name its shard: ", ec.message()))
+                : absl::OkStatus();
+    }
+    nlohmann::json map = nlohmann::json::object();
+    for (const auto& [file, names] : files_) {
+      for (const std::string& n : names) map[n] = file;
+    }
+    std::ofstream out(dir_ + "/model.safetensors.index.json");
+    out << nlohmann::json{{"metadata", nlohmann::json::object()}, {"weight_map", map}}.dump(1) << "\n";
+    return out ? absl::OkStatus() : absl::UnavailableError(absl::StrCat(dir_, ": cannot write the index"));
+  }
+
+ private:
+  absl::Status Flush() {
+    if (pending_.empty() && !files_.empty()) return absl::OkStatus();
+    const std::string file = absl::StrCat("model-", files_.size() + 1, ".safetensors");
+    std::vector<std::string> names;
+    for (const auto& t : pending_) names.push_back(t.name);
+    if (absl::Status st = model::WriteSafetensors(dir_ + "/" + file, pending_, {{"format", "pt"}}); !st.ok()) return st;
+    files_.emplace_back(file, std::move(names));
+    pending_.clear();
+    bytes_ = 0;
+    return absl::OkStatus();
+  }
+
+  std::string dir_;
+  std::vector<model::TensorBytes> pending_;
+  size_t bytes_ = 0;
+  std::vector<std::pair<std::string, std::vector<std::string>>> files_;
+};
+
+std::string Bytes(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
+
+model::TensorBytes FloatTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape,
+                               const std::vector<float>& v) {
+  model::TensorBytes t{name, dtype, shape, {}};
+  if (dtype == DType::kF32) {
+    t.bytes = Bytes(v.data(), v.size() * sizeof(float));
+  } else {
+    std::vector<uint16_t> b(v.size());
+    for (size_t i = 0; i < v.size(); ++i) b[i] = F32ToBf16(v[i]);
+    t.bytes = Bytes(b.data(), b.size() * 2);
+  }
+  return t;
+}
+
+int Fail(const std::string& why) {
+  fprintf(stderr, "ferry quantize: %s\n", why.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int RunQuantize(const std::vector<std::string>& args) {
+  const std::string format = absl::GetFlag(FLAGS_format);
+  if (args.size() != 2 || (format != "nvfp4" && format != "bf16" && format != "f32")) {
+    fprintf(stderr, "usage: ferry quantize --format nvfp4|bf16|f32 IN_DIR OUT_DIR (got --format '%s' and %zu paths)\n",
+            format.c_str(), args.size());
+    return 2;
+  }
+  const std::string in = args[0], out = args[1];
+  auto ck = model::Checkpoint::Open(in);
+  if (!ck.ok()) return Fail(std::string(ck.status().message()));
+  std::error_code ec;
+  if (fs::exists(out) && !fs::is_empty(out, ec)) return Fail(absl::StrCat(out, " exists and is not empty"));
+  fs::create_directories(out, ec);
+  if (ec) return Fail(absl::StrCat("cannot create ", out, ": ", ec.message()));
+
+  const bool nvfp4 = format == "nvfp4";
+  const DType dense = format == "f32" ? DType::kF32 : DType::kBF16;
+  ShardWriter shards(out);
+  nlohmann::json excluded = nlohmann::json::array();
+  int64_t quantized = 0, decoded = 0, copied = 0;
+  for (const std::string& name : ck->TensorNames()) {
+    const model::TensorInfo& t = *ck->Find(name);
+    // FP8 block scales and NVFP4 scales go with their weight.
+    if (absl::EndsWith(name, "_scale_inv") || absl::EndsWith(name, ".weight_scale") ||
+        absl::EndsWith(name, ".weight_scale_2") || absl::EndsWith(name, ".input_scale")) {
+      if (!nvfp4 || ck->nvfp4() || absl::EndsWith(name, "_scale_inv")) continue;
+    }
+    // The weight's real shape: an NVFP4 weight is stored packed.
+    std::vector<int64_t> shape = t.shape;
+    if (t.dtype == DType::kU8 && shape.size() == 2) shape[1] *= 2;
+    const bool is_float = IsFloatWeightType(t.dtype) || t.dtype == DType::kU8;
+    absl::Status st;
+    if (nvfp4 && is_float && MlpProjection(name, model::TensorInfo{name, t.dtype, shape, 0, 0})) {
+      auto w = ck->LoadF32(name, shape);
+      if (!w.ok()) return Fail(std::string(w.status().message()));
+      const Nvfp4Weight q = QuantizeNvfp4(*w, shape[0], shape[1]);
+      st = shards.Add({name, DType::kU8, {shape[0], shape[1] / 2}, Bytes(q.packed.data(), q.packed.size())});
+      if (st.ok()) {
+        st = shards.Add({name + "_scale", DType::kF8E4M3, {shape[0], shape[1] / kNvfp4Group},
+                         Bytes(q.scales.data(), q.scales.size())});
+      }
+      if (st.ok()) st = shards.Add({name + "_scale_2", DType::kF32, {}, Bytes(&q.global_scale, sizeof(float))});
+      ++quantized;
+    } else if (is_float && (!nvfp4 || t.dtype == DType::kF8E4M3 || t.dtype == DType::kU8)) {
+      // Decoded: every weight for bf16/f32; for nvfp4 only what is quantized in another way.
+      auto w = ck->LoadF32(name, shape);
+      if (!w.ok()) return Fail(std::string(w.status().message()));
+      st = shards.Add(FloatTensor(name, nvfp4 ? DType::kBF16 : dense, shape, *w));
+      ++decoded;
+    } else {
+      const auto* data = static_cast<const uint8_t*>(nullptr);
+      auto raw = ck->Bf16Data(name, t.shape);  // bf16 bytes as stored, or null for another dtype
+      if (raw.ok() && *raw != nullptr) data = static_cast<const uint8_t*>(*raw);
+      if (data == nullptr) {
+        auto w = ck->LoadF32(name, t.shape);
+        if (!w.ok()) return Fail(std::string(w.status().message()));
+        st = shards.Add(FloatTensor(name, t.dtype == DType::kF32 ? DType::kF32 : DType::kBF16, t.shape, *w));
+      } else {
+        st = shards.Add({name, DType::kBF16, t.shape, Bytes(data, static_cast<size_t>(t.numel() * 2))});
+      }
+      ++copied;
+    }
+    if (nvfp4 && t.shape.size() == 2 && absl::EndsWith(name, ".weight") && !MlpProjection(name, t)) {
+      excluded.push_back(name.substr(0, name.size() - 7));
+    }
+    if (!st.ok()) return Fail(std::string(st.message()));
+  }
+  if (absl::Status st = shards.Finish(); !st.ok()) return Fail(std::string(st.message()));
+
+  // The other files, and the config saying what the weights now are.
+  for (const auto& e : fs::directory_iterator(in)) {
+    const std::string file = e.path().filename().string();
+    if (!e.is_regular_file() || absl::EndsWith(file, ".safetensors") || file == "model.safetensors.index.json" ||
+        file == "config.json" || file == "hf_quant_config.json") {
+      continue;
+    }
+    fs::copy_file(e.path(), fs::path(out) / file, fs::copy_options::overwrite_existing, ec);
+    if (ec) return Fail(absl::StrCat("cannot copy ", file, ": ", ec.message()));
+  }
+  nlohmann::json config = ck->config_json();
+  config.erase("quantization_config");
+  if (nvfp4) {
+    const nlohmann::json q = {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", kNvfp4Group},
+                              {"exclude_modules", excluded}};
+    config["quantization_config"] = q;
+    std::ofstream hq(out + "/hf_quant_config.json");
+    hq << nlohmann::json{{"producer", {{"name", "ferry"}, {"version", VersionString()}}}, {"quantization", q}}.dump(2)
+       << "\n";
+  } else {
+    config["torch_dtype"] = format == "f32" ? "float32" : "bfloat16";
+  }
+  std::ofstream(out + "/config.json") << config.dump(2) << "\n";
+  printf("ferry quantize: %s -> %s (%s): %lld weights quantized, %lld decoded, %lld copied\n", in.c_str(), out.c_str(),
+         format.c_str(), static_cast<long long>(quantized), static_cast<long long>(decoded),
+         static_cast<long long>(copied));
+  return 0;
+}
+
+}  // namespace ferry::cli
