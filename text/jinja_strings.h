@@ -12,11 +12,13 @@
 #include <string_view>
 #include <vector>
 
+#include "text/tokenizer.h"
+
 namespace ferry::text::jinja {
 
 // The code point at s[*i], advancing *i past it.
 char32_t NextCodePoint(std::string_view s, size_t* i);
-void AppendUtf8(char32_t c, std::string* out);
+using text::AppendUtf8;  // text/tokenizer.h
 std::u32string ToU32(std::string_view s);
 std::string FromU32(std::u32string_view s);
 int64_t CodePointCount(std::string_view s);

@@ -212,30 +212,20 @@ Value Value::Range(int64_t start, int64_t stop, int64_t step) {
   l->start = start, l->stop = stop, l->step = step;
   return v;
 }
+Value Value::Boxed(Type type, std::shared_ptr<void> p) {
+  Value v;
+  v.type_ = type;
+  v.p_ = std::move(p);
+  return v;
+}
 Value Value::Dict(std::shared_ptr<const DictObj> dict) {
-  Value v;
-  v.type_ = Type::kDict;
-  v.p_ = std::const_pointer_cast<DictObj>(std::move(dict));
-  return v;
+  return Boxed(Type::kDict, std::const_pointer_cast<DictObj>(std::move(dict)));
 }
-Value Value::Namespace(std::shared_ptr<NamespaceObj> ns) {
-  Value v;
-  v.type_ = Type::kNamespace;
-  v.p_ = std::move(ns);
-  return v;
-}
+Value Value::Namespace(std::shared_ptr<NamespaceObj> ns) { return Boxed(Type::kNamespace, std::move(ns)); }
 Value Value::Callable(std::shared_ptr<const CallableObj> fn) {
-  Value v;
-  v.type_ = Type::kCallable;
-  v.p_ = std::const_pointer_cast<CallableObj>(std::move(fn));
-  return v;
+  return Boxed(Type::kCallable, std::const_pointer_cast<CallableObj>(std::move(fn)));
 }
-Value Value::Loop(std::shared_ptr<LoopObj> loop) {
-  Value v;
-  v.type_ = Type::kLoop;
-  v.p_ = std::move(loop);
-  return v;
-}
+Value Value::Loop(std::shared_ptr<LoopObj> loop) { return Boxed(Type::kLoop, std::move(loop)); }
 
 void Value::FailUndefined() const {
   const std::string* hint = static_cast<const std::string*>(p_.get());

@@ -109,6 +109,7 @@ class Value {
     int64_t i_ = 0;
     double f_;
   };
+  static Value Boxed(Type type, std::shared_ptr<void> p);  // a value held by reference
   std::shared_ptr<void> p_;  // string, ListObj, DictObj, NamespaceObj, CallableObj, LoopObj, or an undefined's hint
 };
 

@@ -97,6 +97,9 @@ class StreamDecoder {
   std::string pending_;  // bytes of an incomplete character
 };
 
+// Appends code point `cp` to `out` as UTF-8 (1 to 4 bytes).
+void AppendUtf8(char32_t cp, std::string* out);
+
 // Appends `bytes` read as UTF-8 to `out`, each maximal invalid part replaced by U+FFFD. With
 // `final` false, a trailing incomplete (but so far valid) character is not read: the number of
 // bytes consumed is returned.
