@@ -43,6 +43,8 @@ ip -n "$B" link set "${tag}vb" up
 
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/token"
 chmod 600 "$tmp/token"
+echo "sk-netns-$RANDOM$RANDOM" > "$tmp/api.key"
+chmod 600 "$tmp/api.key"
 for h in a b; do
   mkdir -p "$tmp/$h"
   cp -r "$src/tests/data/glm-dsa-tiny" "$src/tests/data/glm5next-tiny" "$tmp/$h/"
@@ -55,7 +57,8 @@ bin = $bin
 token_file = $tmp/token
 api_port = 50051
 metrics_port = 9400
-http_port = 0
+http_port = 8000
+api_key_file = $tmp/api.key
 device = cpu
 owner_split = on
 parallel = 4
@@ -79,12 +82,21 @@ for m in glm-dsa-tiny glm5next-tiny; do
   echo "$out"
   [ $rc -eq 0 ] || { fail "$m: up exited $rc"; continue; }
   echo "$out" | grep -q "serving: gRPC API 10.213.0.1:50051" || fail "$m: up did not print the endpoint"
+  echo "$out" | grep -q "serving: OpenAI API http://10.213.0.1:8000/v1" || fail "$m: up did not print the OpenAI endpoint"
   echo "$out" | grep -q "owner split on" || fail "$m: the owner split is not on"
   echo "$out" | grep -q "^rank 1: serving" || fail "$m: rank 1 is not serving"
   # Every golden prompt through the API, from the first namespace.
   out="$(ip netns exec "$A" "$bin/ferry" check-golden --server 10.213.0.1:50051 --model "$tmp/a/$m" 2>&1)"
   echo "$out"
   echo "$out" | grep -q "golden: 3 passed, 0 failed" || fail "$m: golden prompts through the cluster"
+  # The OpenAI API on the cluster interface: a chat completion with the key, 401 without it.
+  body='{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "temperature": 0}'
+  out="$(ip netns exec "$A" curl -sS -H "Authorization: Bearer $(cat "$tmp/api.key")" -H 'Content-Type: application/json' \
+    -d "$body" http://10.213.0.1:8000/v1/chat/completions 2>&1)"
+  echo "$out"
+  echo "$out" | grep -q '"object":"chat.completion"' || fail "$m: no chat completion through the OpenAI API"
+  code="$(ip netns exec "$A" curl -s -o /dev/null -w '%{http_code}' -d "$body" http://10.213.0.1:8000/v1/chat/completions)"
+  [ "$code" = 401 ] || fail "$m: the OpenAI API answered $code without the key"
   # The scrape configuration names every process at its host's address.
   out="$("$launcher" -c "$tmp/conf" prometheus 2>&1)"
   for t in 10.213.0.1:9400 10.213.0.1:9401 10.213.0.2:9402; do
@@ -126,6 +138,11 @@ echo "$bystander" > "$tmp/run-a/worker-0.pid"
 "$launcher" -c "$tmp/conf" down >/dev/null 2>&1
 kill -0 "$bystander" 2>/dev/null || fail "down signalled a process that is not Ferry's"
 kill "$bystander" 2>/dev/null
+# The OpenAI API beyond loopback without a key file is refused before anything starts.
+sed -i '/^api_key_file/d' "$tmp/conf"
+out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
+[ $rc -ne 0 ] && echo "$out" | grep -q "give api_key_file" || fail "an OpenAI API without a key passed"
+config glm-dsa-tiny
 echo '{"changed": true}' >> "$tmp/b/glm-dsa-tiny/config.json"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
 echo "$out" | grep -E "FAIL|preflight"
