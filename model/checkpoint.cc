@@ -250,8 +250,21 @@ absl::StatusOr<std::vector<float>> Checkpoint::Fp8Scales(absl::string_view name,
   const int64_t scols = (cols + fp8_block_cols_ - 1) / fp8_block_cols_;
   auto sit = tensors_.find(scale_name);
   if (sit == tensors_.end()) {
-    return absl::NotFoundError(absl::StrCat(path, ": FP8 tensor '", name, "' has no '",
-                                            scale_name, "' block scales"));
+    // ModelOpt's per-tensor FP8 (the FP8 layers of its releases): X.weight_scale, one F32 value,
+    // which every block then shares.
+    const std::string tensor_scale = absl::StrCat(name, "_scale");
+    if (auto pt = tensors_.find(tensor_scale);
+        pt != tensors_.end() && pt->second.info->dtype == DType::kF32 && pt->second.info->numel() == 1) {
+      float value;
+      std::memcpy(&value, pt->second.data, sizeof(value));
+      if (!(value > 0) || !std::isfinite(value)) {
+        return absl::InvalidArgumentError(absl::StrCat(PathOf(pt->second), ": '", tensor_scale, "' is ", value,
+                                                       "; an FP8 weight's scale must be finite and > 0"));
+      }
+      return std::vector<float>(static_cast<size_t>(srows * scols), value);
+    }
+    return absl::NotFoundError(absl::StrCat(path, ": FP8 tensor '", name, "' has no '", scale_name,
+                                            "' block scales (nor a per-tensor '", tensor_scale, "')"));
   }
   const TensorInfo& s = *sit->second.info;
   if (s.shape != std::vector<int64_t>{srows, scols} ||

@@ -5,7 +5,8 @@
 // FP8 weights follow the official FP8 releases: a tensor `X.weight` stored as F8_E4M3 comes with
 // `X.weight_scale_inv` (F32 or BF16) of shape [ceil(rows/Br), ceil(cols/Bc)], where [Br, Bc] is
 // config.json's quantization_config.weight_block_size (default [128, 128]); the real value of
-// element (r, c) is fp8(r, c) * scale_inv[r / Br][c / Bc].
+// element (r, c) is fp8(r, c) * scale_inv[r / Br][c / Bc]. ModelOpt's per-tensor FP8 (its
+// releases' FP8 layers) is read too: `X.weight_scale`, one F32 value, multiplies every element.
 //
 // NVFP4 weights follow NVIDIA's ModelOpt releases (common/nvfp4.h: the layout and the numbers):
 // config.json's quantization_config (or hf_quant_config.json's "quantization") names quant_algo

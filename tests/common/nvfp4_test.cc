@@ -172,5 +172,24 @@ TEST_CASE("nvfp4: malformed pieces are refused naming what is wrong", "[nvfp4]")
   }
 }
 
+TEST_CASE("nvfp4: ModelOpt's per-tensor FP8 layers beside NVFP4 ones decode with their one scale", "[nvfp4]") {
+  Nvfp4Dir d;
+  RawTensor fp8{"self_attn.o_proj.weight", DType::kF8E4M3, {2, 3}, std::string(6, '\0')};
+  for (int i = 0; i < 6; ++i) fp8.bytes[i] = static_cast<char>(F32ToF8E4M3(static_cast<float>(i) - 2.0f));
+  d.config = R"({"quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+      "quantized_layers": {"mlp.w": {"quant_algo": "NVFP4", "group_size": 16},
+                           "self_attn.o_proj": {"quant_algo": "FP8"}}}})";
+  WriteFile(d.dir.File("config.json"), d.config);
+  WriteSafetensors(d.dir.File("model.safetensors"),
+                   {d.packed, d.scales, d.global, fp8, F32Tensor("self_attn.o_proj.weight_scale", {}, {0.5f})});
+  auto ck = model::Checkpoint::Open(d.dir.path());
+  REQUIRE(ck.ok());
+  CHECK(ck->nvfp4());
+  auto w = ck->LoadF32("self_attn.o_proj.weight", {2, 3});
+  REQUIRE(w.ok());
+  CHECK(*w == std::vector<float>{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f});
+  CHECK(ck->LoadF32("mlp.w.weight", {2, 32}).ok());
+}
+
 }  // namespace
 }  // namespace ferry
