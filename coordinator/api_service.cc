@@ -306,6 +306,7 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
   pb::Finished gathered;
   if (absl::Status st = scheduler_->Submit(r); !st.ok()) return ToGrpc(st);
   bool aborted = false;
+  int64_t told = 0;  // tokens given to the client: after a stop string's, none are
   while (true) {
     // Client cancellation and deadlines abort the request; its end still comes as an event.
     if (!aborted && cancelled()) aborted = scheduler_->Abort(r->id);
@@ -317,8 +318,10 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
       if (detok && detok->stopped()) continue;  // tokens of steps already under way when it stopped
       pb::TokenChunk* chunk = client_streams ? resp.mutable_chunk() : nullptr;
       for (size_t i = 0; i < e->tokens.size(); ++i) {
+        if (detok && detok->stopped()) break;  // the rest of a step that completed a stop string
         const int32_t t = e->tokens[i];
         const std::string piece = detok ? detok->Add(t) : "";
+        ++told;
         if (chunk != nullptr) {
           chunk->add_token_ids(t);
           chunk->mutable_text()->append(piece);
@@ -337,18 +340,22 @@ grpc::Status ApiService::RunGenerate(const pb::GenerateRequest& req, const std::
     pb::Finished* f = resp.mutable_finished();
     *f = std::move(gathered);
     f->set_finish_reason(ToProto(e->reason));
-    for (int32_t t : e->tokens) {
-      f->add_token_ids(t);
-      if (detok) f->mutable_text()->append(detok->Add(t));
+    size_t last = 0;  // the final event's tokens given (up to a stop string's)
+    for (; last < e->tokens.size() && !(detok && detok->stopped()); ++last) {
+      f->add_token_ids(e->tokens[last]);
+      if (detok) f->mutable_text()->append(detok->Add(e->tokens[last]));
+      ++told;
     }
     if (detok) {
       f->mutable_text()->append(detok->Finish());
       // Ended by a stop string (also when the request ended otherwise in the same step).
       if (detok->stopped()) f->set_finish_reason(pb::FINISH_REASON_STOP);
     }
-    for (const step::SampledToken& t : e->logprobs) ToProto(t, f->add_logprobs());
+    for (size_t i = 0; i < last && i < e->logprobs.size(); ++i) ToProto(e->logprobs[i], f->add_logprobs());
     f->mutable_usage()->set_prompt_tokens(static_cast<int32_t>(e->usage.prompt_tokens));
-    f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(e->usage.completion_tokens));
+    // After a stop string the steps already under way generated more; the client got `told`.
+    const int64_t completion = detok && detok->stopped() ? told : e->usage.completion_tokens;
+    f->mutable_usage()->set_completion_tokens(static_cast<int32_t>(completion));
     f->mutable_usage()->set_cached_tokens(static_cast<int32_t>(e->usage.cached_tokens));
     f->mutable_timings()->set_queue_seconds(e->timings.queue_seconds);
     f->mutable_timings()->set_time_to_first_token_seconds(e->timings.time_to_first_token_seconds);

@@ -98,17 +98,24 @@ TEST_CASE("serve: a stop string ends the text before it and the request there - 
   for (bool stream : {false, true}) {
     INFO("stream " << stream);
     std::string streamed;
-    int chunk_tokens = 0;
+    std::vector<int32_t> given;
     auto r = cli::GenerateRemote(server.address(), text_request(stream, {"never appears \x01", stop}),
                                  std::chrono::seconds(60), [&](const v1::TokenChunk& c) {
                                    streamed += c.text();
-                                   chunk_tokens += c.token_ids_size();
+                                   given.insert(given.end(), c.token_ids().begin(), c.token_ids().end());
                                  });
     REQUIRE(r.ok());
+    given.insert(given.end(), r->token_ids().begin(), r->token_ids().end());
     CHECK(r->finish_reason() == v1::FINISH_REASON_STOP);
     CHECK(streamed + r->text() == want);
-    // The request ended where the stop appeared, not at max_tokens.
-    CHECK(chunk_tokens + r->token_ids_size() < 32);
+    // The request ended where the stop appeared, not at max_tokens: the tokens given run up to
+    // the one that completed the stop string, and usage counts exactly those.
+    CHECK(given.size() < 32);
+    CHECK(std::equal(given.begin(), given.end(), full->token_ids().begin()));
+    auto upto = text::Tokenizer::Load(kDsa + "/tokenizer.json")->Decode(given, /*skip_special=*/true);
+    REQUIRE(upto.ok());
+    CHECK(upto->find(stop) != std::string::npos);
+    CHECK(r->usage().completion_tokens() == static_cast<int32_t>(given.size()));
   }
   // Counted as stopped, not aborted.
   const std::string m = testing::ScrapeMetrics(server.metrics_port());
