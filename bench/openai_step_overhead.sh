@@ -24,7 +24,7 @@ for path in ids text-chat; do
   served=$model
   [ $path = ids ] && served=$ids_model
   serve_start "$bin" --model "$served" --ranks 1 --port $port --metrics-port $mport --http-port $hport \
-    --parallel $streams --max-batch-tokens 4096 --cache-gib 0
+    --parallel $streams --max-batch-tokens 4096 --prompt-cache-gib 0
   t0=$(date +%s.%N)
   for i in $(seq 1 $streams); do
     if [ $path = ids ]; then

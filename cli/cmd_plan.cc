@@ -76,9 +76,9 @@ int RunPlan() {
   if (!ToBytes(room_gib, kvpool::kGiB, &in.room_bytes)) {
     return Fail(2, absl::StrCat("--room-gib is ", room_gib, "; use 0 to 1048576 GiB"));
   }
-  const double cache_gib = absl::GetFlag(FLAGS_cache_gib);
+  const double cache_gib = absl::GetFlag(FLAGS_prompt_cache_gib);
   if (!ToBytes(cache_gib, kvpool::kGiB, &in.cache_budget_bytes)) {
-    return Fail(2, absl::StrCat("--cache-gib is ", cache_gib, "; use 0 to 1048576 GiB"));
+    return Fail(2, absl::StrCat("--prompt-cache-gib is ", cache_gib, "; use 0 to 1048576 GiB"));
   }
   const double fixed_mib = absl::GetFlag(FLAGS_fixed_mib);
   std::string fixed_source;

@@ -23,6 +23,7 @@
 #include "cli/client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/options.h"
 #include "common/cluster_token.h"
 #include "common/net_interface.h"
 #include "worker/exit_status.h"
@@ -243,46 +244,30 @@ int RunServe() {
     }
   }
   std::vector<Child> children;
-  children.push_back(Child{"the coordinator",
-                           Spawn({dir + "/ferry-coordinator", "--model=" + model, absl::StrCat("--ranks=", ranks),
-                                  "--host=" + host, absl::StrCat("--port=", absl::GetFlag(FLAGS_port)),
-                                  absl::StrCat("--control_port=", control_port),
-                                  absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port)),
-                                  absl::StrCat("--http_port=", absl::GetFlag(FLAGS_http_port)),
-                                  "--api_key_file=" + absl::GetFlag(FLAGS_api_key_file),
-                                  absl::StrCat("--parallel=", parallel),
-                                  absl::StrCat("--max_batch_tokens=", absl::GetFlag(FLAGS_max_batch_tokens)),
-                                  absl::StrCat("--max_queue=", absl::GetFlag(FLAGS_max_queue)),
-                                  absl::StrCat("--context=", absl::GetFlag(FLAGS_context)),
-                                  absl::StrCat("--kv_pool_pages=", absl::GetFlag(FLAGS_kv_pool_pages)),
-                                  absl::StrCat("--page_size=", absl::GetFlag(FLAGS_page_size)),
-                                  absl::StrCat("--prompt_cache_tokens=", absl::GetFlag(FLAGS_prompt_cache_tokens)),
-                                  absl::StrCat("--prompt_cache_gib=", absl::GetFlag(FLAGS_cache_gib)),
-                                  "--kv_pages=" + absl::GetFlag(FLAGS_kv_pages),
-                                  "--owner_split=" + absl::GetFlag(FLAGS_owner_split),
-                                  absl::StrCat("--carry_min_tokens=", absl::GetFlag(FLAGS_carry_min_tokens)),
-                                  absl::StrCat("--ready_timeout_s=",
-                                               static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))),
-                                  absl::StrCat("--verbose=", absl::GetFlag(FLAGS_verbose) ? "true" : "false"),
-                                  absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
-                                  absl::StrCat("--keepalive_s=", absl::GetFlag(FLAGS_keepalive_s)),
-                                  "--served_model_name=" + absl::GetFlag(FLAGS_served_model_name)})});
+  // The coordinator and the workers get every option of their tables as serve holds them
+  // (coordinator/options.h, worker/options.h, common/options.h), and what serve decides itself.
+  std::vector<std::string> coordinator_args = {dir + "/ferry-coordinator", "--model=" + model,
+                                               absl::StrCat("--ranks=", ranks)};
+  for (std::string& a : ForwardedOptions({FERRY_COORDINATOR_OPTIONS(FERRY_OPTION_NAME) FERRY_PROCESS_OPTIONS(FERRY_OPTION_NAME)})) {
+    coordinator_args.push_back(std::move(a));
+  }
+  coordinator_args.push_back(absl::StrCat("--control_port=", control_port));
+  coordinator_args.push_back(absl::StrCat("--parallel=", parallel));
+  children.push_back(Child{"the coordinator", Spawn(coordinator_args)});
+  const std::vector<std::string> worker_options =
+      ForwardedOptions({FERRY_WORKER_OPTIONS(FERRY_OPTION_NAME) FERRY_PROCESS_OPTIONS(FERRY_OPTION_NAME)});
   for (int64_t r = 0; r < ranks; ++r) {
-    children.push_back(Child{absl::StrCat("worker rank ", r),
-                             Spawn({dir + "/ferry-worker", "--coordinator=" + control_address,
-                                    absl::StrCat("--rank=", r),
-                                    absl::StrCat("--world=", ranks), "--metrics_host=" + host,
-                                    absl::StrCat("--memory_gib=", absl::GetFlag(FLAGS_memory_gib)),
-                                    "--device=" + absl::GetFlag(FLAGS_device), "--precision=" + absl::GetFlag(FLAGS_precision),
-                                    absl::StrCat("--step_timeout=", absl::GetFlag(FLAGS_step_timeout)),
-                                    absl::StrCat("--keepalive_s=", absl::GetFlag(FLAGS_keepalive_s)),
-                                    absl::StrCat("--fp8_experts=", absl::GetFlag(FLAGS_fp8_experts) ? "true" : "false"),
-                                    absl::StrCat("--gpu=", gpu_of[static_cast<size_t>(r)]),
-                                    absl::StrCat("--gpu_share=", share_of[static_cast<size_t>(r)]),
-                                    // Rank r's own /metrics on the port after the coordinator's (+1 + r).
-                                    absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
-                                                                        ? absl::GetFlag(FLAGS_metrics_port) + 1 + r
-                                                                        : 0)})});
+    std::vector<std::string> worker_args = {dir + "/ferry-worker", "--coordinator=" + control_address,
+                                            absl::StrCat("--rank=", r), absl::StrCat("--world=", ranks),
+                                            "--metrics_host=" + host,
+                                            absl::StrCat("--gpu=", gpu_of[static_cast<size_t>(r)]),
+                                            absl::StrCat("--gpu_share=", share_of[static_cast<size_t>(r)]),
+                                            // Rank r's own /metrics on the port after the coordinator's (+1 + r).
+                                            absl::StrCat("--metrics_port=", absl::GetFlag(FLAGS_metrics_port) > 0
+                                                                                ? absl::GetFlag(FLAGS_metrics_port) + 1 + r
+                                                                                : 0)};
+    worker_args.insert(worker_args.end(), worker_options.begin(), worker_options.end());
+    children.push_back(Child{absl::StrCat("worker rank ", r), Spawn(worker_args)});
   }
 
   // Up: poll the coordinator's health until it serves, a process dies, or time runs out.

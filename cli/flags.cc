@@ -2,19 +2,18 @@
 
 #include "absl/flags/flag.h"
 
+// The coordinator's and the workers' option tables (serve hands them on; plan, check-golden and
+// generate read some), and what every serving process takes.
+FERRY_COORDINATOR_OPTIONS(FERRY_DEFINE_OPTION)
+FERRY_WORKER_OPTIONS(FERRY_DEFINE_OPTION)
+FERRY_PROCESS_OPTIONS(FERRY_DEFINE_OPTION)
+
 ABSL_FLAG(std::string, model, "", "Checkpoint directory (config.json + safetensors)");
 ABSL_FLAG(std::string, golden, "",
           "check-golden: reference file (default: <model>/golden.safetensors)");
 ABSL_FLAG(double, tolerance, -1,
           "check-golden: largest |logit error| that passes (logit units; -1: 1e-3 in float32; cuda bf16: 0.5 glm_moe_dsa, "
           "1.5 glm5_next)");
-ABSL_FLAG(std::string, device, "cpu", "check-golden, generate --model, serve: where the model runs: cpu, or cuda (one GPU a rank)");
-ABSL_FLAG(std::string, precision, "bf16",
-          "check-golden, generate --model with --device cuda: bf16 (serving) or f32 (float32 activations, "
-          "to verify against the goldens)");
-ABSL_FLAG(bool, fp8_experts, true,
-          "generate --model, serve (--device cuda, bf16): keep experts a checkpoint stores in block-scaled FP8 in "
-          "FP8 and run them as W8A8 (false: upcast them to bf16, the CPU reference's numerics)");
 ABSL_FLAG(int64_t, prefill_chunk, 0,
           "Feed the prompt in pieces of this many tokens (0: one piece)");
 ABSL_FLAG(bool, pin_decisions, true,
@@ -48,13 +47,7 @@ ABSL_FLAG(std::string, gpus, "",
 ABSL_FLAG(int64_t, ranks, 1,
           "plan, serve, check-golden: tensor-parallel width W (ranks, one GPU each; check-golden runs them as "
           "processes on this machine, rank r on GPU r modulo the visible ones)");
-ABSL_FLAG(int64_t, context, 0, "plan, serve: window, tokens a stream (0: the model's max_position_embeddings)");
-ABSL_FLAG(int64_t, parallel, 0,
-          "plan: lanes, streams served at once (the engine's own included; 0: 1); serve: requests at once (0: 16)");
 ABSL_FLAG(double, room_gib, -1, "plan: GiB a rank has for KV after weights and workspace (smallest rank)");
-ABSL_FLAG(std::string, kv_pages, "auto", "plan, serve: KV layout: auto (pages from 2 ranks, bf16), on, off");
-ABSL_FLAG(int64_t, page_size, 512, "plan: tokens a KV page, a power of two from 16 to 1024");
-ABSL_FLAG(double, cache_gib, 16, "plan, serve: prompt cache budget, GiB a rank (0: no prompt cache)");
 ABSL_FLAG(int64_t, mtp_layers, 0, "plan: MTP layers served (each caches rows like an MLA layer)");
 ABSL_FLAG(std::string, kv_cache, "bf16", "plan: latent cache format: bf16 or fp8");
 ABSL_FLAG(double, fixed_mib, -1,
@@ -68,39 +61,3 @@ ABSL_FLAG(std::string, system, "", "chat: a system message opening the conversat
 ABSL_FLAG(bool, think, false, "chat: let the model reason first (the chat template's enable_thinking; /think on|off)");
 ABSL_FLAG(std::string, request_id, "", "generate --server: client request id (default: assigned by the server)");
 ABSL_FLAG(double, timeout_s, 600, "generate --server: deadline of the request (seconds)");
-ABSL_FLAG(std::string, host, "127.0.0.1", "serve: address the coordinator binds to");
-ABSL_FLAG(int32_t, port, 50051, "serve: gRPC port of the coordinator's public API");
-ABSL_FLAG(int32_t, control_port, 0,
-          "serve: gRPC port of the coordinator's control service, where the workers register (0: --port + 1)");
-ABSL_FLAG(int32_t, metrics_port, 9400, "serve: HTTP port of /metrics (0: none)");
-ABSL_FLAG(int32_t, http_port, 8000,
-          "serve: HTTP port of the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, "
-          "/health) on --host (0: none)");
-ABSL_FLAG(std::string, api_key_file, "",
-          "serve: file (mode 0600) whose first line is the key HTTP clients send as Authorization: Bearer KEY "
-          "(empty: none; required when --host is not loopback)");
-ABSL_FLAG(int64_t, max_batch_tokens, 256, "serve: tokens one step may carry");
-ABSL_FLAG(int64_t, max_queue, 64, "serve: requests that may wait for a lane");
-ABSL_FLAG(int64_t, kv_pool_pages, 0,
-          "serve: pages of --page-size tokens in each rank's KV pool (0: the memory plan sizes it)");
-ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
-          "serve: the prompt cache's budget in token rows (-1: the plan's share of --cache-gib; 0: none)");
-ABSL_FLAG(std::string, owner_split, "auto",
-          "plan, serve, check-golden: each conversation's latent rows on one owner rank, queries shipped to it: auto "
-          "(on from two ranks with KV pages; off for check-golden), on (check-golden: prompt k's rows on rank k "
-          "modulo W), off");
-ABSL_FLAG(int64_t, carry_min_tokens, 2048,
-          "serve: with the latent split, a resume whose owner lacks room carries its kept rows to a new owner from "
-          "this many tokens (shorter ones are recomputed)");
-ABSL_FLAG(double, memory_gib, 0,
-          "serve: memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)");
-ABSL_FLAG(double, step_timeout, 60,
-          "serve, check-golden: seconds a step's data-plane transfers may wait for a peer before the step is aborted and the "
-          "worker exits, naming the peer (seconds)");
-ABSL_FLAG(std::string, served_model_name, "",
-          "serve: the name the model is served under (the metrics' model_name label); empty: --model's last path part");
-ABSL_FLAG(double, keepalive_s, 10,
-          "serve: seconds between keepalive pings on the control streams, and to wait for their answer (a "
-          "stopped coordinator or worker is found within about twice this)");
-ABSL_FLAG(double, ready_timeout_s, 300, "serve: seconds to wait for the server to come up (seconds)");
-ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");

@@ -6,12 +6,12 @@
 #include <string>
 
 #include "absl/flags/declare.h"
+#include "coordinator/options.h"
+#include "worker/options.h"
 
 ABSL_DECLARE_FLAG(std::string, model);
 ABSL_DECLARE_FLAG(std::string, golden);
 ABSL_DECLARE_FLAG(double, tolerance);
-ABSL_DECLARE_FLAG(std::string, device);
-ABSL_DECLARE_FLAG(std::string, precision);
 ABSL_DECLARE_FLAG(int64_t, prefill_chunk);
 ABSL_DECLARE_FLAG(bool, pin_decisions);
 ABSL_DECLARE_FLAG(std::string, prompt_ids);
@@ -32,12 +32,7 @@ ABSL_DECLARE_FLAG(std::string, gpus);
 ABSL_DECLARE_FLAG(std::string, logits_out);
 ABSL_DECLARE_FLAG(std::string, logits_against);
 ABSL_DECLARE_FLAG(double, logits_within);
-ABSL_DECLARE_FLAG(int64_t, context);
-ABSL_DECLARE_FLAG(int64_t, parallel);
 ABSL_DECLARE_FLAG(double, room_gib);
-ABSL_DECLARE_FLAG(std::string, kv_pages);
-ABSL_DECLARE_FLAG(int64_t, page_size);
-ABSL_DECLARE_FLAG(double, cache_gib);
 ABSL_DECLARE_FLAG(int64_t, mtp_layers);
 ABSL_DECLARE_FLAG(std::string, kv_cache);
 ABSL_DECLARE_FLAG(double, fixed_mib);
@@ -48,22 +43,3 @@ ABSL_DECLARE_FLAG(std::string, system);
 ABSL_DECLARE_FLAG(bool, think);
 ABSL_DECLARE_FLAG(std::string, request_id);
 ABSL_DECLARE_FLAG(double, timeout_s);
-ABSL_DECLARE_FLAG(std::string, host);
-ABSL_DECLARE_FLAG(int32_t, port);
-ABSL_DECLARE_FLAG(int32_t, control_port);
-ABSL_DECLARE_FLAG(int32_t, metrics_port);
-ABSL_DECLARE_FLAG(int32_t, http_port);
-ABSL_DECLARE_FLAG(std::string, api_key_file);
-ABSL_DECLARE_FLAG(int64_t, max_batch_tokens);
-ABSL_DECLARE_FLAG(int64_t, max_queue);
-ABSL_DECLARE_FLAG(double, ready_timeout_s);
-ABSL_DECLARE_FLAG(double, step_timeout);
-ABSL_DECLARE_FLAG(double, keepalive_s);
-ABSL_DECLARE_FLAG(std::string, served_model_name);
-ABSL_DECLARE_FLAG(bool, fp8_experts);
-ABSL_DECLARE_FLAG(int64_t, kv_pool_pages);
-ABSL_DECLARE_FLAG(int64_t, prompt_cache_tokens);
-ABSL_DECLARE_FLAG(double, memory_gib);
-ABSL_DECLARE_FLAG(std::string, owner_split);
-ABSL_DECLARE_FLAG(int64_t, carry_min_tokens);
-ABSL_DECLARE_FLAG(bool, verbose);

@@ -38,7 +38,7 @@ constexpr char kUsage[] =
     "        [--parallel 16] [--max-batch-tokens 256] [--max-queue 64] [--context N]\n"
     "      launch ferry-coordinator and N local ferry-worker ranks; stop them on ^C\n"
     "  plan (--model DIR | --config FILE) --ranks W --context N --parallel P --room-gib G\n"
-    "       [--kv-pages auto|on|off] [--page-size 512] [--cache-gib 16] [--mtp-layers 0]\n"
+    "       [--kv-pages auto|on|off] [--page-size 512] [--prompt-cache-gib 16] [--mtp-layers 0]\n"
     "       [--kv-cache bf16|fp8] [--fixed-mib X]\n"
     "      the KV memory plan a rank would use (reads config.json only); exits 1 when refused\n"
     "  quantize --format nvfp4|bf16|f32 IN_DIR OUT_DIR\n"

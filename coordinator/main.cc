@@ -1,6 +1,7 @@
 // ferry-coordinator: the public gRPC API, the control plane for the workers, the scheduler and
 // the Prometheus metrics of one Ferry deployment.
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "coordinator/control_service.h"
 #include "coordinator/metrics.h"
 #include "coordinator/openai_api.h"
+#include "coordinator/options.h"
 #include "coordinator/pool.h"
 #include "coordinator/scheduler.h"
 #include "model/checkpoint.h"
@@ -31,49 +33,15 @@
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 
-ABSL_FLAG(std::string, model, "", "Checkpoint directory (the coordinator reads only config.json)");
+// The coordinator's options (coordinator/options.h) and those every serving process takes
+// (common/options.h) come from their tables; these are the coordinator's own.
+FERRY_COORDINATOR_OPTIONS(FERRY_DEFINE_OPTION)
+FERRY_PROCESS_OPTIONS(FERRY_DEFINE_OPTION)
+ABSL_FLAG(std::string, model, "", "Checkpoint directory (the coordinator reads config.json, tokenizer.json and the chat template)");
 ABSL_FLAG(int32_t, ranks, 1, "Worker ranks (tensor-parallel width) to wait for");
-ABSL_FLAG(std::string, host, "127.0.0.1", "Address the gRPC and metrics servers bind to");
-ABSL_FLAG(int32_t, port, 50051, "gRPC port of the public API (ferry.v1.Ferry and health)");
-ABSL_FLAG(int32_t, control_port, 0,
-          "gRPC port of the control service the workers register on (0: --port + 1); on --host too");
-ABSL_FLAG(int32_t, metrics_port, 9400, "HTTP port of /metrics (0: no metrics server)");
-ABSL_FLAG(int32_t, http_port, 0,
-          "HTTP port of the OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health) "
-          "on --host (0: none)");
-ABSL_FLAG(std::string, api_key_file, "",
-          "File (mode 0600) whose first line is the key HTTP clients must send (Authorization: Bearer KEY); "
-          "empty: none. Required when --http-port listens beyond loopback");
-ABSL_FLAG(int64_t, max_batch_tokens, 256, "Tokens one step may carry (decode rows + prefill chunks)");
-ABSL_FLAG(int64_t, parallel, 16, "Requests holding a lane at once");
-ABSL_FLAG(int64_t, max_queue, 64, "Requests that may wait for a lane; past it requests get RESOURCE_EXHAUSTED");
-ABSL_FLAG(int64_t, context, 0, "Context length in tokens (prompt + generated); 0: the model's max_position_embeddings");
-ABSL_FLAG(int64_t, kv_pool_pages, 0,
-          "Pages in each rank's KV arena (0: the memory plan sizes the pool from the room the workers report)");
-ABSL_FLAG(std::string, kv_pages, "auto",
-          "KV layout: auto (pages from two ranks, windows at one), on (pages), off (a whole window a lane)");
-ABSL_FLAG(double, prompt_cache_gib, 16.0, "The prompt cache's budget a rank in GiB (0: no prompt cache)");
-ABSL_FLAG(int64_t, prompt_cache_tokens, -1,
-          "The prompt cache's budget in token rows (-1: the plan's share of --prompt-cache-gib; 0: none)");
-ABSL_FLAG(std::string, owner_split, "auto",
-          "Keep each conversation's MLA latent rows on one owner rank; the others ship their queries to it "
-          "(the owner split, docs/owner-split.md): auto (on from two ranks with KV pages), on, off");
-ABSL_FLAG(int64_t, carry_min_tokens, 2048,
-          "Latent split: a resume whose owner lacks room moves its kept rows to a new owner from this many "
-          "tokens; shorter ones are recomputed");
-ABSL_FLAG(int64_t, page_size, 512, "Tokens a KV page holds (a power of two from 16 to 1024)");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the cluster token the workers must present (mode 0600); empty: FERRY_CLUSTER_TOKEN, "
           "or none. Required when --host is not loopback");
-ABSL_FLAG(int32_t, ready_timeout_s, 300, "Seconds to wait for every worker to register and load (seconds)");
-ABSL_FLAG(std::string, served_model_name, "",
-          "The name the model is served under (the metrics' model_name label); empty: --model's last path part");
-ABSL_FLAG(double, step_timeout, 60,
-          "The workers' --step-timeout (seconds): a rank that has not answered a step 5 s past it is dead");
-ABSL_FLAG(double, keepalive_s, 10,
-          "Seconds between keepalive pings to each connection, and to wait for their answer: a worker that "
-          "stops answering loses its control stream (and is dead)");
-ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
 namespace {
 
@@ -161,9 +129,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!(absl::GetFlag(FLAGS_step_timeout) > 0 && absl::GetFlag(FLAGS_step_timeout) <= 86400) ||
-      !(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600)) {
-    fprintf(stderr, "ferry-coordinator: need --step-timeout in (0, 86400] s (got %g), --keepalive-s in [0.1, 3600] (got %g)\n",
-            absl::GetFlag(FLAGS_step_timeout), absl::GetFlag(FLAGS_keepalive_s));
+      !(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600) ||
+      !(absl::GetFlag(FLAGS_ready_timeout_s) > 0 && absl::GetFlag(FLAGS_ready_timeout_s) <= 86400)) {
+    fprintf(stderr,
+            "ferry-coordinator: need --step-timeout in (0, 86400] s (got %g), --keepalive-s in [0.1, 3600] (got %g), "
+            "--ready-timeout-s in (0, 86400] (got %g)\n",
+            absl::GetFlag(FLAGS_step_timeout), absl::GetFlag(FLAGS_keepalive_s), absl::GetFlag(FLAGS_ready_timeout_s));
     return 2;
   }
   if (opts.carry_min_tokens < 0) {
@@ -194,7 +165,7 @@ int main(int argc, char** argv) {
     }
   }
   coordinator::ControlService control(dir, world, config->vocab_size, opts.page_size,
-                                      std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s)), &metrics);
+                                      std::chrono::seconds(static_cast<int64_t>(std::ceil(absl::GetFlag(FLAGS_ready_timeout_s)))), &metrics);
   control.RequireToken(*token);
   coordinator::Scheduler scheduler(opts, &control, &metrics);
   std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs
@@ -326,7 +297,7 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   // The main thread alone starts the scheduler and sets the health, so the two never race.
-  const auto ready_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(absl::GetFlag(FLAGS_ready_timeout_s));
+  const auto ready_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_ready_timeout_s) * 1000));
   bool started = false, failed = false;
   int exit_code = 0;
   while (g_signal == 0) {

@@ -36,36 +36,26 @@
 #include "model/cuda/load_cuda.h"
 #endif
 #include "worker/exit_status.h"
+#include "worker/options.h"
 #include "worker/step_executor.h"
 #include "step/step_proto.h"
 
+// The rank-independent options (worker/options.h) and those every serving process takes
+// (common/options.h) come from their tables; these are a worker's own.
+FERRY_WORKER_OPTIONS(FERRY_DEFINE_OPTION)
+FERRY_PROCESS_OPTIONS(FERRY_DEFINE_OPTION)
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50052",
           "The coordinator's control service (host:port: its --host and --control-port)");
 ABSL_FLAG(int32_t, rank, 0, "This worker's rank");
 ABSL_FLAG(int32_t, world, 1, "Ranks in the group (the coordinator's --ranks)");
 ABSL_FLAG(std::string, token_file, "",
           "File holding the cluster token (mode 0600); empty: FERRY_CLUSTER_TOKEN, or none");
-ABSL_FLAG(int32_t, connect_timeout_s, 60, "Seconds to wait for the coordinator and the peers (seconds)");
-ABSL_FLAG(double, memory_gib, 0,
-          "Memory this rank may use for weights and caches, GiB (0: the host's available memory over --world)");
-ABSL_FLAG(std::string, device, "cpu", "Where this rank's model runs: cpu, or cuda (one GPU, --gpu)");
 ABSL_FLAG(int32_t, gpu, -1, "--device cuda: the GPU this rank runs on (-1: rank modulo the visible GPUs)");
 ABSL_FLAG(int32_t, gpu_share, 0,
           "--device cuda: ranks of the group on this rank's GPU, which split its free memory (0: as rank modulo the "
           "visible GPUs places them)");
-ABSL_FLAG(std::string, precision, "bf16", "--device cuda: bf16 (serving) or f32 (float32 activations)");
-ABSL_FLAG(bool, fp8_experts, true,
-          "--device cuda, bf16: keep experts a checkpoint stores in block-scaled FP8 in FP8 (W8A8); false upcasts "
-          "them to bf16");
-ABSL_FLAG(double, step_timeout, 60,
-          "Seconds a step's data-plane transfers (the tensor-parallel reductions, the owner exchange, carries) may "
-          "wait for a peer; past it the step is aborted and the worker exits (status 3) naming the step and the peer");
-ABSL_FLAG(double, keepalive_s, 10,
-          "Seconds between keepalive pings to the coordinator, and to wait for their answer: past it the "
-          "coordinator is taken as gone and the worker exits");
 ABSL_FLAG(int32_t, metrics_port, 0, "HTTP port of this worker's /metrics (0: none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics binds to");
-ABSL_FLAG(bool, verbose, false, "Log debug lines to stderr");
 
 namespace cpb = ferry::control::v1;
 

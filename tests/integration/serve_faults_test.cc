@@ -1,6 +1,7 @@
 // The serving system's failure and refusal paths, as users meet them: cancellation and Abort,
 // bad requests, a full admission queue, a killed or dead worker, a worker without the cluster
 // token (real coordinator and worker processes on loopback, through the gRPC API).
+#include <algorithm>
 #include <dirent.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -506,6 +507,33 @@ TEST_CASE("serve: the cluster token never appears on a command line", "[serve]")
     CHECK_FALSE(args.empty());
     CHECK(args.find(token) == std::string::npos);
     CHECK(args.find("cluster") == std::string::npos);
+  }
+}
+
+TEST_CASE("serve: every option of the coordinator's and the workers' tables reaches them as given", "[serve]") {
+  Server server(kDsa, 2, {"--connect-timeout-s", "17", "--ready-timeout-s", "55.5", "--prompt-cache-gib", "0.5",
+                          "--carry-min-tokens", "999", "--served-model-name", "tiny"});
+  REQUIRE(server.serving());
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  auto args_of = [](pid_t pid) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string a((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(a.begin(), a.end(), '\0', ' ');
+    return a;
+  };
+  const std::string coordinator = args_of(server.CoordinatorPid());
+  INFO(coordinator);
+  for (const char* want : {"--ready_timeout_s=55.5", "--prompt_cache_gib=0.5", "--carry_min_tokens=999",
+                           "--served_model_name=tiny", "--http_port=", "--keepalive_s=10"}) {
+    CHECK(coordinator.find(want) != std::string::npos);
+  }
+  for (const auto& r : info->ranks()) {
+    const std::string worker = args_of(static_cast<pid_t>(r.pid()));
+    INFO(worker);
+    CHECK(worker.find("--connect_timeout_s=17") != std::string::npos);
+    CHECK(worker.find("--device=cpu") != std::string::npos);
+    CHECK(worker.find("--step_timeout=60") != std::string::npos);
   }
 }
 

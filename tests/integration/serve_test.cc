@@ -65,7 +65,7 @@ RankBytes ProbeRank(std::vector<std::string> shape) {
   RankBytes b{(int64_t{1} << 30) - info->ranks(0).room_bytes(), info->ranks(0).page_bytes(),
               info->ranks(0).latent_page_bytes()};
   CHECK(info->kv_pages() * b.page <= info->ranks(0).room_bytes());
-  CHECK(info->prompt_cache_tokens() == 0);  // every shape here passes --cache-gib 0
+  CHECK(info->prompt_cache_tokens() == 0);  // every shape here passes --prompt-cache-gib 0
   REQUIRE(b.weights > 0);
   REQUIRE(b.page > 0);
   return b;
@@ -255,7 +255,7 @@ TEST_CASE("serve: the memory plan sizes the pool from the workers' room - and a 
           "[serve][kvpool]") {
   // The replicated layout's plan (the split's is the next tests').
   const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--max-batch-tokens", "32",
-                                          "--parallel", "4", "--cache-gib", "0", "--owner-split", "off"};
+                                          "--parallel", "4", "--prompt-cache-gib", "0", "--owner-split", "off"};
   // First learn what a rank's weights and a page take (the worker reports room = memory - weights).
   const RankBytes b = ProbeRank(shape);
   // Room for 12.5 pages: the engine's own window (96 / 16 + 1 = 7 pages), a page for each of the
@@ -328,7 +328,7 @@ TEST_CASE("serve: with the latent split (on by default from 2 ranks) - 2 ranks g
 TEST_CASE("serve: the latent split serves - in a room the replicated layout refuses - the tokens of one rank",
           "[serve][owner_split][kvpool]") {
   const std::vector<std::string> shape = {"--page-size", "16", "--context", "96", "--parallel", "4",
-                                          "--cache-gib", "0", "--max-batch-tokens", "48"};
+                                          "--prompt-cache-gib", "0", "--max-batch-tokens", "48"};
   const RankBytes b = ProbeRank(shape);
   REQUIRE(b.latent > 0);
   REQUIRE(b.latent < b.page);

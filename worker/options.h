@@ -1,0 +1,21 @@
+// A worker's options that do not depend on its rank (common/options.h: defined by ferry-worker
+// and by `ferry`, whose serve hands them all to every worker it starts; check-golden and
+// generate read the device ones).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/options.h"
+
+#define FERRY_WORKER_OPTIONS(X)                                                                             \
+  X(std::string, device, "cpu", "Where the model runs: cpu, or cuda (one GPU a rank)")                      \
+  X(std::string, precision, "bf16", "--device cuda: bf16 (serving) or f32 (float32 activations, for goldens)") \
+  X(bool, fp8_experts, true,                                                                                \
+    "--device cuda, bf16: keep experts a checkpoint stores in block-scaled FP8 in FP8 and run them as W8A8 " \
+    "(false: upcast them to bf16, the CPU reference's numerics)")                                          \
+  X(double, memory_gib, 0,                                                                                  \
+    "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)")        \
+  X(int32_t, connect_timeout_s, 60, "Seconds a worker waits for the coordinator and its peers")
+
+FERRY_WORKER_OPTIONS(FERRY_DECLARE_OPTION)
