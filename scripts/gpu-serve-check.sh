@@ -36,7 +36,7 @@ for model in glm-dsa-tiny glm5next-tiny; do
     port=$((port + 1)); metrics=$((metrics + 2))
     log="$out/serve-$model-$precision.log"
     ferry serve --model "tests/data/$model" --ranks 1 --device cuda --precision "$precision" --port "$port" \
-      --metrics-port "$metrics" > "$log" 2>&1 &
+      --metrics-port "$metrics" --http-port 0 > "$log" 2>&1 &
     pid=$!
     if ! wait_serving "$port"; then
       echo "$model $precision: not serving (log: $log)"; tail -5 "$log"; status=1
@@ -80,7 +80,7 @@ for model in glm-dsa-tiny glm5next-tiny; do
 port=$((port + 1)); metrics=$((metrics + 4))
 log="$out/serve-$model-f32-ranks2.log"
 ferry serve --model "tests/data/$model" --ranks 2 --device cuda --precision f32 --port "$port" \
-  --metrics-port "$metrics" --page-size 16 --context 128 --max-batch-tokens 48 > "$log" 2>&1 &
+  --metrics-port "$metrics" --http-port 0 --page-size 16 --context 128 --max-batch-tokens 48 > "$log" 2>&1 &
 pid=$!
 if ! wait_serving "$port"; then
   echo "$model f32 ranks 2: not serving (log: $log)"; tail -5 "$log"; status=1

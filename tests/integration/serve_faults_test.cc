@@ -377,7 +377,7 @@ TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails request
   const std::string coord_log = testing::TempLog("ferry-coord"), w0_log = testing::TempLog("ferry-w0"),
                     w1_log = testing::TempLog("ferry-w1");
   testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "2", "--port", std::to_string(port),
-                          "--control-port", std::to_string(port + 1), "--metrics-port", "0"},
+                          "--control-port", std::to_string(port + 1), "--metrics-port", "0", "--http-port", "0"},
                          coord_log);
   testing::Process w0({bin + "/ferry-worker", "--coordinator", control, "--rank", "0", "--world", "2"}, w0_log);
   testing::Process w1({bin + "/ferry-worker", "--coordinator", control, "--rank", "1", "--world", "2"}, w1_log);
@@ -438,7 +438,8 @@ TEST_CASE("coordinator: a worker without the cluster token cannot register", "[s
   const std::string coord_log = testing::TempLog("ferry-coord"), bad_log = testing::TempLog("ferry-wbad"),
                     good_log = testing::TempLog("ferry-wgood");
   testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "1", "--port", std::to_string(port),
-                          "--control-port", std::to_string(port + 1), "--metrics-port", "0", "--token-file", secret},
+                          "--control-port", std::to_string(port + 1), "--metrics-port", "0", "--http-port", "0",
+                          "--token-file", secret},
                          coord_log);
   testing::Process bad({bin + "/ferry-worker", "--coordinator", control, "--rank", "0", "--token-file", guess}, bad_log);
   int status = 0;
