@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/args.h"
 #include "common/cluster_token.h"
 #include "common/log.h"
@@ -47,6 +49,127 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 void OnSignal(int sig) { g_signal = sig; }
+
+// The model's text assets, each when its directory has it: the tokenizer (requests may then carry
+// text) and the chat template (they may then carry a conversation). A malformed one, or a
+// tokenizer with ids beyond the model's vocabulary, stops the start.
+struct TextAssets {
+  std::optional<ferry::text::Tokenizer> tokenizer;
+  std::optional<ferry::text::ChatTemplate> chat_template;
+};
+
+absl::StatusOr<TextAssets> LoadTextAssets(const std::string& dir, int64_t vocab) {
+  using namespace ferry;
+  TextAssets out;
+  if (const std::string path = dir + "/tokenizer.json"; std::filesystem::exists(path)) {
+    absl::StatusOr<text::Tokenizer> loaded = text::Tokenizer::Load(path);
+    if (!loaded.ok()) return loaded.status();
+    if (loaded->vocab_size() > vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(path, " has ids up to ", loaded->vocab_size() - 1,
+                                                     "; the model's vocabulary is ", vocab));
+    }
+    out.tokenizer = std::move(*loaded);
+    FERRY_LOG(INFO) << "tokenizer: " << path << " (" << out.tokenizer->vocab_size() << " ids)";
+  } else {
+    FERRY_LOG(INFO) << "no tokenizer.json in " << dir << ": requests carry token ids only";
+  }
+  absl::StatusOr<std::string> source = text::ReadChatTemplate(dir);
+  if (!source.ok()) {
+    return source.status().code() == absl::StatusCode::kNotFound ? absl::StatusOr<TextAssets>(std::move(out))
+                                                                  : source.status();
+  }
+  absl::StatusOr<text::ChatTemplate> parsed = text::ChatTemplate::Parse(*source);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("the chat template of ", dir, ": ", parsed.status().message()));
+  }
+  out.chat_template = std::move(*parsed);
+  FERRY_LOG(INFO) << "chat template: " << source->size() << " bytes";
+  return out;
+}
+
+// Starts the OpenAI-compatible API on --host:--http-port for the OpenAiApi that `make` builds from
+// the options (the API key read from --api-key-file, which a port beyond loopback requires).
+absl::StatusOr<std::unique_ptr<ferry::HttpServer>> StartOpenAi(
+    const std::string& host, ferry::coordinator::OpenAiOptions options,
+    const std::function<ferry::coordinator::OpenAiApi*(ferry::coordinator::OpenAiOptions)>& make) {
+  using namespace ferry;
+  if (!absl::GetFlag(FLAGS_api_key_file).empty()) {
+    absl::StatusOr<std::string> key = ReadSecretFile(absl::GetFlag(FLAGS_api_key_file), "--api-key-file");
+    if (!key.ok()) return key.status();
+    options.api_key = *key;
+  } else if (!IsLoopbackHost(host)) {
+    return absl::InvalidArgumentError(absl::StrCat("--http-port on --host ", host,
+                                                   " listens beyond this machine: give --api-key-file so that only "
+                                                   "your clients can use it"));
+  }
+  coordinator::OpenAiApi* api = make(std::move(options));
+  absl::StatusOr<std::unique_ptr<HttpServer>> started =
+      HttpServer::Start(host, absl::GetFlag(FLAGS_http_port),
+                        [api](const HttpRequest& req, HttpResponse& resp) { api->Handle(req, resp); },
+                        HttpServer::Options{}, "the OpenAI API");
+  if (started.ok()) FERRY_LOG(INFO) << "OpenAI-compatible API on http://" << host << ":" << (*started)->port() << "/v1";
+  return started;
+}
+
+// The scheduler's options and the pool's request from the flags and the model's config; an
+// error names every flag out of range with its value.
+struct StartOptions {
+  ferry::coordinator::SchedulerOptions opts;
+  ferry::coordinator::PoolRequest pool_req;
+};
+
+absl::StatusOr<StartOptions> ReadStartOptions(const ferry::model::ModelConfig& config, int world) {
+  using namespace ferry;
+  StartOptions start;
+  coordinator::SchedulerOptions& opts = start.opts;
+  coordinator::PoolRequest& pool_req = start.pool_req;
+  opts.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  opts.max_running = absl::GetFlag(FLAGS_parallel);
+  opts.max_queue = absl::GetFlag(FLAGS_max_queue);
+  opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config.max_position_embeddings;
+  opts.page_size = absl::GetFlag(FLAGS_page_size);
+  opts.prompt_cache_any_prefix = !config.has_linear_attention();
+  opts.world = world;
+  opts.carry_min_tokens = absl::GetFlag(FLAGS_carry_min_tokens);
+  pool_req.explicit_pages = absl::GetFlag(FLAGS_kv_pool_pages);
+  pool_req.explicit_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
+  pool_req.cache_budget_bytes =
+      static_cast<int64_t>(absl::GetFlag(FLAGS_prompt_cache_gib) * static_cast<double>(kvpool::kGiB));
+  absl::StatusOr<kvpool::KvPages> mode = kvpool::ParseKvPages(absl::GetFlag(FLAGS_kv_pages));
+  if (!mode.ok()) return absl::InvalidArgumentError(absl::StrCat("--kv-pages: ", mode.status().message()));
+  pool_req.mode = *mode;
+  auto split = kvpool::ParseOwnerSplit(absl::GetFlag(FLAGS_owner_split));
+  if (!split.ok()) return split.status();
+  pool_req.owner_split = *split;
+  if (absl::Status st = model::ValidateCacheOptions(model::CacheOptions{opts.page_size, -1});
+      !st.ok() || pool_req.explicit_pages < 0 || pool_req.explicit_cache_tokens < -1 ||
+      absl::GetFlag(FLAGS_prompt_cache_gib) < 0 || absl::GetFlag(FLAGS_prompt_cache_gib) > 1048576) {
+    return absl::InvalidArgumentError(absl::StrFormat("--page-size %lld: %s; need --kv-pool-pages >= 0 (got %lld), --prompt-cache-tokens >= -1 "
+            "(got %lld), --prompt-cache-gib in [0, 1048576] (got %g)",
+            static_cast<long long>(opts.page_size), st.ok() ? std::string("ok") : std::string(st.message()),
+            static_cast<long long>(pool_req.explicit_pages), static_cast<long long>(pool_req.explicit_cache_tokens),
+            absl::GetFlag(FLAGS_prompt_cache_gib)));
+  }
+  if (opts.max_running < 1 || opts.max_batch_tokens < opts.max_running || opts.max_queue < 0 || opts.max_context < 2) {
+    // Every running request needs its decode row in each step, so the budget covers the lanes.
+    return absl::InvalidArgumentError(absl::StrFormat("need --parallel >= 1 (got %lld), --max-batch-tokens >= --parallel (got %lld), "
+            "--max-queue >= 0 (got %lld), --context >= 2 (got %lld)",
+            static_cast<long long>(opts.max_running), static_cast<long long>(opts.max_batch_tokens),
+            static_cast<long long>(opts.max_queue), static_cast<long long>(opts.max_context)));
+  }
+  if (!(absl::GetFlag(FLAGS_step_timeout) > 0 && absl::GetFlag(FLAGS_step_timeout) <= 86400) ||
+      !(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600) ||
+      !(absl::GetFlag(FLAGS_ready_timeout_s) > 0 && absl::GetFlag(FLAGS_ready_timeout_s) <= 86400)) {
+    return absl::InvalidArgumentError(absl::StrFormat("need --step-timeout in (0, 86400] s (got %g), --keepalive-s in [0.1, 3600] (got %g), "
+            "--ready-timeout-s in (0, 86400] (got %g)",
+            absl::GetFlag(FLAGS_step_timeout), absl::GetFlag(FLAGS_keepalive_s), absl::GetFlag(FLAGS_ready_timeout_s)));
+  }
+  if (opts.carry_min_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("need --carry-min-tokens >= 0 (got %lld)",
+                                                      static_cast<long long>(opts.carry_min_tokens)));
+  }
+  return start;
+}
 
 }  // namespace
 
@@ -80,68 +203,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ferry-coordinator: %s\n", std::string(config.status().message()).c_str());
     return 2;
   }
-  coordinator::SchedulerOptions opts;
-  opts.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
-  opts.max_running = absl::GetFlag(FLAGS_parallel);
-  opts.max_queue = absl::GetFlag(FLAGS_max_queue);
-  opts.max_context = absl::GetFlag(FLAGS_context) > 0 ? absl::GetFlag(FLAGS_context) : config->max_position_embeddings;
-  opts.page_size = absl::GetFlag(FLAGS_page_size);
-  opts.prompt_cache_any_prefix = !config->has_linear_attention();
-  opts.world = world;
-  opts.carry_min_tokens = absl::GetFlag(FLAGS_carry_min_tokens);
-  coordinator::PoolRequest pool_req;
-  pool_req.explicit_pages = absl::GetFlag(FLAGS_kv_pool_pages);
-  pool_req.explicit_cache_tokens = absl::GetFlag(FLAGS_prompt_cache_tokens);
-  pool_req.cache_budget_bytes =
-      static_cast<int64_t>(absl::GetFlag(FLAGS_prompt_cache_gib) * static_cast<double>(kvpool::kGiB));
-  {
-    auto mode = kvpool::ParseKvPages(absl::GetFlag(FLAGS_kv_pages));
-    if (!mode.ok()) {
-      fprintf(stderr, "ferry-coordinator: --kv-pages: %s\n", std::string(mode.status().message()).c_str());
-      return 2;
-    }
-    pool_req.mode = *mode;
-    auto split = kvpool::ParseOwnerSplit(absl::GetFlag(FLAGS_owner_split));
-    if (!split.ok()) {
-      fprintf(stderr, "ferry-coordinator: %s\n", std::string(split.status().message()).c_str());
-      return 2;
-    }
-    pool_req.owner_split = *split;
-  }
-  if (absl::Status st = model::ValidateCacheOptions(model::CacheOptions{opts.page_size, -1});
-      !st.ok() || pool_req.explicit_pages < 0 || pool_req.explicit_cache_tokens < -1 ||
-      absl::GetFlag(FLAGS_prompt_cache_gib) < 0 || absl::GetFlag(FLAGS_prompt_cache_gib) > 1048576) {
-    fprintf(stderr,
-            "ferry-coordinator: --page-size %lld: %s; need --kv-pool-pages >= 0 (got %lld), --prompt-cache-tokens >= -1 "
-            "(got %lld), --prompt-cache-gib in [0, 1048576] (got %g)\n",
-            static_cast<long long>(opts.page_size), st.ok() ? "ok" : std::string(st.message()).c_str(),
-            static_cast<long long>(pool_req.explicit_pages), static_cast<long long>(pool_req.explicit_cache_tokens),
-            absl::GetFlag(FLAGS_prompt_cache_gib));
+  absl::StatusOr<StartOptions> start = ReadStartOptions(*config, world);
+  if (!start.ok()) {
+    fprintf(stderr, "ferry-coordinator: %s\n", std::string(start.status().message()).c_str());
     return 2;
   }
-  if (opts.max_running < 1 || opts.max_batch_tokens < opts.max_running || opts.max_queue < 0 || opts.max_context < 2) {
-    // Every running request needs its decode row in each step, so the budget covers the lanes.
-    fprintf(stderr,
-            "ferry-coordinator: need --parallel >= 1 (got %lld), --max-batch-tokens >= --parallel (got %lld), "
-            "--max-queue >= 0 (got %lld), --context >= 2 (got %lld)\n",
-            static_cast<long long>(opts.max_running), static_cast<long long>(opts.max_batch_tokens),
-            static_cast<long long>(opts.max_queue), static_cast<long long>(opts.max_context));
-    return 2;
-  }
-  if (!(absl::GetFlag(FLAGS_step_timeout) > 0 && absl::GetFlag(FLAGS_step_timeout) <= 86400) ||
-      !(absl::GetFlag(FLAGS_keepalive_s) >= 0.1 && absl::GetFlag(FLAGS_keepalive_s) <= 3600) ||
-      !(absl::GetFlag(FLAGS_ready_timeout_s) > 0 && absl::GetFlag(FLAGS_ready_timeout_s) <= 86400)) {
-    fprintf(stderr,
-            "ferry-coordinator: need --step-timeout in (0, 86400] s (got %g), --keepalive-s in [0.1, 3600] (got %g), "
-            "--ready-timeout-s in (0, 86400] (got %g)\n",
-            absl::GetFlag(FLAGS_step_timeout), absl::GetFlag(FLAGS_keepalive_s), absl::GetFlag(FLAGS_ready_timeout_s));
-    return 2;
-  }
-  if (opts.carry_min_tokens < 0) {
-    fprintf(stderr, "ferry-coordinator: need --carry-min-tokens >= 0 (got %lld)\n",
-            static_cast<long long>(opts.carry_min_tokens));
-    return 2;
-  }
+  coordinator::SchedulerOptions opts = start->opts;
+  const coordinator::PoolRequest pool_req = start->pool_req;
 
   coordinator::Metrics metrics(world, served_model_name);
   const std::string host = absl::GetFlag(FLAGS_host);
@@ -169,43 +237,16 @@ int main(int argc, char** argv) {
   control.RequireToken(*token);
   coordinator::Scheduler scheduler(opts, &control, &metrics);
   std::atomic<bool> accepting{false};  // set once every rank is ready and the scheduler runs
-  // The model's tokenizer, when its directory has one: requests may then carry text. A malformed
-  // one stops the start (a missing one serves ids only).
-  std::optional<text::Tokenizer> tokenizer;
-  if (const std::string path = dir + "/tokenizer.json"; std::filesystem::exists(path)) {
-    auto loaded = text::Tokenizer::Load(path);
-    if (!loaded.ok()) {
-      fprintf(stderr, "ferry-coordinator: %s\n", std::string(loaded.status().message()).c_str());
-      return 2;
-    }
-    if (loaded->vocab_size() > config->vocab_size) {
-      fprintf(stderr, "ferry-coordinator: %s has ids up to %lld; the model's vocabulary is %lld\n", path.c_str(),
-              static_cast<long long>(loaded->vocab_size() - 1), static_cast<long long>(config->vocab_size));
-      return 2;
-    }
-    tokenizer = std::move(*loaded);
-    FERRY_LOG(INFO) << "tokenizer: " << path << " (" << tokenizer->vocab_size() << " ids)";
-  } else {
-    FERRY_LOG(INFO) << "no tokenizer.json in " << dir << ": requests carry token ids only";
-  }
-  coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting, tokenizer ? &*tokenizer : nullptr);
-  // The model's chat template, when it has one (and a tokenizer): chat requests need both.
-  std::optional<text::ChatTemplate> chat_template;
-  if (absl::StatusOr<std::string> source = text::ReadChatTemplate(dir); source.ok()) {
-    absl::StatusOr<text::ChatTemplate> parsed = text::ChatTemplate::Parse(*source);
-    if (!parsed.ok()) {
-      fprintf(stderr, "ferry-coordinator: the chat template of %s: %s\n", dir.c_str(),
-              std::string(parsed.status().message()).c_str());
-      return 2;
-    }
-    chat_template = std::move(*parsed);
-    api.SetChatTemplate(&*chat_template);
-    FERRY_LOG(INFO) << "chat template: " << source->size() << " bytes";
-  } else if (source.status().code() != absl::StatusCode::kNotFound) {
-    fprintf(stderr, "ferry-coordinator: %s\n", std::string(source.status().message()).c_str());
+  absl::StatusOr<TextAssets> text_assets = LoadTextAssets(dir, config->vocab_size);
+  if (!text_assets.ok()) {
+    fprintf(stderr, "ferry-coordinator: %s\n", std::string(text_assets.status().message()).c_str());
     return 2;
   }
-  // The OpenAI-compatible HTTP API, started with the gRPC servers below.
+  const text::Tokenizer* tokenizer = text_assets->tokenizer ? &*text_assets->tokenizer : nullptr;
+  const text::ChatTemplate* chat_template = text_assets->chat_template ? &*text_assets->chat_template : nullptr;
+  coordinator::ApiService api(*config, dir, &scheduler, &control, &accepting, tokenizer);
+  api.SetChatTemplate(chat_template);
+  // The OpenAI-compatible HTTP API (with --http-port), started with the gRPC servers below.
   std::unique_ptr<coordinator::OpenAiApi> openai;
   std::unique_ptr<HttpServer> http;
   if (absl::GetFlag(FLAGS_http_port) > 0) {
@@ -213,32 +254,17 @@ int main(int argc, char** argv) {
     o.served_model_name = served_model_name;
     o.generation_defaults = coordinator::ReadGenerationDefaults(dir);
     o.max_context = opts.max_context;
-    if (!absl::GetFlag(FLAGS_api_key_file).empty()) {
-      absl::StatusOr<std::string> key = ReadSecretFile(absl::GetFlag(FLAGS_api_key_file), "--api-key-file");
-      if (!key.ok()) {
-        fprintf(stderr, "ferry-coordinator: %s\n", std::string(key.status().message()).c_str());
-        return 2;
-      }
-      o.api_key = *key;
-    } else if (!IsLoopbackHost(host)) {
-      fprintf(stderr,
-              "ferry-coordinator: --http-port on --host %s listens beyond this machine: give --api-key-file so that "
-              "only your clients can use it\n",
-              host.c_str());
-      return 2;
-    }
-    openai = std::make_unique<coordinator::OpenAiApi>(&api, *config, tokenizer ? &*tokenizer : nullptr,
-                                                      chat_template ? &*chat_template : nullptr, &accepting, o);
-    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
-        host, absl::GetFlag(FLAGS_http_port),
-        [p = openai.get()](const HttpRequest& req, HttpResponse& resp) { p->Handle(req, resp); },
-        HttpServer::Options{}, "the OpenAI API");
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = StartOpenAi(
+        host, std::move(o), [&](coordinator::OpenAiOptions o2) {
+          openai = std::make_unique<coordinator::OpenAiApi>(&api, *config, tokenizer, chat_template, &accepting,
+                                                            std::move(o2));
+          return openai.get();
+        });
     if (!started.ok()) {
       fprintf(stderr, "ferry-coordinator: %s\n", std::string(started.status().message()).c_str());
       return 2;
     }
     http = std::move(*started);
-    FERRY_LOG(INFO) << "OpenAI-compatible API on http://" << host << ":" << http->port() << "/v1";
   }
 
   control.SetStepDeadline(std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_step_timeout) * 1000) + 5000));
