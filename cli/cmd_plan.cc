@@ -14,6 +14,7 @@
 #include "kvpool/plan.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/kv_bytes.h"
 
 namespace ferry::cli {
 namespace {
@@ -54,7 +55,7 @@ int RunPlan() {
   if (!dtype.ok()) return Fail(2, std::string(dtype.status().message()));
   auto layout = kvpool::ResolveLayout(*mode, ranks, *dtype);
   if (!layout.ok()) return Fail(2, std::string(layout.status().message()));
-  auto bpt = kvpool::BytesPerTokenPerRank(*config, *dtype, absl::GetFlag(FLAGS_mtp_layers));
+  auto bpt = model::BytesPerTokenPerRank(*config, *dtype, absl::GetFlag(FLAGS_mtp_layers));
   if (!bpt.ok()) return Fail(2, std::string(bpt.status().message()));
 
   kvpool::PlanInput in;
@@ -83,7 +84,7 @@ int RunPlan() {
   const double fixed_mib = absl::GetFlag(FLAGS_fixed_mib);
   std::string fixed_source;
   if (fixed_mib < 0 && std::isfinite(fixed_mib)) {
-    auto fixed = kvpool::FixedBytesPerStreamPerRank(*config, ranks);
+    auto fixed = model::FixedBytesPerStreamPerRank(*config, ranks);
     if (!fixed.ok()) return Fail(2, std::string(fixed.status().message()));
     in.fixed_bytes = *fixed;
     fixed_source = config->has_linear_attention()

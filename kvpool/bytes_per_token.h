@@ -1,5 +1,7 @@
-// What one token and one stream cost a rank in KV memory, from the model configuration. These two
-// numbers feed the memory plan (kvpool/plan.h); nothing here touches a device.
+// What one token and one stream cost a rank in KV memory: the formats and the two numbers the
+// memory plan (kvpool/plan.h) takes. model/kv_bytes.h computes them from a model's
+// configuration (kvpool/ reads no model; the model's paged cache keeps its pages with
+// kvpool/page_books.h). Nothing here touches a device.
 //
 // A token's rows, per rank, for every layer that caches attention rows (the config's MLA layers,
 // i.e. layer_types == deepseek_sparse_attention, plus the MTP layers the caller names):
@@ -21,7 +23,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "model/config.h"
 
 namespace ferry::kvpool {
 
@@ -48,22 +49,5 @@ struct BytesPerToken {
   int64_t replicated = 0;  // pooled indexer keys: kept on every rank in every design
   int64_t total() const { return latent + replicated; }
 };
-
-// REQUIRES: 0 <= mtp_layers <= 16 (each MTP layer is one more MLA layer with a full indexer;
-//           the count is an input because config.json does not say how many are served).
-// Errors: INVALID_ARGUMENT for mtp_layers out of range, a config with no MLA layer and no MTP
-//         layer (a token would cost nothing), or a pooled key that is not a whole number of
-//         bytes a token (index_head_dim x 2 not divisible by index_kpool).
-absl::StatusOr<BytesPerToken> BytesPerTokenPerRank(const model::ModelConfig& config,
-                                                   CacheDtype dtype, int64_t mtp_layers);
-
-// Bytes a stream holds on each rank whatever its length: for glm5_next the KDA state of every
-// linear_attention layer, float32, its heads split over the ranks (a rank holds
-// ceil(linear_num_heads / ranks) heads, so the fullest rank decides):
-//   S:          heads x linear_head_dim x linear_head_dim
-//   conv tails: (linear_conv_kernel_dim - 1) x 3 (q, k, v) x heads x linear_head_dim
-// glm_moe_dsa has no such state: 0.
-// REQUIRES: ranks >= 1. Errors: INVALID_ARGUMENT when ranks < 1.
-absl::StatusOr<int64_t> FixedBytesPerStreamPerRank(const model::ModelConfig& config, int64_t ranks);
 
 }  // namespace ferry::kvpool

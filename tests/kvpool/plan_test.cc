@@ -10,10 +10,14 @@
 #include "kvpool/bytes_per_token.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "model/kv_bytes.h"
 #include "tests/catch.h"
 
 namespace ferry::kvpool {
 namespace {
+
+using model::BytesPerTokenPerRank;
+using model::FixedBytesPerStreamPerRank;
 
 bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
