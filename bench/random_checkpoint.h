@@ -19,8 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
-#include "model/checkpoint.h"
-#include "model/config.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
 
 namespace ferry::bench {
 

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "bench/roofline_report.h"
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 namespace ferry::bench {
 

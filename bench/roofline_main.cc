@@ -19,7 +19,7 @@
 #include "bench/roofline.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/options.h"
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 
 ABSL_FLAG(bool, smoke, false,
           "Small sizes and two repetitions: checks that every section runs; the numbers mean nothing");

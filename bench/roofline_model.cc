@@ -20,7 +20,7 @@
 #include "model/cuda/ffn_cuda.h"
 #include "model/cuda/glm5_next_cuda.h"
 #include "model/cuda/glm_moe_dsa_cuda.h"
-#include "model/weights.h"
+#include "model/checkpoint/weights.h"
 
 namespace ferry::bench {
 

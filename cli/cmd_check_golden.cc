@@ -12,9 +12,9 @@
 #include "cli/flags.h"
 #include "cli/load_model.h"
 #include "dataplane/process_group.h"
-#include "model/causal_lm.h"
-#include "model/decision_log.h"
-#include "model/golden.h"
+#include "model/families/causal_lm.h"
+#include "model/golden/decision_log.h"
+#include "model/golden/golden.h"
 
 #ifdef FERRY_WITH_CUDA
 #include "kernels/cuda/ops.h"
@@ -154,7 +154,7 @@ absl::StatusOr<GoldenResult> WithLog(model::CausalLM& m, DecisionLog& log, Decis
   return r;
 }
 
-// --device cuda --precision bf16 with pinned decisions (model/decision_log.h): the float32 CUDA
+// --device cuda --precision bf16 with pinned decisions (model/golden/decision_log.h): the float32 CUDA
 // run records each prompt's indexer and routing decisions and must itself pass at the float32
 // tolerance; the bf16 run replays them and is held to `tol` (gated); the bf16 run without them
 // is reported only, with how many decisions it changes.

@@ -11,8 +11,8 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/load_model.h"
-#include "model/causal_lm.h"
-#include "model/generate.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
 #include "text/tokenizer.h"
 
 namespace ferry::cli {

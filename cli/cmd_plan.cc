@@ -12,9 +12,9 @@
 #include "cli/flags.h"
 #include "kvpool/bytes_per_token.h"
 #include "kvpool/plan.h"
-#include "model/checkpoint.h"
-#include "model/config.h"
-#include "model/kv_bytes.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
+#include "model/cache/kv_bytes.h"
 
 namespace ferry::cli {
 namespace {

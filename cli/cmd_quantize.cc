@@ -26,8 +26,8 @@
 #include "common/dtype.h"
 #include "common/nvfp4.h"
 #include "common/version.h"
-#include "model/checkpoint.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace ferry::cli {
 namespace {

@@ -1,7 +1,7 @@
 #include "cli/load_model.h"
 
 #include "absl/strings/str_cat.h"
-#include "model/golden.h"
+#include "model/golden/golden.h"
 
 #ifdef FERRY_WITH_CUDA
 #include "model/cuda/load_cuda.h"

@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/causal_lm.h"
-#include "model/tensor_parallel.h"
+#include "model/families/causal_lm.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::cli {
 

@@ -16,7 +16,7 @@
 #include "coordinator/control_service.h"
 #include "coordinator/scheduler.h"
 #include "ferry/v1/ferry.grpc.pb.h"
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 

@@ -28,10 +28,10 @@
 #include "coordinator/options.h"
 #include "coordinator/pool.h"
 #include "coordinator/scheduler.h"
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "kvpool/plan.h"
-#include "model/causal_lm.h"
-#include "model/config.h"
+#include "model/families/causal_lm.h"
+#include "model/checkpoint/config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 

@@ -19,7 +19,7 @@
 
 #include "common/http_server.h"
 #include "coordinator/api_service.h"
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 #include "text/chat_template.h"
 #include "text/tokenizer.h"
 

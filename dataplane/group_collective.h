@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "dataplane/dataplane.h"
-#include "model/tensor_parallel.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::dataplane {
 

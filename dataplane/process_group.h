@@ -6,7 +6,7 @@
 #include <chrono>
 #include <functional>
 
-#include "model/tensor_parallel.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::dataplane {
 

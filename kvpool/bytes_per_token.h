@@ -1,5 +1,5 @@
 // What one token and one stream cost a rank in KV memory: the formats and the two numbers the
-// memory plan (kvpool/plan.h) takes. model/kv_bytes.h computes them from a model's
+// memory plan (kvpool/plan.h) takes. model/cache/kv_bytes.h computes them from a model's
 // configuration (kvpool/ reads no model; the model's paged cache keeps its pages with
 // kvpool/page_books.h). Nothing here touches a device.
 //

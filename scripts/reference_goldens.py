@@ -9,7 +9,7 @@ Runs where torch and transformers (>= 5.17) are installed (the GPU machine; no n
   python3 scripts/reference_goldens.py --base-config C.json --set index_kpool=8 --set num_hidden_layers=12 \
       --weights-seed 3 --lengths 61,200 --out OUT
 
-OUT/golden.safetensors is what `ferry check-golden` reads (model/golden.h):
+OUT/golden.safetensors is what `ferry check-golden` reads (model/golden/golden.h):
   pK.ids I32 [n], pK.greedy I32 [G] (generate(use_cache=True): prefill, then the decode path),
   pK.logits F32 [n + G, vocab] (one teacher-forced forward of prompt + greedy, no cache),
   pK.hidden.L F32 (prompt p1 only; transformers' hidden_states convention),

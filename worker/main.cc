@@ -30,7 +30,7 @@
 #include "dataplane/group_collective.h"
 #include "dataplane/ucx_dataplane.h"
 #include "ferry/v1/control.grpc.pb.h"
-#include "model/causal_lm.h"
+#include "model/families/causal_lm.h"
 #ifdef FERRY_WITH_CUDA
 #include "kernels/cuda/ops.h"
 #include "model/cuda/load_cuda.h"

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/paged_cache.h"
-#include "model/step_rows.h"
+#include "model/cache/paged_cache.h"
+#include "model/families/step_rows.h"
 
 namespace ferry::worker {
 

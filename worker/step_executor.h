@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/causal_lm.h"
+#include "model/families/causal_lm.h"
 #include "step/step.h"
 
 namespace ferry::worker {

@@ -2,7 +2,7 @@
 //
 // One block of 128 threads per (head, row); thread j owns value channel j, i.e. column j of the
 // head's state S [d, d], read twice and written once (coalesced across threads: S[i * d + j]).
-// Every sum runs over the key channel i ascending, the order of model/kda.cc's RecurrentHead.
+// Every sum runs over the key channel i ascending, the order of model/blocks/kda.cc's RecurrentHead.
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/check.h"

@@ -1,5 +1,5 @@
 // mHC mixing weights from the site logits (MhcSinkhorn in ops.h): the operations of
-// model/mhc.cc's MhcPre in the same order, one lane a matrix cell (S <= 5: a group of lanes a
+// model/blocks/mhc.cc's MhcPre in the same order, one lane a matrix cell (S <= 5: a group of lanes a
 // row, each sum gathered by shuffles and added in the CPU's order) or one thread a row (S > 5). Products that the CPU rounds before an
 // add are written __fmul_rn so that nvcc does not fuse them into an FMA; what remains different
 // from the host is expf.

@@ -81,7 +81,7 @@ absl::Status SwiGluBf16(const uint16_t* gate, const uint16_t* up, int64_t rows, 
                         int64_t in_stride, float limit, uint16_t* out, void* stream = nullptr);
 
 // One layer's view of a paged cache of bf16 rows in one device arena (the layout of the KV
-// pages, model/paged_cache.h): n_pages pages, page_stride bf16 values apart; in each, this
+// pages, model/cache/paged_cache.h): n_pages pages, page_stride bf16 values apart; in each, this
 // layer's page_rows rows of `width` values are contiguous from `arena`:
 //     row (page p, slot i) is at arena + p * page_stride + i * width.
 //   A layer-only arena has page_stride == page_rows * width; a page holding every layer's rows
@@ -205,7 +205,7 @@ absl::Status MoeRoute(const float* logits, const float* bias, int64_t rows, cons
 //     S <- diag(exp(g)) S;  u = beta (v - S^T k);  S <- S + k u^T;  o = S^T q
 //   q, k, v, g [rows, H, d] (q, k already conv'd, L2-normalised, q scaled by d^-0.5; g the log
 //   decay), beta [rows, H]; state [n_slots, H, d, d] updated in place; o [rows, H, d].
-// CPU twin: the token-by-token recurrence of model/kda.cc (sums over i ascending, as there).
+// CPU twin: the token-by-token recurrence of model/blocks/kda.cc (sums over i ascending, as there).
 // A slot outside [0, n_slots): that row's o is NaN and no state is touched. Two rows naming the
 // same slot race (REQUIRES distinct slots). REQUIRES: 1 <= d <= 128, H >= 1, rows <= 65535;
 // o aliases none of the inputs.
@@ -220,7 +220,7 @@ absl::Status KdaRecurrentStep(float* state, const int32_t* slots, int64_t n_slot
 //   comb [rows, S, S] = softmax_rows(m[2S:] * scale[2] + base[2S:]) + eps, then /= colsum + eps,
 //                       then (iters - 1) times /= rowsum + eps, /= colsum + eps
 //                       (iters <= 1: the one column normalisation only, as on the CPU)
-// CPU twin: model::MhcPre (model/mhc.cc) with the same order of operations; only expf may differ.
+// CPU twin: model::MhcPre (model/blocks/mhc.cc) with the same order of operations; only expf may differ.
 // REQUIRES: 1 <= streams (S) <= 8, rows <= INT32_MAX.
 absl::Status MhcSinkhorn(const float* m, int64_t rows, int64_t streams, const float* scale, const float* base,
                          float eps, int64_t iters, float* pre, float* post, float* comb, void* stream = nullptr);
@@ -442,7 +442,7 @@ absl::Status MhcSinkhornMixInNormF32(const float* m, const float* scale, const f
                                      int64_t rows, int64_t streams, int64_t dim, const float* w, float eps, float* u,
                                      float* y, void* stream = nullptr);
 // h[r, j, d] = u[r, d] for every stream j < streams (each stream starts as the embedding). h
-// [rows, streams, dim], u [rows, dim], float32. CPU twin: model/glm5_next.cc's stream start.
+// [rows, streams, dim], u [rows, dim], float32. CPU twin: model/families/glm5_next.cc's stream start.
 // REQUIRES: streams, dim >= 1; h and u disjoint.
 absl::Status MhcStreamsF32(const float* u, int64_t rows, int64_t streams, int64_t dim, float* h,
                            void* stream = nullptr);
@@ -474,7 +474,7 @@ absl::Status RmsNormLinearF32RowInvariant(const float* x, int64_t rows, int64_t 
 //   y[t, c] = silu(sum_{j < kernel} weight[c, j] * window[t + j, c])   (j ascending)
 // and tail <- the window's last kernel - 1 rows. x [n, channels] (bf16 or float32, row stride
 // channels), weight [channels, kernel], tail [kernel - 1, channels] and y [n, channels] float32.
-// CPU twin: ConvSilu of model/kda.cc. REQUIRES: channels >= 1, 2 <= kernel <= 8; y aliases nothing.
+// CPU twin: ConvSilu of model/blocks/kda.cc. REQUIRES: channels >= 1, 2 <= kernel <= 8; y aliases nothing.
 absl::Status KdaConvSiluBf16(const uint16_t* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
                              float* tail, float* y, void* stream = nullptr);
 absl::Status KdaConvSiluF32(const float* x, int64_t n, int64_t channels, int64_t kernel, const float* weight,
@@ -487,7 +487,7 @@ absl::Status KdaConvSiluQkvBf16(const uint16_t* const x[3], int64_t n, int64_t c
 absl::Status KdaConvSiluQkvF32(const float* const x[3], int64_t n, int64_t channels, int64_t kernel,
                                const float* const weight[3], float* tail, float* const y[3], void* stream = nullptr);
 // In place per (row, head): x <- x / sqrt(sum x^2 + 1e-6) * scale over the head's d values.
-// x [rows, heads, d] float32. CPU twin: L2Norm (and the q scale) of model/kda.cc. REQUIRES: d >= 1.
+// x [rows, heads, d] float32. CPU twin: L2Norm (and the q scale) of model/blocks/kda.cc. REQUIRES: d >= 1.
 absl::Status KdaL2Norm(float* x, int64_t rows, int64_t heads, int64_t d, float scale, void* stream = nullptr);
 // KdaL2Norm of q (times q_scale) and of k (times 1) in one launch, each exactly as alone.
 absl::Status KdaL2NormQk(float* q, float q_scale, float* k, int64_t rows, int64_t heads, int64_t d,

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "kernels/cuda/ops.h"
-#include "model/mla.h"
+#include "model/blocks/mla.h"
 
 namespace ferry::model::cuda {
 

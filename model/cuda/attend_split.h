@@ -1,5 +1,5 @@
 // The CUDA backend's tensor-parallel transfers: the float32 reduction, and the latent split's
-// attention on the device (model/mla.h's MlaAttendSplit, the CUDA backend's AttendSplit): the same plan (PlanSplit), the same exchanges in the same order, and every row
+// attention on the device (model/blocks/mla.h's MlaAttendSplit, the CUDA backend's AttendSplit): the same plan (PlanSplit), the same exchanges in the same order, and every row
 // attended by act::MlaDecode over the same selected rows in the same order as the replicated
 // layout would, so the owner split on and off give the same bits. The exchanges go through the
 // group's Collective, staged through host memory (the UCX data plane's transport).
@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 #include "model/cuda/act_ops.h"
 #include "model/cuda/device_buffer.h"
-#include "model/split_rows.h"
-#include "model/tensor_parallel.h"
+#include "model/cache/split_rows.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::model::cuda {
 

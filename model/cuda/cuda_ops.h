@@ -1,7 +1,7 @@
-// The CUDA backend of the layer sequences written once over a backend (model/dsa_step.h): the
+// The CUDA backend of the layer sequences written once over a backend (model/families/dsa_step.h): the
 // ops of act_ops.h for activation type T (uint16_t bf16 bits to serve, float to verify) with the
 // step's device scratch (Workspace), its one upload of host inputs (StepUpload) and its one wait
-// for the results (StepDownload). model/cpu_ops.h is the CPU twin, name for name.
+// for the results (StepDownload). model/blocks/cpu_ops.h is the CPU twin, name for name.
 // Internal to model/cuda.
 //
 // Thread safety: none; one model instance's step loop owns its CudaOps.
@@ -24,13 +24,13 @@
 #include "model/cuda/device_buffer.h"
 #include "model/cuda/device_pages.h"
 #include "model/cuda/ffn_cuda.h"
-#include "model/kda.h"
-#include "model/split_rows.h"
-#include "model/tensor_parallel.h"
+#include "model/blocks/kda.h"
+#include "model/cache/split_rows.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::model::cuda {
 
-// glm5_next's blocks on the device (model/next_step.h): an mHC site's weights (fn float32 in
+// glm5_next's blocks on the device (model/families/next_step.h): an mHC site's weights (fn float32 in
 // both precisions) and a token's mix, a KDA layer's weights.
 struct CudaMhc {
   DeviceWeight fn;  // float32 [(2 + S) S, S D]
@@ -156,7 +156,7 @@ class CudaOps {
     return cuda::TapTopK(tap, rows, k, ids, counts);
   }
 
-  // glm5_next's blocks (model/cpu_ops.h says what each computes).
+  // glm5_next's blocks (model/blocks/cpu_ops.h says what each computes).
   absl::StatusOr<MhcMix> TakeMhcMix(const ModelConfig& c, int64_t rows) {
     const int64_t S = c.hc_mult;
     MhcMix m;

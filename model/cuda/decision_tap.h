@@ -1,4 +1,4 @@
-// The CUDA models' hook into model::DecisionLog (model/decision_log.h): right after a decision
+// The CUDA models' hook into model::DecisionLog (model/golden/decision_log.h): right after a decision
 // kernel (cu::TopK, cu::MoeRoute) the tap copies its ids to the host, lets the log record,
 // compare or pin them, and when pinned uploads the recorded ids (and, for routing, the weights
 // those experts get from this run's own router logits) so the same downstream code runs on them.
@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cpu/ops.h"
-#include "model/decision_log.h"
+#include "model/golden/decision_log.h"
 
 namespace ferry::model::cuda {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/weights.h"
+#include "model/checkpoint/weights.h"
 
 namespace ferry::model::cuda {
 

@@ -1,5 +1,5 @@
 // Where a CUDA model's caches live: the device twins of the host memories of
-// model/paged_cache.h (PageMemory) and model/conversation.h (StateMemory), and the kernels'
+// model/cache/paged_cache.h (PageMemory) and model/cache/conversation.h (StateMemory), and the kernels'
 // views of an arena's regions.
 //
 // DevicePageMemory keeps every page in one contiguous device block of bf16 values (float32 in
@@ -18,9 +18,9 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cuda/ops.h"
-#include "model/conversation.h"
+#include "model/cache/conversation.h"
 #include "model/cuda/device_buffer.h"
-#include "model/paged_cache.h"
+#include "model/cache/paged_cache.h"
 
 namespace ferry::model::cuda {
 

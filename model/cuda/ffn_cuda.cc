@@ -11,7 +11,7 @@
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/act_ops.h"
-#include "model/ffn.h"
+#include "model/blocks/ffn.h"
 
 namespace ferry::model::cuda {
 

@@ -1,4 +1,4 @@
-// The feed-forward blocks of both families on the device (model/ffn.h's math): the SwiGLU MLP
+// The feed-forward blocks of both families on the device (model/blocks/ffn.h's math): the SwiGLU MLP
 // (dense layers, each expert, the shared expert; glm5_next's clamp via swiglu_limit) and the
 // sigmoid-routed MoE.
 #pragma once
@@ -8,11 +8,11 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/cpu/ops.h"
-#include "model/config.h"
-#include "model/tensor_parallel.h"
+#include "model/checkpoint/config.h"
+#include "model/parallel/tensor_parallel.h"
 #include "model/cuda/decision_tap.h"
 #include "model/cuda/device_buffer.h"
-#include "model/weights.h"
+#include "model/checkpoint/weights.h"
 
 namespace ferry::model::cuda {
 

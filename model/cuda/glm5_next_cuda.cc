@@ -1,10 +1,10 @@
 // Glm5NextCuda: loading (the CPU loaders' shape checks, then uploads) and the sequence state; the
-// step is model/next_step.h's over CudaOps.
+// step is model/families/next_step.h's over CudaOps.
 #include "model/cuda/glm5_next_cuda.h"
 
 #include "common/status.h"
 #include "model/cuda/device_pages.h"
-#include "model/weights.h"
+#include "model/checkpoint/weights.h"
 
 namespace ferry::model::cuda {
 

@@ -1,4 +1,4 @@
-// glm5_next (GLM-5.3-Flash text model) on one CUDA device: model/next_step.h's layer sequence (the
+// glm5_next (GLM-5.3-Flash text model) on one CUDA device: model/families/next_step.h's layer sequence (the
 // CPU model's, op by op) over model/cuda/cuda_ops.h, with model/cuda's precisions (bf16 to serve,
 // f32 to verify). The four hyper-connected residual streams, mHC mixing, KDA state and the
 // routing stay float32.
@@ -25,16 +25,16 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/causal_lm.h"
-#include "model/checkpoint.h"
-#include "model/conversation.h"
+#include "model/families/causal_lm.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/cache/conversation.h"
 #include "model/cuda/cuda_ops.h"
 #include "model/cuda/device_buffer.h"
-#include "model/decision_log.h"
-#include "model/kda.h"
-#include "model/next_step.h"
-#include "model/split_rows.h"
-#include "model/tensor_parallel.h"
+#include "model/golden/decision_log.h"
+#include "model/blocks/kda.h"
+#include "model/families/next_step.h"
+#include "model/cache/split_rows.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::model::cuda {
 
@@ -45,7 +45,7 @@ class Glm5NextCuda final : public CausalLM {
                                                             const CacheOptions& cache, const CudaLoadOptions& opts = {},
                                                             const TensorParallel& tp = {});
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
-  // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
+  // which may pin them (model/golden/decision_log.h; check-golden's bf16 check). Not owned.
   const ModelConfig& config() const override { return config_; }
   // The key arena (replicated part); the latent arena holds the MLA rows.
   const PageArena& arena() const override { return *keys_arena_; }

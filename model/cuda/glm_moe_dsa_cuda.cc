@@ -1,9 +1,9 @@
 // GlmMoeDsaCuda: loading (the CPU loaders' shape checks, then uploads) and the step, which is
-// model/dsa_step.h's over CudaOps.
+// model/families/dsa_step.h's over CudaOps.
 #include "model/cuda/glm_moe_dsa_cuda.h"
 
 #include "common/status.h"
-#include "model/weights.h"
+#include "model/checkpoint/weights.h"
 
 namespace ferry::model::cuda {
 

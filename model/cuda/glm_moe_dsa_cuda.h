@@ -1,4 +1,4 @@
-// glm_moe_dsa on one CUDA device: model/dsa_step.h's layer sequence (the CPU model's, op by op)
+// glm_moe_dsa on one CUDA device: model/families/dsa_step.h's layer sequence (the CPU model's, op by op)
 // over model/cuda/cuda_ops.h: bf16 weights and activations with float32 accumulation, float32
 // where MODELS.md asks for it (router logits and routing, indexer head weights and scores,
 // softmax, the lm_head logits) and a float32 residual stream. Precision::kF32 runs the same
@@ -29,19 +29,19 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/causal_lm.h"
-#include "model/checkpoint.h"
-#include "model/conversation.h"
+#include "model/families/causal_lm.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/cache/conversation.h"
 #include "model/cuda/cuda_ops.h"
 #include "model/cuda/device_buffer.h"
-#include "model/decision_log.h"
-#include "model/dsa_step.h"
+#include "model/golden/decision_log.h"
+#include "model/families/dsa_step.h"
 
 namespace ferry::model::cuda {
 
 class GlmMoeDsaCuda final : public CausalLM {
  public:
-  // Uploads this rank's tensor-parallel shard (model/dsa_step.h's LoadDsaWeights: heads and
+  // Uploads this rank's tensor-parallel shard (model/families/dsa_step.h's LoadDsaWeights: heads and
   // every MLP's intermediate rows split, the rest replicated; all of it on one rank) to the
   // current device.
   static absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
@@ -50,7 +50,7 @@ class GlmMoeDsaCuda final : public CausalLM {
                                                              const TensorParallel& tp = {});
   Precision precision() const { return precision_; }
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
-  // which may pin them (model/decision_log.h; check-golden's bf16 check). Not owned.
+  // which may pin them (model/golden/decision_log.h; check-golden's bf16 check). Not owned.
 
   const ModelConfig& config() const override { return config_; }
   // The key arena (replicated part); the latent arena holds the MLA rows.

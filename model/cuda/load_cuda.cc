@@ -4,8 +4,8 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "kernels/cuda/ops.h"
-#include "model/checkpoint.h"
-#include "model/config.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
 #include "model/cuda/glm5_next_cuda.h"
 #include "model/cuda/glm_moe_dsa_cuda.h"
 

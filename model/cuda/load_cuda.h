@@ -5,10 +5,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "model/causal_lm.h"
+#include "model/families/causal_lm.h"
 #include "model/cuda/device_buffer.h"
-#include "model/decision_log.h"
-#include "model/tensor_parallel.h"
+#include "model/golden/decision_log.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::model::cuda {
 

@@ -1,4 +1,4 @@
-// common/nvfp4.h and model/checkpoint.h's NVFP4 weights: the E2M1 codes and their rounding,
+// common/nvfp4.h and model/checkpoint/checkpoint.h's NVFP4 weights: the E2M1 codes and their rounding,
 // ModelOpt's scale choice, the packing (element 2i in the low nibble), a checkpoint's NVFP4 weight
 // decoded (whole and sliced) with hand-computed values, and every malformed piece refused.
 #include "common/nvfp4.h"
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "tests/catch.h"
 #include "tests/testing/files.h"
 

@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "coordinator/scheduler.h"
-#include "model/causal_lm.h"
-#include "model/glm_moe_dsa.h"
+#include "model/families/causal_lm.h"
+#include "model/families/glm_moe_dsa.h"
 #include "tests/catch.h"
 #include "tests/coordinator/scheduler_helpers.h"
 #include "tests/testing/thread_collective.h"

@@ -9,9 +9,9 @@
 #include <random>
 #include <string>
 
-#include "model/causal_lm.h"
-#include "model/generate.h"
-#include "model/paged_cache.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
+#include "model/cache/paged_cache.h"
 #include "tests/catch.h"
 #include "tests/coordinator/scheduler_helpers.h"
 #include "tests/testing/workload.h"

@@ -12,9 +12,9 @@
 #include "absl/strings/str_format.h"
 
 #include "cli/client.h"
-#include "model/causal_lm.h"
-#include "model/generate.h"
-#include "model/golden.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
+#include "model/golden/golden.h"
 #include "tests/catch.h"
 #include "tests/integration/serve_client.h"
 #include "tests/testing/server_process.h"

@@ -1,5 +1,5 @@
 // ferry-kernel-check: runs every CUDA op on fresh random inputs and compares it with its CPU
-// reference (kernels/cpu, model/mhc.cc) by relative norm error, or exactly for ids, after
+// reference (kernels/cpu, model/blocks/mhc.cc) by relative norm error, or exactly for ids, after
 // poisoning the outputs so that unwritten elements show up as NaN (or -1 ids). Without a CUDA
 // device it says so and skips every device case (exit 0), which is what CI (no GPU) sees.
 //

@@ -11,8 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
-#include "model/config.h"
-#include "model/mhc.h"
+#include "model/checkpoint/config.h"
+#include "model/blocks/mhc.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -222,7 +222,7 @@ Result SwiGluCase(std::mt19937& rng, int64_t rows, int64_t cols, bool fused, flo
   return r;
 }
 
-// The token-by-token rule of model/kda.cc (RecurrentHead) for one token of one head.
+// The token-by-token rule of model/blocks/kda.cc (RecurrentHead) for one token of one head.
 void KdaStepRef(float* s, const float* q, const float* k, const float* v, const float* g, float beta, int64_t d,
                 float* o) {
   std::vector<float> u(d);

@@ -1,6 +1,6 @@
 // ferry-kernel-check cases for glm5_next's ops (kernels/cuda/next_ops.cu): mHC mixing against
 // model::MhcPre's u loop and model::MhcPost, the KDA conv / norms / decay / output against the
-// loops of model/kda.cc, pool keys against model::PooledIndexerPools, and the pooled
+// loops of model/blocks/kda.cc, pool keys against model::PooledIndexerPools, and the pooled
 // selection's expansion against the CPU backend's (CpuOps::ExpandPoolSelection). Float32 paths to 1e-5; bf16
 // outputs to 1e-2.
 #include <algorithm>
@@ -13,9 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/ops.h"
-#include "model/config.h"
-#include "model/mhc.h"
-#include "model/pooled_indexer.h"
+#include "model/checkpoint/config.h"
+#include "model/blocks/mhc.h"
+#include "model/blocks/pooled_indexer.h"
 #include "tests/kernels/harness.h"
 
 namespace ferry::harness {
@@ -83,7 +83,7 @@ Result KdaOpsCase(std::mt19937& rng, int64_t n, int64_t H, int64_t d, int64_t K,
   std::vector<float> a_log = RandomF32(H, 0.5f, 0.0f, rng), dt = RandomF32(C, 0.5f, 0.0f, rng);
   std::vector<float> o = RandomF32(n * C, 1.0f, 0.0f, rng), o_norm = RandomF32(d, 0.1f, 1.0f, rng);
   std::vector<float> beta = RandomF32(n * H, 2.0f, 0.0f, rng);
-  // CPU loops (model/kda.cc's order).
+  // CPU loops (model/blocks/kda.cc's order).
   std::vector<float> want_y(n * C), want_tail = tail, want_g(n * C), want_out(n * C), want_beta = beta;
   {
     std::vector<float> window((K - 1 + n) * C);

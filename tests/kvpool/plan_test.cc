@@ -8,9 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 #include "kvpool/bytes_per_token.h"
-#include "model/checkpoint.h"
-#include "model/config.h"
-#include "model/kv_bytes.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
+#include "model/cache/kv_bytes.h"
 #include "tests/catch.h"
 
 namespace ferry::kvpool {

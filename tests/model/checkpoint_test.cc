@@ -1,4 +1,4 @@
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,8 +1,8 @@
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 #include <string>
 
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "tests/catch.h"
 
 namespace ferry::model {

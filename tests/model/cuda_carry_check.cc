@@ -6,15 +6,15 @@
 #include <thread>
 #include <vector>
 
-#include "model/conversation.h"
+#include "model/cache/conversation.h"
 #include "model/cuda/device_pages.h"
-#include "model/mla.h"
-#include "model/split_rows.h"
+#include "model/blocks/mla.h"
+#include "model/cache/split_rows.h"
 #include "tests/testing/thread_collective.h"
 
 namespace ferry::model {
 
-// Carries of device pages (model/split_rows.h's CarryLatentRows through PageMemory::Read/Write):
+// Carries of device pages (model/cache/split_rows.h's CarryLatentRows through PageMemory::Read/Write):
 // a conversation's latent rows on rank 0 (a pattern written straight into its pages, regions of
 // different widths, one empty) carried to a fresh table on rank 1 over a two-thread collective,
 // in pieces smaller than a row; rank 1 must read back every row's bytes. 0 when it does.

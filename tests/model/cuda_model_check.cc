@@ -31,17 +31,17 @@
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/options.h"
-#include "model/checkpoint.h"
-#include "model/config.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
 #include "model/cuda/glm5_next_cuda.h"
 #include "model/cuda/glm_moe_dsa_cuda.h"
 #include "model/cuda/load_cuda.h"
-#include "model/decision_log.h"
+#include "model/golden/decision_log.h"
 #include "tests/model/cuda_carry_check.h"
-#include "model/glm5_next.h"
-#include "model/glm_moe_dsa.h"
-#include "model/golden.h"
-#include "model/safetensors.h"
+#include "model/families/glm5_next.h"
+#include "model/families/glm_moe_dsa.h"
+#include "model/golden/golden.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace {
 
@@ -217,7 +217,7 @@ int Main(const std::string& dir, cuda::Precision precision) {
     bad += f32 && worst > 1e-3f;
   }
   // bf16 compares runs that feed the same tokens in other steps (sections 3 and 4): the second
-  // run replays the first's indexer and routing decisions (model/decision_log.h). A different
+  // run replays the first's indexer and routing decisions (model/golden/decision_log.h). A different
   // summation order (one row a step: GemvBf16; many: cuBLAS) changes last bits, and on these
   // random checkpoints that flips near-tied decisions, which a logit comparison cannot tell from
   // a bug; the flips are counted and printed. float32 runs free, except on a golden that records

@@ -1,13 +1,13 @@
-// model/decision_log.h: the tape check-golden's bf16 run replays (record, replay = pin,
+// model/golden/decision_log.h: the tape check-golden's bf16 run replays (record, replay = pin,
 // compare), its refusals when the two runs differ, and the pinned routing weights.
-#include "model/decision_log.h"
+#include "model/golden/decision_log.h"
 
 #include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "model/causal_lm.h"
+#include "model/families/causal_lm.h"
 #include "tests/catch.h"
 
 namespace ferry::model {

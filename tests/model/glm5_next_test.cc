@@ -1,16 +1,16 @@
 // glm5_next (GLM-5.3-Flash) on the CPU reference against the transformers goldens
 // (tests/data/glm5next-tiny), and its own invariants: the chunked and recurrent KDA forms,
 // prompts in pieces, batching, and snapshots of the recurrent state.
-#include "model/glm5_next.h"
+#include "model/families/glm5_next.h"
 
 #include <cmath>
 #include <memory>
 #include <string>
 
-#include "model/causal_lm.h"
-#include "model/generate.h"
-#include "model/golden.h"
-#include "model/safetensors.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
+#include "model/golden/golden.h"
+#include "model/checkpoint/safetensors.h"
 #include "tests/catch.h"
 #include "tests/testing/tiny_models.h"
 

@@ -1,17 +1,17 @@
 // glm_moe_dsa on the CPU reference against the transformers goldens (tests/data/glm-dsa-tiny),
 // and the engine's own invariants: chunked prefill, batching and bad input.
-#include "model/glm_moe_dsa.h"
+#include "model/families/glm_moe_dsa.h"
 
 #include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
 
-#include "model/causal_lm.h"
+#include "model/families/causal_lm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/sampling.h"
-#include "model/golden.h"
-#include "model/safetensors.h"
+#include "model/golden/golden.h"
+#include "model/checkpoint/safetensors.h"
 #include "tests/catch.h"
 #include "tests/testing/tiny_models.h"
 #include "tests/testing/files.h"

@@ -1,14 +1,14 @@
-// model/golden.h: the teacher-forced check (CheckGoldenPromptForced) that the bf16 CUDA backend
+// model/golden/golden.h: the teacher-forced check (CheckGoldenPromptForced) that the bf16 CUDA backend
 // uses, on the CPU reference, where it must agree with the exact greedy check; and the
 // reference's recorded selections (ReadGolden, ReferenceTape, CheckGoldenPinned).
-#include "model/golden.h"
+#include "model/golden/golden.h"
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
-#include "model/glm5_next.h"
-#include "model/glm_moe_dsa.h"
+#include "model/families/glm5_next.h"
+#include "model/families/glm_moe_dsa.h"
 #include "tests/catch.h"
 #include "tests/testing/files.h"
 #include "tests/testing/tiny_models.h"

@@ -1,6 +1,6 @@
 // KDA: the chunked closed form against the token-by-token recurrence on random inputs, and the
 // recurrence against a float64 reading of the rule.
-#include "model/kda.h"
+#include "model/blocks/kda.h"
 
 #include <cmath>
 #include <random>

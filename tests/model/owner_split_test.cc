@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
-#include "model/causal_lm.h"
-#include "model/glm5_next.h"
-#include "model/glm_moe_dsa.h"
-#include "model/mla.h"
+#include "model/families/causal_lm.h"
+#include "model/families/glm5_next.h"
+#include "model/families/glm_moe_dsa.h"
+#include "model/blocks/mla.h"
 #include "tests/catch.h"
 #include "tests/testing/thread_collective.h"
 

@@ -1,11 +1,11 @@
 // Paged caches: results do not depend on the page size, pages are shared and copied as the
 // contract says, nothing leaks, and a full arena refuses a step without changing any state.
-#include "model/paged_cache.h"
+#include "model/cache/paged_cache.h"
 
 #include <string>
 
-#include "model/causal_lm.h"
-#include "model/golden.h"
+#include "model/families/causal_lm.h"
+#include "model/golden/golden.h"
 #include "tests/catch.h"
 
 namespace ferry::model {

@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 #include <string>
 

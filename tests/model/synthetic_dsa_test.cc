@@ -5,8 +5,8 @@
 #include <random>
 #include <string>
 
-#include "model/causal_lm.h"
-#include "model/generate.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
 #include "tests/catch.h"
 #include "tests/testing/dsa_oracle.h"
 #include "tests/testing/files.h"

@@ -8,8 +8,8 @@
 #include <string>
 #include <thread>
 
-#include "model/causal_lm.h"
-#include "model/generate.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
 #include "tests/catch.h"
 #include "tests/testing/files.h"
 #include "tests/testing/synthetic.h"

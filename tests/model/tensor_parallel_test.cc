@@ -1,15 +1,15 @@
 // Tensor parallelism on the CPU reference: W = 2 and 4 shards on threads give the greedy tokens
 // of W = 1 for every golden prompt of both families, logits within float32 rounding, and every
 // rank computes the same logits bit for bit.
-#include "model/tensor_parallel.h"
+#include "model/parallel/tensor_parallel.h"
 
 #include <cmath>
 #include <string>
 #include <thread>
 
-#include "model/causal_lm.h"
-#include "model/generate.h"
-#include "model/golden.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
+#include "model/golden/golden.h"
 #include "tests/catch.h"
 #include "tests/testing/thread_collective.h"
 

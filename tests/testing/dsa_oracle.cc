@@ -5,8 +5,8 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "model/checkpoint.h"
-#include "model/config.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
 
 namespace ferry::testing {
 namespace {

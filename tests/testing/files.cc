@@ -7,7 +7,7 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace ferry::testing {
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 #include "tests/testing/files.h"
 
 namespace ferry::testing {

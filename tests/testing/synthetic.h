@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 namespace ferry::testing {
 

@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "model/tensor_parallel.h"
+#include "model/parallel/tensor_parallel.h"
 
 namespace ferry::testing {
 

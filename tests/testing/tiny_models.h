@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "model/checkpoint.h"
-#include "model/config.h"
-#include "model/golden.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
+#include "model/golden/golden.h"
 #include "tests/catch.h"
 
 namespace ferry::testing {

@@ -3,8 +3,8 @@
 #include <random>
 #include <stdexcept>
 
-#include "model/causal_lm.h"
-#include "model/generate.h"
+#include "model/families/causal_lm.h"
+#include "model/families/generate.h"
 
 namespace ferry::testing {
 
