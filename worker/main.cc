@@ -59,6 +59,127 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "Address the worker's /metrics
 
 namespace cpb = ferry::control::v1;
 
+namespace {
+
+// This rank's model on --device (cpu, or cuda on --gpu, default rank modulo the visible GPUs),
+// its tensor-parallel shard; *gpu_share gets the ranks that share its GPU. Errors name the flag.
+absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(const std::string& path,
+                                                                      ferry::model::TensorParallel tp,
+                                                                      const ferry::model::CacheOptions& cache,
+                                                                      int* gpu_share) {
+  using namespace ferry;
+  const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
+  if (device == "cpu") return model::LoadCausalLM(path, tp, cache);
+  if (device != "cuda") return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
+#ifdef FERRY_WITH_CUDA
+  if (precision != "bf16" && precision != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat("--precision ", precision, ": use bf16 or f32"));
+  }
+  const int gpus = kernels::cuda::DeviceCount();
+  if (gpus == 0) return absl::FailedPreconditionError("--device cuda: no CUDA device is visible");
+  const int rank = tp.rank, world = tp.world;
+  const int gpu = absl::GetFlag(FLAGS_gpu) >= 0 ? absl::GetFlag(FLAGS_gpu) : rank % gpus;
+  *gpu_share = absl::GetFlag(FLAGS_gpu_share);
+  if (*gpu_share <= 0) *gpu_share = world / gpus + (rank % gpus < world % gpus ? 1 : 0);
+  if (absl::Status st = kernels::cuda::UseDevice(gpu); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("--gpu ", gpu, ": ", st.message()));
+  }
+  model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
+  opts.fp8_experts = absl::GetFlag(FLAGS_fp8_experts);
+  return model::cuda::LoadCausalLMCuda(path, tp, cache, opts);
+#else
+  (void)precision;
+  (void)gpu_share;
+  return absl::UnimplementedError("this ferry-worker was built without CUDA (no nvcc at build time)");
+#endif
+}
+
+// The memory this rank may use, weights included: --memory-gib, else on a GPU its weights and 90%
+// of the free memory over the ranks sharing it (the rest left for each step's scratch), else the
+// host's available memory over the ranks.
+int64_t RankMemory(int64_t weight_bytes, bool cuda, int gpu_share, int world) {
+  int64_t memory = static_cast<int64_t>(absl::GetFlag(FLAGS_memory_gib) * static_cast<double>(int64_t{1} << 30));
+#ifdef FERRY_WITH_CUDA
+  if (memory <= 0 && cuda) {
+    if (auto mem = ferry::kernels::cuda::MemoryInfo(); mem.ok()) memory = weight_bytes + mem->free_bytes / 10 * 9 / gpu_share;
+  }
+#else
+  (void)weight_bytes;
+  (void)cuda;
+  (void)gpu_share;
+#endif
+  if (memory <= 0) {
+    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / world : 0;
+  }
+  return memory;
+}
+
+// This rank's /metrics series: step time, tokens, bytes, live conversations and state, and what
+// the latent split (docs/owner-split.md) shipped to owners and served for peers.
+class RankMetrics {
+ public:
+  RankMetrics(prometheus::Registry& registry, int rank) {
+    const prometheus::Labels labels{{"rank", absl::StrCat(rank)}};
+    auto counter = [&](const char* name, const char* help) -> prometheus::Counter& {
+      return prometheus::BuildCounter().Name(name).Help(help).Register(registry).Add(labels);
+    };
+    step_time_ = &prometheus::BuildHistogram().Name("ferry_worker:step_time_seconds")
+                      .Help("Time this rank spent executing a step").Register(registry)
+                      .Add(labels, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                                            0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0});
+    dp_bytes_ = &counter("ferry_worker:dataplane_bytes_total", "Bytes this rank sent over the data plane");
+    step_tokens_ = &counter("ferry_worker:step_tokens_total", "Tokens this rank ran through the model");
+    live_ = &prometheus::BuildGauge().Name("ferry_worker:live_sequences")
+                 .Help("Conversations whose state this rank holds").Register(registry).Add(labels);
+    state_bytes_ = &prometheus::BuildGauge().Name("ferry_worker:state_bytes")
+                        .Help("Bytes of conversation state this rank holds").Register(registry).Add(labels);
+    shipped_ = &counter("ferry_worker:owner_rows_shipped_total",
+                        "Row-layers whose queries this rank sent to their owner (latent split)");
+    served_ = &counter("ferry_worker:owner_rows_served_total",
+                       "Row-layers this rank attended for another rank's heads (latent split)");
+    fetched_ = &counter("ferry_worker:owner_rows_fetched_total",
+                        "Latent rows this rank fetched from owners for prompt chunks (history fetch)");
+    carried_ = &counter("ferry_worker:owner_rows_carried_total",
+                        "Token rows of kept conversations carried to this rank, their new owner (all layers)");
+    split_bytes_ = &counter("ferry_worker:owner_exchange_bytes_total",
+                            "Bytes of queries, attended latents, fetched and carried rows this rank sent (latent split)");
+    split_time_ = &prometheus::BuildHistogram().Name("ferry_worker:owner_exchange_seconds")
+                       .Help("Time a step spent in the latent split's exchanges on this rank")
+                       .Register(registry)
+                       .Add(labels, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                                             0.025, 0.05, 0.1, 0.25, 0.5, 1.0});
+  }
+
+  // After a step of `seconds` that sent `sent` bytes and ran `tokens` tokens.
+  void OnStep(double seconds, int64_t sent, int64_t tokens, const ferry::worker::StepExecutor& exec) {
+    step_time_->Observe(seconds);
+    if (const ferry::model::OwnerSplitStats now = exec.model().owner_split_stats();
+        now.rows_shipped != seen_.rows_shipped || now.rows_served != seen_.rows_served ||
+        now.rows_fetched != seen_.rows_fetched || now.floats_sent != seen_.floats_sent) {
+      carried_->Increment(static_cast<double>(now.rows_carried - seen_.rows_carried));
+      fetched_->Increment(static_cast<double>(now.rows_fetched - seen_.rows_fetched));
+      shipped_->Increment(static_cast<double>(now.rows_shipped - seen_.rows_shipped));
+      served_->Increment(static_cast<double>(now.rows_served - seen_.rows_served));
+      split_bytes_->Increment(static_cast<double>((now.floats_sent - seen_.floats_sent) * sizeof(float)));
+      split_time_->Observe(now.exchange_seconds - seen_.exchange_seconds);
+      seen_ = now;
+    }
+    dp_bytes_->Increment(static_cast<double>(sent));
+    step_tokens_->Increment(static_cast<double>(tokens));
+    live_->Set(static_cast<double>(exec.live_sequences()));
+    state_bytes_->Set(static_cast<double>(exec.state_bytes()));
+  }
+
+ private:
+  prometheus::Histogram *step_time_, *split_time_;
+  prometheus::Counter *dp_bytes_, *step_tokens_, *shipped_, *served_, *fetched_, *carried_, *split_bytes_;
+  prometheus::Gauge *live_, *state_bytes_;
+  ferry::model::OwnerSplitStats seen_;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace ferry;
   absl::SetProgramUsageMessage("ferry-worker --coordinator HOST:PORT --rank R --world W");
@@ -171,40 +292,10 @@ int main(int argc, char** argv) {
   model::CacheOptions cache;
   if (conf.page_size() > 0) cache.page_size = conf.page_size();
   // The arena grows until the coordinator's plan fixes its size (the Arena message).
-  const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
-  absl::StatusOr<std::unique_ptr<model::CausalLM>> model;
-  [[maybe_unused]] int gpu = -1, gpu_share = 1;  // --device cuda: this rank's GPU and the ranks on it
-  if (device == "cpu") {
-    model = model::LoadCausalLM(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache);
-  } else if (device == "cuda") {
-#ifdef FERRY_WITH_CUDA
-    if (precision != "bf16" && precision != "f32") {
-      FERRY_LOG(ERROR) << "rank " << rank << ": --precision " << precision << ": use bf16 or f32";
-      return 2;
-    }
-    const int gpus = kernels::cuda::DeviceCount();
-    if (gpus == 0) {
-      FERRY_LOG(ERROR) << "rank " << rank << ": --device cuda: no CUDA device is visible";
-      return 2;
-    }
-    gpu = absl::GetFlag(FLAGS_gpu) >= 0 ? absl::GetFlag(FLAGS_gpu) : rank % gpus;
-    gpu_share = absl::GetFlag(FLAGS_gpu_share);
-    if (gpu_share <= 0) gpu_share = world / gpus + (rank % gpus < world % gpus ? 1 : 0);
-    if (absl::Status st = kernels::cuda::UseDevice(gpu); !st.ok()) {
-      FERRY_LOG(ERROR) << "rank " << rank << ": --gpu " << gpu << ": " << st.message();
-      return 2;
-    }
-    model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32
-                                                         : model::cuda::Precision::kBf16);
-    opts.fp8_experts = absl::GetFlag(FLAGS_fp8_experts);
-    model = model::cuda::LoadCausalLMCuda(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache,
-                                          opts);
-#else
-    model = absl::UnimplementedError("this ferry-worker was built without CUDA (no nvcc at build time)");
-#endif
-  } else {
-    model = absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
-  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  int gpu_share = 1;  // --device cuda: the ranks on this rank's GPU
+  absl::StatusOr<std::unique_ptr<model::CausalLM>> model =
+      LoadRankModel(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache, &gpu_share);
   if (!model.ok()) {
     FERRY_LOG(ERROR) << "rank " << rank << ": " << model.status().message();
     return 2;
@@ -212,41 +303,7 @@ int main(int argc, char** argv) {
   worker::StepExecutor exec(std::move(*model), rank);
 
   // This rank's own metrics (the coordinator aggregates the same step times per rank).
-  const prometheus::Labels labels{{"rank", absl::StrCat(rank)}};
-  auto& step_time = prometheus::BuildHistogram().Name("ferry_worker:step_time_seconds")
-                        .Help("Time this rank spent executing a step").Register(*registry)
-                        .Add(labels, prometheus::Histogram::BucketBoundaries{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                                              0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0});
-  auto& dp_bytes = prometheus::BuildCounter().Name("ferry_worker:dataplane_bytes_total")
-                       .Help("Bytes this rank sent over the data plane").Register(*registry).Add(labels);
-  auto& step_tokens = prometheus::BuildCounter().Name("ferry_worker:step_tokens_total")
-                          .Help("Tokens this rank ran through the model").Register(*registry).Add(labels);
-  auto& live = prometheus::BuildGauge().Name("ferry_worker:live_sequences")
-                   .Help("Conversations whose state this rank holds").Register(*registry).Add(labels);
-  auto& state_bytes = prometheus::BuildGauge().Name("ferry_worker:state_bytes")
-                          .Help("Bytes of conversation state this rank holds").Register(*registry).Add(labels);
-  // The latent split (docs/owner-split.md): what this rank shipped to owners and served for peers.
-  auto& split_shipped = prometheus::BuildCounter().Name("ferry_worker:owner_rows_shipped_total")
-                            .Help("Row-layers whose queries this rank sent to their owner (latent split)")
-                            .Register(*registry).Add(labels);
-  auto& split_served = prometheus::BuildCounter().Name("ferry_worker:owner_rows_served_total")
-                           .Help("Row-layers this rank attended for another rank's heads (latent split)")
-                           .Register(*registry).Add(labels);
-  auto& split_fetched = prometheus::BuildCounter().Name("ferry_worker:owner_rows_fetched_total")
-                            .Help("Latent rows this rank fetched from owners for prompt chunks (history fetch)")
-                            .Register(*registry).Add(labels);
-  auto& split_carried = prometheus::BuildCounter().Name("ferry_worker:owner_rows_carried_total")
-                            .Help("Token rows of kept conversations carried to this rank, their new owner (all layers)")
-                            .Register(*registry).Add(labels);
-  auto& split_bytes = prometheus::BuildCounter().Name("ferry_worker:owner_exchange_bytes_total")
-                          .Help("Bytes of queries, attended latents, fetched and carried rows this rank sent (latent split)")
-                          .Register(*registry).Add(labels);
-  auto& split_time = prometheus::BuildHistogram().Name("ferry_worker:owner_exchange_seconds")
-                         .Help("Time a step spent in the latent split's exchanges on this rank")
-                         .Register(*registry)
-                         .Add(labels, prometheus::Histogram::BucketBoundaries{0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                                               0.025, 0.05, 0.1, 0.25, 0.5, 1.0});
-  model::OwnerSplitStats split_seen;
+  RankMetrics rank_metrics(*registry, rank);
 
   grpc::ClientContext ctx;
   ctx.AddMetadata("ferry-cluster-token", *token);
@@ -254,20 +311,7 @@ int main(int argc, char** argv) {
   cpb::WorkerMessage hello;
   hello.mutable_ready()->set_rank(rank);
   // The room for caches: this rank's memory less its weights (the plan's input).
-  int64_t memory = static_cast<int64_t>(absl::GetFlag(FLAGS_memory_gib) * static_cast<double>(int64_t{1} << 30));
-#ifdef FERRY_WITH_CUDA
-  if (memory <= 0 && device == "cuda") {
-    // The weights are on the GPU already: 90% of what is free is the room of the ranks on this
-    // GPU, shared evenly; the rest is left for each step's scratch.
-    if (auto mem = kernels::cuda::MemoryInfo(); mem.ok()) {
-      memory = exec.model().weight_bytes() + mem->free_bytes / 10 * 9 / gpu_share;
-    }
-  }
-#endif
-  if (memory <= 0) {
-    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / world : 0;
-  }
+  const int64_t memory = RankMemory(exec.model().weight_bytes(), device == "cuda", gpu_share, world);
   hello.mutable_ready()->set_weight_bytes(exec.model().weight_bytes());
   hello.mutable_ready()->set_room_bytes(std::max<int64_t>(0, memory - exec.model().weight_bytes()));
   hello.mutable_ready()->set_page_bytes(exec.model().page_bytes());
@@ -312,23 +356,7 @@ int main(int argc, char** argv) {
     const int64_t sent = collective.TakeBytes();
     int64_t ntok = 0;
     for (const step::StepSegment& seg : step.segments) ntok += static_cast<int64_t>(seg.tokens.size());
-    step_time.Observe(secs);
-    if (const model::OwnerSplitStats now = exec.model().owner_split_stats(); now.rows_shipped != split_seen.rows_shipped ||
-                                                                              now.rows_served != split_seen.rows_served ||
-                                                                              now.rows_fetched != split_seen.rows_fetched ||
-                                                                              now.floats_sent != split_seen.floats_sent) {
-      split_carried.Increment(static_cast<double>(now.rows_carried - split_seen.rows_carried));
-      split_fetched.Increment(static_cast<double>(now.rows_fetched - split_seen.rows_fetched));
-      split_shipped.Increment(static_cast<double>(now.rows_shipped - split_seen.rows_shipped));
-      split_served.Increment(static_cast<double>(now.rows_served - split_seen.rows_served));
-      split_bytes.Increment(static_cast<double>((now.floats_sent - split_seen.floats_sent) * sizeof(float)));
-      split_time.Observe(now.exchange_seconds - split_seen.exchange_seconds);
-      split_seen = now;
-    }
-    dp_bytes.Increment(static_cast<double>(sent));
-    step_tokens.Increment(static_cast<double>(ntok));
-    live.Set(static_cast<double>(exec.live_sequences()));
-    state_bytes.Set(static_cast<double>(exec.state_bytes()));
+    rank_metrics.OnStep(secs, sent, ntok, exec);
     cpb::WorkerMessage out;
     cpb::StepResult* res = out.mutable_result();
     res->set_step_id(step.step_id);
