@@ -249,10 +249,11 @@ int RunServe() {
   std::vector<std::string> coordinator_args = {dir + "/ferry-coordinator", "--model=" + model,
                                                absl::StrCat("--ranks=", ranks)};
   for (std::string& a : ForwardedOptions({FERRY_COORDINATOR_OPTIONS(FERRY_OPTION_NAME) FERRY_PROCESS_OPTIONS(FERRY_OPTION_NAME)})) {
+    // These two serve settles itself (0 means a default here).
+    if (a.rfind("--control_port=", 0) == 0) a = absl::StrCat("--control_port=", control_port);
+    if (a.rfind("--parallel=", 0) == 0) a = absl::StrCat("--parallel=", parallel);
     coordinator_args.push_back(std::move(a));
   }
-  coordinator_args.push_back(absl::StrCat("--control_port=", control_port));
-  coordinator_args.push_back(absl::StrCat("--parallel=", parallel));
   children.push_back(Child{"the coordinator", Spawn(coordinator_args)});
   const std::vector<std::string> worker_options =
       ForwardedOptions({FERRY_WORKER_OPTIONS(FERRY_OPTION_NAME) FERRY_PROCESS_OPTIONS(FERRY_OPTION_NAME)});

@@ -485,6 +485,27 @@ TEST_CASE("coordinator: the cluster token comes from a private file - and is req
           "is beyond this machine: give the cluster token");
 }
 
+TEST_CASE("coordinator: a port another server holds is refused - never shared", "[serve]") {
+  Server server(kDsa, 1);
+  REQUIRE(server.serving());
+  const std::string port = server.address().substr(server.address().rfind(':') + 1);
+  const std::string log = testing::TempLog("ferry-second");
+  testing::Process second({testing::BinDir() + "/ferry-coordinator", "--model", kDsa, "--port", port,
+                           "--control-port", std::to_string(testing::FreePort()), "--metrics-port", "0", "--http-port",
+                           "0"},
+                          log);
+  int status = 0;
+  REQUIRE(second.Wait(std::chrono::seconds(20), &status));
+  INFO(second.Log());
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 2));
+  CHECK(second.Log().find("cannot listen on 127.0.0.1:" + port) != std::string::npos);
+  // The first still answers for its own ranks.
+  auto info = cli::GetServerInfo(server.address());
+  REQUIRE(info.ok());
+  CHECK(info->ranks(0).pid() > 0);
+  std::remove(log.c_str());
+}
+
 TEST_CASE("serve: the cluster token never appears on a command line", "[serve]") {
   Server server(kDsa, 2);
   REQUIRE(server.serving());
