@@ -343,13 +343,7 @@ void Stream::Run(ApiService* api, const pb::GenerateRequest& g, const std::strin
   }
   const std::string& rest = finished.text();
   if (stream_) {
-    text::ReplyDelta delta = kind_ == StreamKind::kChat ? parser.Add(rest) : text::ReplyDelta{};
-    if (kind_ == StreamKind::kChat) {
-      text::ReplyDelta end = parser.Finish();
-      delta.reasoning += end.reasoning;
-      delta.content += end.content;
-      for (auto& c : end.tool_calls) delta.tool_calls.push_back(std::move(c));
-    }
+    const text::ReplyDelta delta = kind_ == StreamKind::kChat ? parser.Finish(rest) : text::ReplyDelta{};
     if ((!delta.empty() || !rest.empty()) && !WriteChunk(delta, rest, no_logprobs, nullptr)) return;
     const char* finish = FinishName(finished.finish_reason(), parser.saw_tool_call());
     if (!WriteChunk(text::ReplyDelta{}, "", no_logprobs, finish)) return;
@@ -366,11 +360,7 @@ void Stream::Run(ApiService* api, const pb::GenerateRequest& g, const std::strin
   if (kind_ == StreamKind::kCompletion) {
     choice["text"] = rest;
   } else {
-    text::ReplyDelta all = parser.Add(rest);
-    text::ReplyDelta end = parser.Finish();
-    all.reasoning += end.reasoning;
-    all.content += end.content;
-    for (auto& c : end.tool_calls) all.tool_calls.push_back(std::move(c));
+    const text::ReplyDelta all = parser.Finish(rest);
     Json message = {{"role", "assistant"},
                     {"content", all.content.empty() && !all.tool_calls.empty() ? Json() : Json(all.content)},
                     {"reasoning_content", all.reasoning.empty() ? Json() : Json(all.reasoning)},

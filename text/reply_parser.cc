@@ -69,11 +69,12 @@ ReplyDelta ReplyParser::Add(std::string_view text) {
   return out;
 }
 
-ReplyDelta ReplyParser::Finish() {
+ReplyDelta ReplyParser::Finish(std::string_view last) {
+  pending_.append(last);
   ReplyDelta out;
   Drain(/*final=*/true, out);
   if (state_ == State::kToolCall) {  // never closed: the text as it came
-    EmitContent(std::string(kCallOpen) + pending_, /*final=*/true, out);
+    EmitContent(std::string(kCallOpen) + pending_, out);
     pending_.clear();
     state_ = State::kContent;
   }
@@ -85,7 +86,7 @@ ReplyDelta ReplyParser::Finish() {
   return out;
 }
 
-void ReplyParser::EmitContent(std::string_view text, bool final, ReplyDelta& out) {
+void ReplyParser::EmitContent(std::string_view text, ReplyDelta& out) {
   if (text.empty()) return;
   // Whitespace alone (around tool calls, after </think>) waits to see what follows it.
   if (IsBlank(text)) {
@@ -140,11 +141,11 @@ void ReplyParser::Drain(bool final, ReplyDelta& out) {
             }
           }
         }
-        EmitContent(std::string_view(pending_).substr(0, pending_.size() - keep), final, out);
+        EmitContent(std::string_view(pending_).substr(0, pending_.size() - keep), out);
         pending_.erase(0, pending_.size() - keep);
         return;
       }
-      EmitContent(std::string_view(pending_).substr(0, call), final, out);
+      EmitContent(std::string_view(pending_).substr(0, call), out);
       pending_.erase(0, call + kCallOpen.size());
       state_ = State::kToolCall;
       continue;
@@ -162,7 +163,7 @@ void ReplyParser::Drain(bool final, ReplyDelta& out) {
       content_since_call_ = false;
       out.tool_calls.push_back(std::move(parsed));
     } else {
-      EmitContent(std::string(kCallOpen) + body + std::string(kCallClose), final, out);
+      EmitContent(std::string(kCallOpen) + body + std::string(kCallClose), out);
     }
     pending_.erase(0, close + kCallClose.size());
     state_ = State::kContent;

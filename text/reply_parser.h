@@ -47,15 +47,16 @@ class ReplyParser {
 
   // The next piece of the reply; returns what it completes.
   ReplyDelta Add(std::string_view text);
-  // The end of the reply: what was held back (an unclosed tool call becomes content text).
-  ReplyDelta Finish();
+  // The end of the reply, with its last piece: that piece and what was held back (an unclosed
+  // tool call becomes content text).
+  ReplyDelta Finish(std::string_view last = {});
 
   bool saw_tool_call() const { return saw_tool_call_; }
 
  private:
   enum class State { kReasoning, kContent, kToolCall };
   void Drain(bool final, ReplyDelta& out);
-  void EmitContent(std::string_view text, bool final, ReplyDelta& out);
+  void EmitContent(std::string_view text, ReplyDelta& out);
   bool ParseCall(std::string_view body, ParsedToolCall& call) const;
 
   Options options_;

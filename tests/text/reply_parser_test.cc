@@ -34,6 +34,14 @@ Told Feed(const std::string& reply, ReplyParser::Options options, size_t step) {
 // Checks that every piece size tells the same as the whole reply, and returns it.
 Told FeedAllWays(const std::string& reply, ReplyParser::Options options) {
   const Told whole = Feed(reply, options, 0);
+  {
+    // The whole reply given to Finish as its last piece tells the same.
+    ReplyParser p(options);
+    const ReplyDelta d = p.Finish(reply);
+    CHECK(d.reasoning == whole.reasoning);
+    CHECK(d.content == whole.content);
+    CHECK(d.tool_calls.size() == whole.calls.size());
+  }
   for (size_t step : {1, 2, 3, 5, 7, 11}) {
     const Told pieces = Feed(reply, options, step);
     INFO("step " << step);
