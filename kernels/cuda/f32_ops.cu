@@ -183,6 +183,18 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// out[i] = ((parts[0][i] + parts[1][i]) + parts[2][i]) + ..., one element a thread: the order the
+// host's fixed-order reduction sums in (no contraction: additions only, each rounded).
+__global__ void SumInRankOrderKernel(const float* __restrict__ parts, int ranks, int64_t n, int64_t stride,
+                                     float* __restrict__ out) {
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = parts[e];
+    for (int q = 1; q < ranks; ++q) s = __fadd_rn(s, parts[q * stride + e]);
+    out[e] = s;
+  }
+}
+
 }  // namespace
 
 absl::Status RopeInterleavedF32(float* x, int64_t rows, int64_t heads, int64_t row_stride, int64_t head_stride,
@@ -272,6 +284,20 @@ absl::Status IndexerScoresF32(const float* qi, const float* w, int64_t rows, int
                                              dim3(static_cast<unsigned>(key_blocks), static_cast<unsigned>(rows)),
                                              kThreads, shared, S(stream), qi, w, static_cast<int>(heads),
                                              static_cast<int>(dim), view, n_keys, scale, scores, score_stride));
+  return absl::OkStatus();
+}
+
+absl::Status SumInRankOrderF32(const float* parts, int64_t ranks, int64_t n, int64_t stride, float* out,
+                               void* stream) {
+  if (ranks < 1 || ranks > 1024 || n < 0 || stride < n) {
+    return absl::InvalidArgumentError(absl::StrCat("SumInRankOrderF32: ranks ", ranks, ", n ", n, ", stride ", stride,
+                                                   " (need 1 <= ranks <= 1024, n >= 0, stride >= n)"));
+  }
+  if (n == 0) return absl::OkStatus();
+  if (parts == nullptr || out == nullptr) return absl::InvalidArgumentError("SumInRankOrderF32: null parts or out");
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n + kThreads - 1) / kThreads, 65536));
+  SumInRankOrderKernel<<<blocks, kThreads, 0, S(stream)>>>(parts, static_cast<int>(ranks), n, stride, out);
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();
 }
 

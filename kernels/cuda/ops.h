@@ -401,6 +401,13 @@ absl::Status WritePagedRowsF32(const float* src, int64_t rows, int64_t src_strid
                                const int64_t* positions, const PagedCacheF32& cache, void* stream = nullptr);
 // x[i] += y[i], float32. CPU twin: the loop (exact).
 absl::Status AddF32(float* x, const float* y, int64_t n, void* stream = nullptr);
+// out[i] = ((parts[0 * stride + i] + parts[1 * stride + i]) + ...) + parts[(ranks - 1) * stride + i] for
+// i < n: one slice of the tensor-parallel reduction, summed in rank order as the host's fixed-order
+// all-reduce sums it (dataplane/collectives.h), so a reduction on the device gives its bits. CPU
+// twin: that loop (exact). Launched without programmatic dependence (it follows NCCL's transfers).
+// REQUIRES: 1 <= ranks <= 1024, stride >= n >= 0; out may alias parts' first slice only.
+absl::Status SumInRankOrderF32(const float* parts, int64_t ranks, int64_t n, int64_t stride, float* out,
+                               void* stream = nullptr);
 // MoeCombineF32's contract with float32 expert outputs (slots, shared).
 absl::Status MoeCombineF32Slots(const float* slots, const float* weights, const float* shared, int64_t rows,
                                 int64_t top_k, int64_t dim, float* x, void* stream = nullptr, bool assign = false);

@@ -502,10 +502,38 @@ Result MovesF32Case(std::mt19937& rng, int64_t rows, int64_t dim, int64_t top_k)
   return r;
 }
 
+// One slice of the tensor-parallel reduction summed in rank order on the device: the host's
+// fixed-order loop bit for bit (signed zeros and non-multiples of the block included).
+Result SumInRankOrderCase(std::mt19937& rng, int64_t ranks, int64_t n) {
+  Result r;
+  r.tolerance = 0;
+  const int64_t stride = n + 3;
+  std::vector<float> parts = RandomF32(ranks * stride, 1.0f, 0.0f, rng);
+  for (int64_t q = 0; q < ranks; ++q) parts[q * stride] = -0.0f;  // -0 + -0 ... stays -0
+  std::vector<float> want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    want[i] = parts[i];
+    for (int64_t q = 1; q < ranks; ++q) want[i] += parts[q * stride + i];
+  }
+  Device dev(&r.error);
+  float* d_parts = dev.Upload(parts);
+  float* d_out = dev.Poisoned<float>(n);
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::SumInRankOrderF32(d_parts, ranks, n, stride, d_out));
+  HARNESS_CHECK_OK(cu::Synchronize());
+  std::vector<float> got = dev.Download(d_out, n);
+  if (!r.error.empty()) return r;
+  r.mismatched = BitMismatch(got, want);
+  r.note = "bit for bit";
+  return r;
+}
+
 }  // namespace
 
 void AddModelCases(std::vector<Case>* cases) {
   auto add = [&](std::string name, std::function<Result(std::mt19937&)> f) { cases->push_back({std::move(name), f}); };
+  add("sum_in_rank_order_f32 ranks=2 n=6144", [](std::mt19937& g) { return SumInRankOrderCase(g, 2, 6144); });
+  add("sum_in_rank_order_f32 ranks=5 n=100003", [](std::mt19937& g) { return SumInRankOrderCase(g, 5, 100003); });
   add("embedding_gather_f32 vocab=384 dim=128 rows=37", [](std::mt19937& g) { return EmbeddingCase(g, 384, 128, 37); });
   add("embedding_gather_f32 vocab=5000 dim=6144 rows=9", [](std::mt19937& g) { return EmbeddingCase(g, 5000, 6144, 9); });
   add("rms_norm_f32_to_bf16 rows=5 dim=128", [](std::mt19937& g) { return RmsNormF32Case(g, 5, 128); });
