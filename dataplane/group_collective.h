@@ -24,8 +24,7 @@ class GroupCollective final : public model::Collective {
   absl::Status AllReduceSum(float* data, int64_t n) override;
   absl::Status Exchange(const std::vector<std::span<const float>>& send,
                         const std::vector<std::span<float>>& recv) override;
-  // Bytes sent since the last call.
-  int64_t TakeBytes();
+  int64_t TakeBytes() override;
 
  private:
   static constexpr uint64_t kTag = 1;

@@ -63,8 +63,9 @@ void CsrOf(const std::vector<int64_t>& rows, int64_t R, bool all, const std::vec
 
 }  // namespace
 
-absl::Status ReduceThroughHost(const TensorParallel& tp, float* x, int64_t n, std::vector<float>* staging) {
+absl::Status ReduceOverGroup(const TensorParallel& tp, float* x, int64_t n, std::vector<float>* staging) {
   if (tp.world == 1) return absl::OkStatus();
+  if (tp.comm->device_buffers()) return tp.Reduce(x, n);
   staging->resize(static_cast<size_t>(n));
   FERRY_RETURN_IF_ERROR(cu::CopyToHost(staging->data(), x, staging->size() * sizeof(float)));
   FERRY_RETURN_IF_ERROR(tp.Reduce(staging->data(), n));
@@ -203,30 +204,54 @@ absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_
   }
 
   // Queries to their owners: [n, H, L] of q_abs then [n, H, P] of q_pe per owner, in row order.
+  // The exchanged buffers are device scratch when the collective takes device buffers (NCCL),
+  // else host vectors.
+  const bool on_device = tp.comm->device_buffers();
+  auto buffer = [&](std::vector<float>& host, int64_t values) -> absl::StatusOr<std::span<float>> {
+    const int64_t words = Words<T>(values);
+    if (words == 0) return std::span<float>();
+    if (!on_device) {
+      host.resize(static_cast<size_t>(words));
+      return std::span<float>(host);
+    }
+    FERRY_ASSIGN_OR_RETURN(float* d, ws.Take<float>(words));
+    return std::span<float>(d, static_cast<size_t>(words));
+  };
+  // Device values into an exchanged buffer, and back.
+  auto out_of_device = [&](void* dst, const void* src, int64_t values) {
+    const size_t bytes = static_cast<size_t>(values) * sizeof(T);
+    return on_device ? cu::CopyDeviceToDevice(dst, src, bytes) : cu::CopyToHost(dst, src, bytes);
+  };
+  auto into_device = [&](void* dst, const void* src, int64_t values) {
+    const size_t bytes = static_cast<size_t>(values) * sizeof(T);
+    return on_device ? cu::CopyDeviceToDevice(dst, src, bytes) : cu::CopyToDevice(dst, src, bytes);
+  };
   const int64_t ns = static_cast<int64_t>(plan.serve.size());
   std::vector<std::vector<float>> q_out(static_cast<size_t>(world)), q_in(static_cast<size_t>(world));
+  std::vector<std::span<float>> q_in_s(static_cast<size_t>(world));
   std::vector<std::span<const float>> send(static_cast<size_t>(world));
   std::vector<std::span<float>> recv(static_cast<size_t>(world));
-  auto gather_to_host = [&](const T* src, int64_t width, const std::vector<int64_t>& rs, char* host) -> absl::Status {
+  // Rows `rs` of src [*, width], dense, to `dst` (an exchanged buffer).
+  auto gather = [&](const T* src, int64_t width, const std::vector<int64_t>& rs, char* dst) -> absl::Status {
     const int64_t n = static_cast<int64_t>(rs.size());
     if (n == 0 || width == 0) return absl::OkStatus();
     FERRY_ASSIGN_OR_RETURN(int32_t * d_idx, upload_ids(std::vector<int32_t>(rs.begin(), rs.end())));
+    if (on_device) return act::CopyRows(src, width, d_idx, reinterpret_cast<T*>(dst), width, nullptr, n, width);
     FERRY_ASSIGN_OR_RETURN(T * dense, ws.Take<T>(n * width));
     FERRY_RETURN_IF_ERROR(act::CopyRows(src, width, d_idx, dense, width, nullptr, n, width));
-    return cu::CopyToHost(host, dense, static_cast<size_t>(n * width) * sizeof(T));
+    return cu::CopyToHost(dst, dense, static_cast<size_t>(n * width) * sizeof(T));
   };
   for (int q = 0; q < world; ++q) {
     if (q == me) continue;
     const std::vector<int64_t>& rs = plan.ask[static_cast<size_t>(q)];
     const int64_t n = static_cast<int64_t>(rs.size());
-    std::vector<float>& out = q_out[static_cast<size_t>(q)];
-    out.resize(static_cast<size_t>(Words<T>(n * H * W)));
+    FERRY_ASSIGN_OR_RETURN(std::span<float> out, buffer(q_out[static_cast<size_t>(q)], n * H * W));
     char* bytes = reinterpret_cast<char*>(out.data());
-    FERRY_RETURN_IF_ERROR(gather_to_host(q_abs, H * L, rs, bytes));
-    FERRY_RETURN_IF_ERROR(gather_to_host(q_pe, H * P, rs, bytes + n * H * L * static_cast<int64_t>(sizeof(T))));
-    q_in[static_cast<size_t>(q)].resize(static_cast<size_t>(Words<T>(ns * H * W)));
+    FERRY_RETURN_IF_ERROR(gather(q_abs, H * L, rs, bytes));
+    FERRY_RETURN_IF_ERROR(gather(q_pe, H * P, rs, bytes + n * H * L * static_cast<int64_t>(sizeof(T))));
+    FERRY_ASSIGN_OR_RETURN(q_in_s[static_cast<size_t>(q)], buffer(q_in[static_cast<size_t>(q)], ns * H * W));
     send[static_cast<size_t>(q)] = out;
-    recv[static_cast<size_t>(q)] = q_in[static_cast<size_t>(q)];
+    recv[static_cast<size_t>(q)] = q_in_s[static_cast<size_t>(q)];
     stats->rows_shipped += n;
     stats->floats_sent += static_cast<int64_t>(out.size());
   }
@@ -239,6 +264,7 @@ absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_
     if (q != me) peers.push_back(q);
   }
   std::vector<std::vector<float>> o_out(static_cast<size_t>(world)), o_in(static_cast<size_t>(world));
+  std::vector<std::span<float>> o_out_s(static_cast<size_t>(world)), o_in_s(static_cast<size_t>(world));
   if (ns > 0) {
     const int64_t n = ns * static_cast<int64_t>(peers.size());
     FERRY_ASSIGN_OR_RETURN(T * qa, ws.Take<T>(n * H * L));
@@ -246,10 +272,9 @@ absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_
     std::vector<int64_t> rows;
     std::vector<int32_t> tbl;
     for (size_t k = 0; k < peers.size(); ++k) {
-      const char* in = reinterpret_cast<const char*>(q_in[static_cast<size_t>(peers[k])].data());
-      const size_t a_bytes = static_cast<size_t>(ns * H * L) * sizeof(T), p_bytes = static_cast<size_t>(ns * H * P) * sizeof(T);
-      FERRY_RETURN_IF_ERROR(cu::CopyToDevice(qa + k * ns * H * L, in, a_bytes));
-      if (P > 0) FERRY_RETURN_IF_ERROR(cu::CopyToDevice(qp + k * ns * H * P, in + a_bytes, p_bytes));
+      const char* in = reinterpret_cast<const char*>(q_in_s[static_cast<size_t>(peers[k])].data());
+      FERRY_RETURN_IF_ERROR(into_device(qa + k * ns * H * L, in, ns * H * L));
+      if (P > 0) FERRY_RETURN_IF_ERROR(into_device(qp + k * ns * H * P, in + ns * H * L * sizeof(T), ns * H * P));
       for (int64_t r : plan.serve) {
         rows.push_back(r);
         tbl.insert(tbl.end(), table.begin() + r * T_, table.begin() + (r + 1) * T_);
@@ -266,18 +291,18 @@ absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_
     FERRY_RETURN_IF_ERROR(act::MlaDecode(qa, P > 0 ? qp : nullptr, n, H, L, P, view, d_sel, d_off, scale, out,
                                          nullptr, 0));
     for (size_t k = 0; k < peers.size(); ++k) {
-      std::vector<float>& o = o_out[static_cast<size_t>(peers[k])];
-      o.resize(static_cast<size_t>(Words<T>(ns * orow)));
-      FERRY_RETURN_IF_ERROR(cu::CopyToHost(o.data(), out + k * ns * orow, static_cast<size_t>(ns * orow) * sizeof(T)));
+      const size_t q = static_cast<size_t>(peers[k]);
+      FERRY_ASSIGN_OR_RETURN(o_out_s[q], buffer(o_out[q], ns * orow));
+      FERRY_RETURN_IF_ERROR(out_of_device(o_out_s[q].data(), out + k * ns * orow, ns * orow));
     }
   }
   for (int q : peers) {
-    o_in[static_cast<size_t>(q)].resize(
-        static_cast<size_t>(Words<T>(static_cast<int64_t>(plan.ask[static_cast<size_t>(q)].size()) * orow)));
-    send[static_cast<size_t>(q)] = o_out[static_cast<size_t>(q)];
-    recv[static_cast<size_t>(q)] = o_in[static_cast<size_t>(q)];
+    const size_t k = static_cast<size_t>(q);
+    FERRY_ASSIGN_OR_RETURN(o_in_s[k], buffer(o_in[k], static_cast<int64_t>(plan.ask[k].size()) * orow));
+    send[k] = o_out_s[k];
+    recv[k] = o_in_s[k];
     stats->rows_served += ns;
-    stats->floats_sent += static_cast<int64_t>(o_out[static_cast<size_t>(q)].size());
+    stats->floats_sent += static_cast<int64_t>(o_out_s[k].size());
   }
   FERRY_RETURN_IF_ERROR(TimedExchange(tp, send, recv, stats));
 
@@ -287,8 +312,7 @@ absl::Status AttendSplitCuda(SplitScratch& scratch, const ModelConfig& c, int64_
     const int64_t n = static_cast<int64_t>(rs.size());
     if (n == 0) continue;
     FERRY_ASSIGN_OR_RETURN(T * in, ws.Take<T>(n * orow));
-    FERRY_RETURN_IF_ERROR(
-        cu::CopyToDevice(in, o_in[static_cast<size_t>(q)].data(), static_cast<size_t>(n * orow) * sizeof(T)));
+    FERRY_RETURN_IF_ERROR(into_device(in, o_in_s[static_cast<size_t>(q)].data(), n * orow));
     FERRY_ASSIGN_OR_RETURN(int32_t * d_rows, upload_ids(std::vector<int32_t>(rs.begin(), rs.end())));
     FERRY_RETURN_IF_ERROR(act::CopyRows(in, orow, nullptr, o_lat, orow, d_rows, n, orow));
   }

@@ -2,7 +2,8 @@
 // attention on the device (model/blocks/mla.h's MlaAttendSplit, the CUDA backend's AttendSplit): the same plan (PlanSplit), the same exchanges in the same order, and every row
 // attended by act::MlaDecode over the same selected rows in the same order as the replicated
 // layout would, so the owner split on and off give the same bits. The exchanges go through the
-// group's Collective, staged through host memory (the UCX data plane's transport).
+// group's Collective, staged through host memory (the UCX data plane's transport; NCCL's
+// collective takes the staged buffers too).
 // Internal to model/cuda.
 #pragma once
 
@@ -18,9 +19,10 @@
 
 namespace ferry::model::cuda {
 
-// x [n] float32 (device) summed over tp's ranks in the collective's fixed order, staged through
-// host memory (*staging, grown as needed). No-op on one rank.
-absl::Status ReduceThroughHost(const TensorParallel& tp, float* x, int64_t n, std::vector<float>* staging);
+// x [n] float32 (device) summed over tp's ranks in the collective's fixed order: handed over as it
+// is when the collective takes device buffers (NCCL), else staged through host memory (*staging,
+// grown as needed). No-op on one rank.
+absl::Status ReduceOverGroup(const TensorParallel& tp, float* x, int64_t n, std::vector<float>* staging);
 
 // What AttendSplitCuda keeps between calls: its device scratch (reset at every call) and host
 // staging.

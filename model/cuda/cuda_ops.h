@@ -258,7 +258,7 @@ class CudaOps {
 
   // Tensor parallelism: x [n] float32 (device) summed over the ranks in the collective's fixed
   // order, staged through host memory (the UCX data plane's transport).
-  absl::Status AllReduce(const TensorParallel& tp, float* x, int64_t n) { return ReduceThroughHost(tp, x, n, &reduce_); }
+  absl::Status AllReduce(const TensorParallel& tp, float* x, int64_t n) { return ReduceOverGroup(tp, x, n, &reduce_); }
   // The latent split's attention (model/cuda/attend_split.h).
   absl::Status AttendSplit(const ModelConfig& c, int64_t heads, const T* q_abs, const T* q_pe, int64_t rows,
                            const RowOwners& owners, const TensorParallel& tp, const Cache& latent, const int32_t* sel,

@@ -29,6 +29,12 @@ class Collective {
   // UNIMPLEMENTED where the collective has no point-to-point transport.
   virtual absl::Status Exchange(const std::vector<std::span<const float>>& send,
                                 const std::vector<std::span<float>>& recv);
+  // True when the buffers of both calls may be CUDA device memory (NCCL's collective): a backend
+  // whose values live on a GPU then hands them over as they are instead of staging them through
+  // host memory. Host buffers are accepted either way.
+  virtual bool device_buffers() const { return false; }
+  // Bytes this rank sent since the last call (0 where the collective does not count).
+  virtual int64_t TakeBytes() { return 0; }
 };
 
 // What the latent split (docs/owner-split.md) moved on a rank (counters since load).
