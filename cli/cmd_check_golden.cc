@@ -17,6 +17,7 @@
 #include "model/golden/golden.h"
 
 #ifdef FERRY_WITH_CUDA
+#include "dataplane/nccl_collective.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/load_cuda.h"
 #endif
@@ -332,6 +333,11 @@ int RunCheckGolden() {
     fprintf(stderr, "ferry check-golden: --ranks %lld: need 1 to 64\n", static_cast<long long>(world));
     return 2;
   }
+  if (const std::string plane = absl::GetFlag(FLAGS_dataplane);
+      (plane != "auto" && plane != "nccl" && plane != "ucx") || (plane == "nccl" && device != "cuda")) {
+    fprintf(stderr, "ferry check-golden: --dataplane %s: use auto, nccl (with --device cuda) or ucx\n", plane.c_str());
+    return 2;
+  }
   if (split != "auto" && split != "on" && split != "off") {
     fprintf(stderr, "ferry check-golden: --owner-split %s: use auto, on or off\n", split.c_str());
     return 2;
@@ -356,12 +362,23 @@ int RunCheckGolden() {
     // Every rank runs the same prompts in lockstep; rank 0 reports.
     FILE* report = rank == 0 ? stdout : fopen("/dev/null", "w");
 #ifdef FERRY_WITH_CUDA
-    if (device == "cuda" && world > 1) {
+    // On GPUs (rank modulo the visible ones), the ranks reduce over NCCL when --dataplane gives it.
+    std::unique_ptr<model::Collective> device_comm;
+    if (device == "cuda") {
       const int gpus = kernels::cuda::DeviceCount();
-      if (absl::Status st = kernels::cuda::UseDevice(gpus > 0 ? rank % gpus : 0); !st.ok()) {
-        fprintf(stderr, "ferry check-golden: rank %d: %s\n", rank, std::string(st.message()).c_str());
+      absl::Status st = world > 1 ? kernels::cuda::UseDevice(gpus > 0 ? rank % gpus : 0) : absl::OkStatus();
+      absl::StatusOr<std::string> plane =
+          st.ok() ? dataplane::ResolveDeviceDataPlane(absl::GetFlag(FLAGS_dataplane), comm, rank, static_cast<int>(world))
+                  : absl::StatusOr<std::string>(st);
+      auto made = plane.ok() ? dataplane::DeviceCollective(*plane, comm, rank, static_cast<int>(world), timeout)
+                             : absl::StatusOr<std::unique_ptr<model::Collective>>(plane.status());
+      if (!made.ok()) {
+        fprintf(stderr, "ferry check-golden: rank %d: %s\n", rank, std::string(made.status().message()).c_str());
         return 2;
       }
+      device_comm = std::move(*made);
+      if (device_comm) comm = device_comm.get();
+      if (rank == 0 && (world > 1 || device_comm)) fprintf(report, "data plane %s; ", plane->c_str());
     }
 #endif
     auto model = LoadModelOn(device, dir, precision, /*fp8_experts=*/true,

@@ -26,6 +26,7 @@
 #include "common/cluster_token.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
+#include "common/status.h"
 #include "dataplane/dataplane.h"
 #include "dataplane/group_collective.h"
 #include "dataplane/ucx_dataplane.h"
@@ -33,6 +34,7 @@
 #include "model/families/causal_lm.h"
 #ifdef FERRY_WITH_CUDA
 #include "kernels/cuda/ops.h"
+#include "dataplane/nccl_collective.h"
 #include "model/cuda/load_cuda.h"
 #endif
 #include "worker/exit_status.h"
@@ -62,14 +64,23 @@ namespace cpb = ferry::control::v1;
 namespace {
 
 // This rank's model on --device (cpu, or cuda on --gpu, default rank modulo the visible GPUs),
-// its tensor-parallel shard; *gpu_share gets the ranks that share its GPU. Errors name the flag.
-absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(const std::string& path,
-                                                                      ferry::model::TensorParallel tp,
-                                                                      const ferry::model::CacheOptions& cache,
-                                                                      int* gpu_share) {
+// its tensor-parallel shard; *gpu_share gets the ranks that share its GPU. On GPUs the ranks reduce
+// over NCCL when --dataplane gives it (*device_comm, which then replaces tp.comm), else over
+// tp.comm staged through host memory; *plane names the one chosen. Errors name the flag.
+absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(
+    const std::string& path, ferry::model::TensorParallel tp, const ferry::model::CacheOptions& cache,
+    std::chrono::milliseconds step_timeout, int* gpu_share, std::unique_ptr<ferry::model::Collective>* device_comm,
+    std::string* plane) {
   using namespace ferry;
   const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
-  if (device == "cpu") return model::LoadCausalLM(path, tp, cache);
+  const std::string wanted = absl::GetFlag(FLAGS_dataplane);
+  if (wanted != "auto" && wanted != "nccl" && wanted != "ucx") {
+    return absl::InvalidArgumentError(absl::StrCat("--dataplane ", wanted, ": use auto, nccl or ucx"));
+  }
+  if (device == "cpu") {
+    if (wanted == "nccl") return absl::InvalidArgumentError("--dataplane nccl needs --device cuda");
+    return model::LoadCausalLM(path, tp, cache);
+  }
   if (device != "cuda") return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
 #ifdef FERRY_WITH_CUDA
   if (precision != "bf16" && precision != "f32") {
@@ -84,12 +95,18 @@ absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(const std:
   if (absl::Status st = kernels::cuda::UseDevice(gpu); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("--gpu ", gpu, ": ", st.message()));
   }
+  FERRY_ASSIGN_OR_RETURN(*plane, dataplane::ResolveDeviceDataPlane(wanted, tp.comm, rank, world));
+  FERRY_ASSIGN_OR_RETURN(*device_comm, dataplane::DeviceCollective(*plane, tp.comm, rank, world, step_timeout));
+  if (*device_comm) tp.comm = device_comm->get();
   model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
   opts.fp8_experts = absl::GetFlag(FLAGS_fp8_experts);
   return model::cuda::LoadCausalLMCuda(path, tp, cache, opts);
 #else
   (void)precision;
   (void)gpu_share;
+  (void)step_timeout;
+  (void)device_comm;
+  (void)plane;
   return absl::UnimplementedError("this ferry-worker was built without CUDA (no nvcc at build time)");
 #endif
 }
@@ -287,15 +304,17 @@ int main(int argc, char** argv) {
     FERRY_LOG(ERROR) << "rank " << rank << ": --step-timeout " << step_timeout << ": need a positive number of seconds";
     return 2;
   }
-  dataplane::GroupCollective collective(dp->get(),
-                                 std::chrono::milliseconds(static_cast<int64_t>(std::ceil(step_timeout * 1000))));
+  const auto step_ms = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(step_timeout * 1000)));
+  dataplane::GroupCollective collective(dp->get(), step_ms);
   model::CacheOptions cache;
   if (conf.page_size() > 0) cache.page_size = conf.page_size();
   // The arena grows until the coordinator's plan fixes its size (the Arena message).
   const std::string device = absl::GetFlag(FLAGS_device);
   int gpu_share = 1;  // --device cuda: the ranks on this rank's GPU
-  absl::StatusOr<std::unique_ptr<model::CausalLM>> model =
-      LoadRankModel(conf.model_path(), model::TensorParallel{rank, world, &collective}, cache, &gpu_share);
+  std::unique_ptr<model::Collective> device_comm;  // NCCL's, when the ranks use it
+  std::string plane = "ucx";
+  absl::StatusOr<std::unique_ptr<model::CausalLM>> model = LoadRankModel(
+      conf.model_path(), model::TensorParallel{rank, world, &collective}, cache, step_ms, &gpu_share, &device_comm, &plane);
   if (!model.ok()) {
     FERRY_LOG(ERROR) << "rank " << rank << ": " << model.status().message();
     return 2;
@@ -321,7 +340,9 @@ int main(int argc, char** argv) {
     FERRY_LOG(ERROR) << "rank " << rank << ": the coordinator closed the step stream";
     return 1;
   }
-  FERRY_LOG(INFO) << "rank " << rank << " of " << world << " ready (" << (*dp)->capabilities().transport << ")";
+  model::Collective& comm = device_comm ? *device_comm : static_cast<model::Collective&>(collective);
+  FERRY_LOG(INFO) << "rank " << rank << " of " << world << " ready ("
+                  << (device_comm ? std::string("nccl") : (*dp)->capabilities().transport) << ")";
   cpb::CoordinatorMessage msg;
   while (stream->Read(&msg)) {
     if (msg.has_shutdown()) {
@@ -353,7 +374,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::vector<step::SampledToken>> tokens =
         decoded.ok() ? exec.Execute(step) : absl::StatusOr<std::vector<step::SampledToken>>(decoded.status());
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const int64_t sent = collective.TakeBytes();
+    const int64_t sent = comm.TakeBytes();
     int64_t ntok = 0;
     for (const step::StepSegment& seg : step.segments) ntok += static_cast<int64_t>(seg.tokens.size());
     rank_metrics.OnStep(secs, sent, ntok, exec);

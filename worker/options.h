@@ -14,6 +14,9 @@
   X(bool, fp8_experts, true,                                                                                \
     "--device cuda, bf16: keep experts a checkpoint stores in block-scaled FP8 in FP8 and run them as W8A8 " \
     "(false: upcast them to bf16, the CPU reference's numerics)")                                          \
+  X(std::string, dataplane, "auto",                                                                         \
+    "--device cuda: how ranks move device values: nccl (a GPU a rank, on the device), ucx (staged through "  \
+    "host memory; ranks may share a GPU), auto (nccl when every rank has a GPU of its own)")                 \
   X(double, memory_gib, 0,                                                                                  \
     "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)")        \
   X(int32_t, connect_timeout_s, 60, "Seconds a worker waits for the coordinator and its peers")

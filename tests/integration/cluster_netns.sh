@@ -5,8 +5,8 @@
 # over TCP between them, the owner split on); every golden prompt through the gRPC API gives the
 # goldens' tokens (those of one rank); a worker killed in the second namespace is reported by host;
 # `down` leaves no process. Preflight refusals: a token file another user can read, a run
-# directory others may write, model files that differ between hosts; a pid file naming another
-# process is not signalled.
+# directory others may write, model files that differ between hosts, dataplane nccl on CPUs; a
+# pid file naming another process is not signalled.
 #
 #   tests/integration/cluster_netns.sh BIN_DIR SOURCE_DIR
 #
@@ -142,6 +142,11 @@ kill "$bystander" 2>/dev/null
 sed -i '/^api_key_file/d' "$tmp/conf"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
 [ $rc -ne 0 ] && echo "$out" | grep -q "give api_key_file" || fail "an OpenAI API without a key passed"
+# NCCL moves device values: a CPU cluster asking for it is refused before anything starts.
+config glm-dsa-tiny
+sed -i 's/^device = cpu$/device = cpu\ndataplane = nccl/' "$tmp/conf"
+out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
+[ $rc -ne 0 ] && echo "$out" | grep -q "dataplane nccl needs device cuda" || fail "dataplane nccl on a CPU cluster passed"
 config glm-dsa-tiny
 echo '{"changed": true}' >> "$tmp/b/glm-dsa-tiny/config.json"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
