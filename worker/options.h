@@ -15,7 +15,8 @@
     "--device cuda, bf16: keep experts a checkpoint stores in block-scaled FP8 in FP8 and run them as W8A8 " \
     "(false: upcast them to bf16, the CPU reference's numerics)")                                          \
   X(double, memory_gib, 0,                                                                                  \
-    "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)")        \
+    "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks); plan: "  \
+    "the device's memory a rank, of which --reserve-gib is kept back")                                      \
   X(int32_t, connect_timeout_s, 60, "Seconds a worker waits for the coordinator and its peers")
 
 FERRY_WORKER_OPTIONS(FERRY_DECLARE_OPTION)
