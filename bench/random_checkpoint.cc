@@ -9,7 +9,7 @@
 #include "common/status.h"
 #include "bench/roofline_cuda.h"
 #include "kernels/cuda/ops.h"
-#include "tests/testing/synthetic.h"
+#include "model/checkpoint/tensor_list.h"
 
 namespace ferry::bench {
 namespace {
@@ -28,11 +28,11 @@ uint64_t SplitMix(uint64_t& s) {
 double Uniform01(uint64_t& s) { return static_cast<double>(SplitMix(s) >> 11) * (1.0 / 9007199254740992.0); }
 
 // A Linear weight: 2-D (or more) and zero-mean; these come from the pool.
-bool FromPool(const testing::SyntheticTensor& t) {
-  return t.kind == testing::SyntheticTensor::kNormal && t.offset == 0.0f && t.shape.size() >= 2;
+bool FromPool(const model::ModelTensor& t) {
+  return t.kind == model::ModelTensor::kNormal && t.offset == 0.0f && t.shape.size() >= 2;
 }
 // A routed or shared expert's matrix (FP8 with fp8_experts).
-bool Expert(const testing::SyntheticTensor& t) {
+bool Expert(const model::ModelTensor& t) {
   return FromPool(t) && t.shape.size() == 2 &&
          (t.name.find(".mlp.experts.") != std::string::npos || t.name.find(".mlp.shared_experts.") != std::string::npos);
 }
@@ -75,12 +75,11 @@ absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const
   if (fp8_experts) config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
   FERRY_ASSIGN_OR_RETURN(rc->config_, model::ParseModelConfig(config, label));
   const model::ModelConfig& c = rc->config_;
-  std::vector<testing::SyntheticTensor> specs =
-      c.family == model::Family::kGlmMoeDsa ? testing::SyntheticDsaTensors(c) : testing::SyntheticNextTensors(c);
+  const std::vector<model::ModelTensor> specs = model::ModelTensors(c);
 
   // The pool: as large as the largest Linear weight plus room to shift windows.
   int64_t largest = 0, largest8 = 0, scales = 0;
-  for (const testing::SyntheticTensor& t : specs) {
+  for (const model::ModelTensor& t : specs) {
     if (fp8_experts && Expert(t)) {
       largest8 = std::max(largest8, t.numel());
       scales = std::max(scales, (t.shape[0] + 127) / 128 * ((t.shape[1] + 127) / 128));
@@ -115,7 +114,7 @@ absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const
   std::vector<model::Checkpoint::HostTensor> tensors;
   tensors.reserve(specs.size());
   uint64_t rng = seed ^ 0x5bd1e995ull;
-  for (const testing::SyntheticTensor& t : specs) {
+  for (const model::ModelTensor& t : specs) {
     model::Checkpoint::HostTensor h{t.name, DType::kBF16, t.shape, nullptr};
     if (fp8_experts && Expert(t)) {
       const int64_t room = (rc->pool8_bytes_ - t.numel()) / 128;
@@ -135,7 +134,7 @@ absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const
       std::vector<uint16_t> v(static_cast<size_t>(t.numel()));
       for (uint16_t& x : v) {
         const double u = Uniform01(rng);
-        const double val = t.kind == testing::SyntheticTensor::kLogUniform
+        const double val = t.kind == model::ModelTensor::kLogUniform
                                ? std::log(t.offset + (t.scale - t.offset) * u)
                                : t.offset + t.scale * (2.0 * u - 1.0) * 1.7320508075688772;
         x = F32ToBf16(static_cast<float>(val));

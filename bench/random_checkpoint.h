@@ -2,12 +2,12 @@
 // (model::Checkpoint::FromHost), for benchmarks: a GLM-5.2 MoE layer is about 19 GB of weights,
 // which a real-format file would take minutes to write and the float32 loader minutes to read.
 //
-// Every tensor tests/testing/synthetic.h lists for the config is present with its real name,
+// Every tensor model/checkpoint/tensor_list.h lists for the config is present with its real name,
 // shape and dtype (bf16). The Linear weights (2-D, zero-mean) are windows of one random pool in
 // page-locked memory at different offsets (values uniform with standard deviation 0.02,
 // transformers' initializer_range; drawn on the device), so the model loads them with one
 // host-to-device copy each (model/cuda LoadMatrix); norms, biases and the KDA vectors are drawn
-// per tensor as synthetic.h describes. Distinct tensors therefore hold different values (shifted
+// per tensor as tensor_list.h describes. Distinct tensors therefore hold different values (shifted
 // windows of the pool), never zeros.
 #pragma once
 

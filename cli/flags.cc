@@ -47,7 +47,12 @@ ABSL_FLAG(std::string, gpus, "",
 ABSL_FLAG(int64_t, ranks, 1,
           "plan, serve, check-golden: tensor-parallel width W (ranks, one GPU each; check-golden runs them as "
           "processes on this machine, rank r on GPU r modulo the visible ones)");
-ABSL_FLAG(double, room_gib, -1, "plan: GiB a rank has for KV after weights and workspace (smallest rank)");
+ABSL_FLAG(double, room_gib, -1,
+          "plan: GiB a rank has for KV after weights and workspace (smallest rank); instead of --memory-gib");
+ABSL_FLAG(double, reserve_gib, -1,
+          "plan --memory-gib: GiB of a rank's memory kept for the OS, the runtime and the engine's workspace (-1: 28, "
+          "a GB10's: of its 128 GiB Linux sees 121.7, and CUDA can allocate about 102 at boot, less 2 GiB of "
+          "workspace)");
 ABSL_FLAG(int64_t, mtp_layers, 0, "plan: MTP layers served (each caches rows like an MLA layer)");
 ABSL_FLAG(std::string, kv_cache, "bf16", "plan: latent cache format: bf16 or fp8");
 ABSL_FLAG(double, fixed_mib, -1,

@@ -33,6 +33,7 @@ ABSL_DECLARE_FLAG(std::string, logits_out);
 ABSL_DECLARE_FLAG(std::string, logits_against);
 ABSL_DECLARE_FLAG(double, logits_within);
 ABSL_DECLARE_FLAG(double, room_gib);
+ABSL_DECLARE_FLAG(double, reserve_gib);
 ABSL_DECLARE_FLAG(int64_t, mtp_layers);
 ABSL_DECLARE_FLAG(std::string, kv_cache);
 ABSL_DECLARE_FLAG(double, fixed_mib);

@@ -222,7 +222,10 @@ static absl::StatusOr<Plan> PlanSplit(const PlanInput& in) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the latent split over ", W, " ranks needs ", FormatGiB(least * kb + p.window_pages * lb),
         " GiB for a window of ", p.window_pages, " pages on its owner and a page for each other lane, and the "
-        "streams' budget is ", FormatGiB(budget), " GiB: lower --context (the replicated layout needs more: every rank holds every latent row)"));
+        "streams' budget is ", FormatGiB(budget), " GiB (of the ", FormatGiB(in.room_bytes), " GiB room, ",
+        FormatGiB(p.cache_bytes), " GiB went to the prompt cache and ", FormatGiB(p.fixed_bytes_total),
+        " GiB to the other lanes' fixed state): lower --context (the replicated layout needs more: every rank holds "
+        "every latent row)"));
   }
   p.pages_split_cut = p.pages - K;
   p.pages = K;
@@ -247,6 +250,57 @@ absl::StatusOr<Plan> ComputePlan(const PlanInput& in) {
   if (in.layout == Layout::kWindows) return PlanWindows(in, p);
   p.window_pages = CeilDiv(in.context, in.page_size) + 1;
   return PlanPages(in, p);
+}
+
+StreamFit FitStreams(const PlanInput& in, const Plan& p) {
+  StreamFit f;
+  if (p.layout == Layout::kWindows) {
+    f.whole_windows = p.lanes;
+    f.even_tokens = p.context;
+    return f;
+  }
+  const int64_t P = p.page_size, wp = p.window_pages, lanes = std::max<int64_t>(p.lanes, 1);
+  // Pages every lane can have alike, and whole windows at once: bounded by the key pages every
+  // rank holds and, with the split, by each owner's latent arena.
+  int64_t each = p.pages / lanes;
+  int64_t windows = p.pages / wp;
+  if (in.split_ranks > 1) {
+    const int64_t W = in.split_ranks;
+    each = std::min(each, p.latent_pages / CeilDiv(lanes, W));
+    windows = std::min(windows, W * (p.latent_pages / wp));
+  }
+  f.whole_windows = std::min(lanes, windows);
+  f.even_tokens = std::clamp<int64_t>((each - 1) * P, 0, p.context);
+  return f;
+}
+
+int64_t LongestContext(const PlanInput& in) {
+  // Halving: a longer window needs more pages, so what fits is a prefix of 1..context (lo always fits).
+  int64_t lo = 0, hi = std::min(in.context, kMaxContext);
+  PlanInput probe = in;
+  while (lo < hi) {
+    probe.context = lo + (hi - lo + 1) / 2;
+    if (ComputePlan(probe).ok()) {
+      lo = probe.context;
+    } else {
+      hi = probe.context - 1;
+    }
+  }
+  return lo;
+}
+
+absl::StatusOr<int64_t> RoomFromMemory(int64_t memory_bytes, int64_t reserve_bytes, int64_t weight_bytes) {
+  if (memory_bytes < 0 || reserve_bytes < 0 || weight_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("memory ", memory_bytes, ", reserve ", reserve_bytes,
+                                                   " and weights ", weight_bytes, " bytes must not be negative"));
+  }
+  if (reserve_bytes + weight_bytes > memory_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "a rank's ", FormatGiB(memory_bytes), " GiB of memory do not hold its ", FormatGiB(weight_bytes),
+        " GiB of weights and the ", FormatGiB(reserve_bytes), " GiB reserve (", FormatGiB(weight_bytes + reserve_bytes),
+        " GiB): add ranks, or memory"));
+  }
+  return memory_bytes - reserve_bytes - weight_bytes;
 }
 
 std::string FormatGiB(int64_t bytes) {

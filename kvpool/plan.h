@@ -166,6 +166,25 @@ absl::StatusOr<Plan> ComputePlan(const PlanInput& in);
 // REQUIRES: the input is in bounds (ComputePlan checks; this does not).
 int64_t WindowsThatFit(const PlanInput& in);
 
+// What a plan means for its lanes when all of them run at once. Pages layout: a stream of t
+// tokens takes ceil(t / page_size) + 1 pages (as a window does); with the latent split its key
+// pages are on every rank and its latent pages on its owner, the lanes spread evenly over the
+// split_ranks owners. Windows layout: every lane holds a whole window (or the plan was refused).
+struct StreamFit {
+  int64_t whole_windows = 0;  // lanes that can each hold a whole window of `context` tokens at once
+  int64_t even_tokens = 0;    // the longest window all the lanes can hold at once, each the same (<= context)
+};
+StreamFit FitStreams(const PlanInput& in, const Plan& p);
+
+// The longest window (tokens, up to in.context) whose plan the room holds for in.lanes lanes; 0
+// when not even a one-token window fits. For the remedy of a refused plan.
+int64_t LongestContext(const PlanInput& in);
+
+// A rank's room from its memory: memory - reserve (what the OS, the runtime and the engine's
+// workspace keep) - weights. Errors: INVALID_ARGUMENT for a negative input; RESOURCE_EXHAUSTED
+// naming the three figures in GiB when the memory does not hold the reserve and the weights.
+absl::StatusOr<int64_t> RoomFromMemory(int64_t memory_bytes, int64_t reserve_bytes, int64_t weight_bytes);
+
 // Bytes as GiB with two decimals, as the seed prints them ("90.48").
 std::string FormatGiB(int64_t bytes);
 // The plan as `ferry plan` prints it past its header lines (room, window, lanes, pages, tokens,

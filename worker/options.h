@@ -18,7 +18,8 @@
     "--device cuda: how ranks move device values: nccl (a GPU a rank, on the device), ucx (staged through "  \
     "host memory; ranks may share a GPU), auto (nccl when every rank has a GPU of its own)")                 \
   X(double, memory_gib, 0,                                                                                  \
-    "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)")        \
+    "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks); plan: "  \
+    "the device's memory a rank, of which --reserve-gib is kept back")                                      \
   X(int32_t, connect_timeout_s, 60, "Seconds a worker waits for the coordinator and its peers")
 
 FERRY_WORKER_OPTIONS(FERRY_DECLARE_OPTION)

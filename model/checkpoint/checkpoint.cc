@@ -72,43 +72,11 @@ absl::StatusOr<nlohmann::json> ReadJsonFile(const std::string& path) {
   }
 }
 
-// quantization_config: weight_block_size (FP8 checkpoints), and quant_algo NVFP4 with its group
-// size (ModelOpt's releases; hf_quant_config.json's "quantization" when config.json has none).
+// quantization_config (or hf_quant_config.json's "quantization"): FP8 block sizes, and whether
+// NVFP4 is declared (model/checkpoint/quantization.h reads both). Tensors are then told apart by
+// their dtypes as they load.
 absl::Status Checkpoint::ReadQuantization(const std::string& where, const nlohmann::json& hf_quant) {
-  const nlohmann::json* q = nullptr;
-  if (auto it = config_.find("quantization_config"); it != config_.end() && it->is_object()) {
-    q = &*it;
-  } else if (hf_quant.is_object() && hf_quant.contains("quantization") && hf_quant["quantization"].is_object()) {
-    q = &hf_quant["quantization"];
-  }
-  if (q == nullptr) return absl::OkStatus();
-  if (auto b = q->find("weight_block_size"); b != q->end()) {
-    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() ||
-        !(*b)[1].is_number_integer() || (*b)[0].get<int64_t>() <= 0 ||
-        (*b)[1].get<int64_t>() <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, ": quantization_config.weight_block_size must be two positive integers, got ", b->dump()));
-    }
-    fp8_block_rows_ = (*b)[0].get<int64_t>();
-    fp8_block_cols_ = (*b)[1].get<int64_t>();
-  }
-  // NVFP4 for the whole model, or (MIXED_PRECISION) for the modules quantized_layers names so.
-  auto nvfp4_entry = [&](const nlohmann::json& e) -> absl::Status {
-    auto a = e.find("quant_algo");
-    if (a == e.end() || !a->is_string() || a->get<std::string>() != "NVFP4") return absl::OkStatus();
-    nvfp4_ = true;
-    if (auto g = e.find("group_size"); g != e.end() && !(g->is_number_integer() && g->get<int64_t>() == kNvfp4Group)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": NVFP4 with group_size ", g->dump(),
-                                                     "; only groups of ", kNvfp4Group, " exist"));
-    }
-    return absl::OkStatus();
-  };
-  FERRY_RETURN_IF_ERROR(nvfp4_entry(*q));
-  if (auto layers = q->find("quantized_layers"); layers != q->end() && layers->is_object()) {
-    for (const auto& [module, entry] : layers->items()) {
-      if (entry.is_object()) FERRY_RETURN_IF_ERROR(nvfp4_entry(entry));
-    }
-  }
+  FERRY_ASSIGN_OR_RETURN(quant_, QuantizationScheme::Parse(QuantizationScheme::Block(config_, hf_quant), where));
   return absl::OkStatus();
 }
 
@@ -246,8 +214,8 @@ absl::StatusOr<std::vector<float>> Checkpoint::Fp8Scales(absl::string_view name,
                                                          int64_t rows, int64_t cols) const {
   std::string scale_name(name);
   scale_name += "_scale_inv";
-  const int64_t srows = (rows + fp8_block_rows_ - 1) / fp8_block_rows_;
-  const int64_t scols = (cols + fp8_block_cols_ - 1) / fp8_block_cols_;
+  const int64_t srows = (rows + quant_.fp8_block_rows() - 1) / quant_.fp8_block_rows();
+  const int64_t scols = (cols + quant_.fp8_block_cols() - 1) / quant_.fp8_block_cols();
   auto sit = tensors_.find(scale_name);
   if (sit == tensors_.end()) {
     // ModelOpt's per-tensor FP8 (the FP8 layers of its releases): X.weight_scale, one F32 value,
@@ -271,8 +239,8 @@ absl::StatusOr<std::vector<float>> Checkpoint::Fp8Scales(absl::string_view name,
       (s.dtype != DType::kF32 && s.dtype != DType::kBF16)) {
     return absl::InvalidArgumentError(absl::StrCat(
         PathOf(sit->second), ": '", scale_name, "' is ", DTypeName(s.dtype), " ",
-        s.ShapeString(), "; expected F32 or BF16 [", srows, ", ", scols, "] for ", fp8_block_rows_,
-        "x", fp8_block_cols_, " blocks of ", rows, " x ", cols));
+        s.ShapeString(), "; expected F32 or BF16 [", srows, ", ", scols, "] for ", quant_.fp8_block_rows(),
+        "x", quant_.fp8_block_cols(), " blocks of ", rows, " x ", cols));
   }
   std::vector<float> scales(static_cast<size_t>(srows * scols));
   ConvertRun(s.dtype, sit->second.data, 0, srows * scols, scales.data());
@@ -291,8 +259,8 @@ absl::StatusOr<Checkpoint::Fp8Tensor> Checkpoint::Fp8Data(absl::string_view name
   FERRY_ASSIGN_OR_RETURN(const Nvfp4Tensor nv, Nvfp4Data(name, expected_shape));
   if (nv.packed != nullptr) return out;
   FERRY_ASSIGN_OR_RETURN(const Entry* e, Shaped(name, expected_shape));
-  out.block_rows = fp8_block_rows_;
-  out.block_cols = fp8_block_cols_;
+  out.block_rows = quant_.fp8_block_rows();
+  out.block_cols = quant_.fp8_block_cols();
   const TensorInfo& t = *e->info;
   if (t.dtype != DType::kF8E4M3) return out;
   const int64_t rows = t.shape.empty() ? 1 : t.shape[0];
@@ -313,7 +281,7 @@ absl::StatusOr<Checkpoint::Nvfp4Tensor> Checkpoint::Nvfp4Data(absl::string_view 
   if (it == tensors_.end() || it->second.info->dtype != DType::kU8) return out;  // not NVFP4 (or absent)
   const std::string& path = PathOf(it->second);
   const TensorInfo& t = *it->second.info;
-  if (!nvfp4_) {
+  if (!quant_.nvfp4()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "' is U8 ", t.ShapeString(),
                                                    " but the checkpoint's quantization_config does not say NVFP4"));
   }
@@ -448,11 +416,11 @@ absl::StatusOr<std::vector<float>> Checkpoint::LoadF32(absl::string_view name,
 
   // FP8: multiply each element by its block's scale.
   FERRY_ASSIGN_OR_RETURN(const std::vector<float> scales, Fp8Scales(name, path, rows, cols));
-  const int64_t scols = (cols + fp8_block_cols_ - 1) / fp8_block_cols_;
+  const int64_t scols = (cols + quant_.fp8_block_cols() - 1) / quant_.fp8_block_cols();
   for (int64_t r = r0; r < r1; ++r) {
     float* row = out.data() + (r - r0) * (c1 - c0);
-    const float* srow = scales.data() + (r / fp8_block_rows_) * scols;
-    for (int64_t c = c0; c < c1; ++c) row[c - c0] *= srow[c / fp8_block_cols_];
+    const float* srow = scales.data() + (r / quant_.fp8_block_rows()) * scols;
+    for (int64_t c = c0; c < c1; ++c) row[c - c0] *= srow[c / quant_.fp8_block_cols()];
   }
   FERRY_RETURN_IF_ERROR(check_finite());
   return out;

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint/quantization.h"
 #include "model/checkpoint/safetensors.h"
 
 namespace ferry::model {
@@ -118,12 +119,13 @@ class Checkpoint {
   // NaN group scale, a U8 weight in a checkpoint whose config does not say NVFP4; NOT_FOUND for a
   // missing scale tensor.
   absl::StatusOr<Nvfp4Tensor> Nvfp4Data(absl::string_view name, const std::vector<int64_t>& expected_shape) const;
-  bool nvfp4() const { return nvfp4_; }
+  bool nvfp4() const { return quant_.nvfp4(); }
+  // How the config says the weights are stored (model/checkpoint/quantization.h).
+  const QuantizationScheme& quantization() const { return quant_; }
 
  private:
-  // Sets fp8_block_rows_ / fp8_block_cols_ and nvfp4_ from config_'s quantization_config (or
-  // `hf_quant` when config_ has none: hf_quant_config.json's contents); `where` names the config
-  // in messages.
+  // Sets quant_ from config_'s quantization_config (or `hf_quant` when config_ has none:
+  // hf_quant_config.json's contents); `where` names the config in messages.
   absl::Status ReadQuantization(const std::string& where, const nlohmann::json& hf_quant = nullptr);
   // A tensor's description and bytes; `path` names the file holding it (null for a FromHost
   // tensor: PathOf gives the checkpoint's label).
@@ -143,9 +145,7 @@ class Checkpoint {
 
   std::string dir_;
   nlohmann::json config_;
-  int64_t fp8_block_rows_ = 128;
-  int64_t fp8_block_cols_ = 128;
-  bool nvfp4_ = false;
+  QuantizationScheme quant_;
   std::vector<std::unique_ptr<SafetensorsFile>> shards_;
   std::vector<std::unique_ptr<TensorInfo>> host_infos_;  // FromHost's tensor descriptions
   std::map<std::string, Entry, std::less<>> tensors_;
