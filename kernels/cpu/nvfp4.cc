@@ -35,7 +35,8 @@ void PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global_scale, 
             for (int slot = 0; slot < 4; ++slot) {
               for (int half = 0; half < 2; ++half) {
                 const l::CodeSource src = l::CodeSlotSource(chunk, lane, word, slot, half);
-                q |= l::PlaceCode(l::InputCode(codes, scales, rows, in, r_base + src.row, c_base + src.col), slot, half);
+                const uint8_t code = l::InputCode(codes, scales, rows, in, r_base + src.row, c_base + src.col);
+                q |= l::PlaceCode(code, slot, half);
               }
             }
             std::memcpy(tile + 512 * chunk + 16 * lane + 4 * word, &q, 4);
@@ -45,7 +46,8 @@ void PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global_scale, 
       for (int lane = 0; lane < 32; ++lane) {
         for (int b = 0; b < 8; ++b) {
           const l::CodeSource src = l::ScaleByteSource(lane, b);
-          tile[l::kTileCodeBytes + 8 * lane + b] = l::ScaleCode(l::InputScale(scales, rows, in, r_base + src.row, c_base + src.col));
+          const uint8_t scale = l::InputScale(scales, rows, in, r_base + src.row, c_base + src.col);
+          tile[l::kTileCodeBytes + 8 * lane + b] = l::ScaleCode(scale);
         }
       }
     }
