@@ -55,6 +55,9 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
 Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 // Section 2d: one MoE layer's expert GEMMs alone, dispatched three ways (bench/roofline_experts.cc).
 Table ExpertGemmTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
+// Section 2g: one MoE layer's expert decode products at batch 1 and 8, bf16 vs FP8 vs NVFP4 weights
+// (bench/roofline_nvfp4.cc).
+Table ExpertDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 
 // Sections 2 (prefill MoE) and 3 (whole steps) of one model: its config file reduced to
 // o.*_layers, random weights in memory; rows appended to the three tables.

@@ -161,6 +161,8 @@ int main(int argc, char** argv) {
     if (!o.attention_only) {
       Table experts = ExpertGemmTable(shapes, o, c);
       PrintTable(experts, c);
+      done.push_back(ExpertDecodeTable(shapes, o, c));
+      PrintTable(done.back(), c);
     }
   }
   for (const auto& [name, path] : paths) {

@@ -108,11 +108,11 @@ __device__ __forceinline__ void WarpTiles(const uint8_t* base, int kt0, int kt1,
 // warp w takes row tile row_tile0 + w / ks and column slice w % ks (contiguous, in order); the ks
 // slices' sums are added in slice order, so an output's value depends on its row, its vector and
 // the shape (ks) only. xrow_of(v) is vector v's x row; store(row, v, value) is called once for each
-// row < out and v < vectors with the output's value (the global scale applied). `first`, when
-// non-null, is this warp's first tile, loaded already. The block calls this uniformly.
+// row < out and v < vectors with the output's value (the global scale applied). The block calls
+// this uniformly.
 template <typename XRow, typename Store>
 __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int out, int ks, int vectors,
-                                             const Tile* first, XRow xrow_of, Store store) {
+                                             XRow xrow_of, Store store) {
   __shared__ float partial[kWarps * kAccs];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row_tiles = static_cast<int>(lay::RowTiles(out)), col_tiles = static_cast<int>(lay::ColTiles(in));
@@ -126,8 +126,7 @@ __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int 
     const int nv = min(kPassRows, vectors - pass), v = lane >> 2;
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (active) {
-      const Tile a =
-          first != nullptr && pass == 0 ? *first : LoadTile(base + static_cast<int64_t>(kt0) * kTileBytes, lane);
+      const Tile a = LoadTile(base + static_cast<int64_t>(kt0) * kTileBytes, lane);
       WarpTiles(base, kt0, kt1, a, v < nv ? xrow_of(pass + v) : nullptr, in, lane, acc);
     }
 #pragma unroll
@@ -151,23 +150,15 @@ __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int 
 }
 static_assert(lay::kOperandExp == -7, "BlockProduct scales by 2^7");
 
-// Block x: RowsPerBlock row tiles; all rows of x in passes of 8. The first tile's load is issued
-// before the wait (the weights come from no earlier kernel).
+// Block x: kWarps / ks row tiles; all rows of x in passes of 8. Waits for the kernels before it
+// first: the weights may have been packed just before (a load, or the harness).
 __global__ void __launch_bounds__(kThreads, 2)
     GemvNvfp4Kernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const uint8_t* __restrict__ packed,
                     int out, int ks, __nv_bfloat16* __restrict__ y) {
   PdlLaunchDependents();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int row_tiles = static_cast<int>(lay::RowTiles(out)), col_tiles = static_cast<int>(lay::ColTiles(in));
-  const int rt = static_cast<int>(blockIdx.x) * (kWarps / ks) + warp / ks;
-  const int per = (col_tiles + ks - 1) / ks, kt0 = min(col_tiles, (warp % ks) * per);
-  Tile first{};
-  if (rt < row_tiles && kt0 < col_tiles) {
-    first = LoadTile(packed + (static_cast<int64_t>(rt) * col_tiles + kt0) * kTileBytes, lane);
-  }
   PdlWait();
   BlockProduct(
-      packed, in, out, ks, rows, &first, [&](int v) { return x + static_cast<int64_t>(v) * in; },
+      packed, in, out, ks, rows, [&](int v) { return x + static_cast<int64_t>(v) * in; },
       [&](int row, int v, float value) { y[static_cast<int64_t>(v) * out + row] = __float2bfloat16(value); });
 }
 
@@ -183,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int start = p.group_start[g], count = p.group_count[g];
   const uint8_t* packed = weights[p.group_expert[g]];
   BlockProduct(
-      packed, in, out, ks, count, nullptr,
+      packed, in, out, ks, count,
       [&](int v) {
         const int j = start + v;
         return x + static_cast<int64_t>(gather_x ? p.src_row[j] : j) * in;
