@@ -23,6 +23,8 @@ constexpr int kMaxSplit = 8;
 constexpr int kPassRows = static_cast<int>(kNvfp4PassRows);
 constexpr int kTileBytes = static_cast<int>(lay::kTileBytes);
 constexpr int kAccs = 128;  // a warp's m16n8 float32 accumulators
+// Blocks an SM holds (registers capped to fit them): more warps, more loads in flight.
+constexpr int kMinBlocks = 3;
 static_assert(kPassRows == 8, "one mma's N");
 
 // How many warps share a row tile's columns (1, 2, 4 or 8), from the shape alone (so an output's
@@ -34,9 +36,12 @@ int KSplit(int64_t in, int64_t out, int64_t target) {
   while (ks < kMaxSplit && row_tiles * ks < target && col_tiles / (2 * ks) >= 2) ks *= 2;
   return ks;
 }
-// A single matrix fills the device alone; a MoE step's (at least top_k + 1 of them) together.
-constexpr int64_t kGemvWarpTarget = 2048;
-constexpr int64_t kMoeWarpTarget = 256;
+// Warps wanted over one matrix. An expert-sized matrix (256 row tiles) then splits 8 ways, 2 column
+// tiles a warp: many small blocks, so a MoE step's few experts (9 at batch 1: 2304 blocks of 8
+// warps for GLM-5.3-Flash's gate_up) spread evenly over the SMs instead of ending on a partial
+// wave of long blocks, and a lone GEMV still fills the device. The MoE kernel takes the same
+// rule (a shape-only split keeps it batch invariant).
+constexpr int64_t kWarpTarget = 4096;
 
 struct Tile {
   uint4 code[4];  // chunk c: the lane's two rows' scale group
@@ -152,7 +157,7 @@ static_assert(lay::kOperandExp == -7, "BlockProduct scales by 2^7");
 
 // Block x: kWarps / ks row tiles; all rows of x in passes of 8. Waits for the kernels before it
 // first: the weights may have been packed just before (a load, or the harness).
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     GemvNvfp4Kernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const uint8_t* __restrict__ packed,
                     int out, int ks, __nv_bfloat16* __restrict__ y) {
   PdlLaunchDependents();
@@ -163,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // Block (x = RowsPerBlock row tiles, y = a group): the group's pairs in passes of 8.
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     MoeGemvNvfp4Kernel(const uint8_t* const* __restrict__ weights, MoePairs p, const __nv_bfloat16* __restrict__ x,
                        bool gather_x, int in, int out, int ks, __nv_bfloat16* __restrict__ y, bool scatter_y,
                        __nv_bfloat16* __restrict__ y_shared) {
@@ -271,7 +276,7 @@ absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_
   if (x == nullptr || packed == nullptr || y == nullptr || !Aligned16(x) || !Aligned16(packed)) {
     return absl::InvalidArgumentError("GemvNvfp4: null x, packed or y, or x / packed not 16-byte aligned");
   }
-  const int ks = KSplit(in, out, kGemvWarpTarget), per_block = kWarps / ks;
+  const int ks = KSplit(in, out, kWarpTarget), per_block = kWarps / ks;
   const int64_t blocks = (lay::RowTiles(out) + per_block - 1) / per_block;
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(GemvNvfp4Kernel, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
                                              static_cast<cudaStream_t>(stream),
@@ -296,7 +301,7 @@ absl::Status MoeGemvNvfp4(const uint8_t* const* weights, const MoePairs& p, int6
     return absl::InvalidArgumentError("MoeGemvNvfp4: null weights, x, y, groups or (with scatter_y) y_shared");
   }
   if (!Aligned16(x)) return absl::InvalidArgumentError("MoeGemvNvfp4: x is not 16-byte aligned");
-  const int ks = KSplit(in, out, kMoeWarpTarget), per_block = kWarps / ks;
+  const int ks = KSplit(in, out, kWarpTarget), per_block = kWarps / ks;
   const dim3 grid(static_cast<unsigned>((lay::RowTiles(out) + per_block - 1) / per_block),
                   static_cast<unsigned>(max_groups));
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(
