@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(const std:
   }
   model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
   opts.fp8_experts = absl::GetFlag(FLAGS_fp8_experts);
+  opts.nvfp4_experts = absl::GetFlag(FLAGS_nvfp4_experts);
   return model::cuda::LoadCausalLMCuda(path, tp, cache, opts);
 #else
   (void)precision;

@@ -14,6 +14,9 @@
   X(bool, fp8_experts, true,                                                                                \
     "--device cuda, bf16: keep experts a checkpoint stores in block-scaled FP8 in FP8 and run them as W8A8 " \
     "(false: upcast them to bf16, the CPU reference's numerics)")                                          \
+  X(bool, nvfp4_experts, true,                                                                              \
+    "--device cuda, bf16: keep experts a checkpoint stores in NVFP4 packed (0.5625 bytes a weight, decoded " \
+    "exactly on the fly; false: upcast them to bf16)")                                                     \
   X(double, memory_gib, 0,                                                                                  \
     "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks)")        \
   X(int32_t, connect_timeout_s, 60, "Seconds a worker waits for the coordinator and its peers")
