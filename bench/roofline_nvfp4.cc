@@ -132,8 +132,8 @@ absl::Status RunCase(const NamedConfig& m, int64_t rows, const Options& o, std::
   FERRY_ASSIGN_OR_RETURN(const uint8_t** t_up4, b.Upload(up4));
   FERRY_ASSIGN_OR_RETURN(const uint8_t** t_down4, b.Upload(down4));
   auto nvfp4 = [&]() -> absl::Status {
-    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(t_up4, p, groups, x, true, D, 2 * MI, gu, false, nullptr));
-    return cu::MoeGemvNvfp4(t_down4, p, groups, h, false, MI, D, slots, true, y_shared);
+    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(t_up4, p, groups, rows, x, true, D, 2 * MI, gu, false, nullptr));
+    return cu::MoeGemvNvfp4(t_down4, p, groups, rows, h, false, MI, D, slots, true, y_shared);
   };
 
   // FP8 W8A8 (sm_90a only): gate, up and down packed with their block scales; the quantized

@@ -24,7 +24,7 @@ constexpr int kPassRows = static_cast<int>(kNvfp4PassRows);
 constexpr int kTileBytes = static_cast<int>(lay::kTileBytes);
 constexpr int kAccs = 128;  // a warp's m16n8 float32 accumulators
 // Blocks an SM holds (registers capped to fit them): more warps, more loads in flight.
-constexpr int kMinBlocks = 3;
+constexpr int kMinBlocks = 3;  // with one pass a weight read
 static_assert(kPassRows == 8, "one mma's N");
 
 // How many warps share a row tile's columns (1, 2, 4 or 8), from the shape alone (so an output's
@@ -66,59 +66,70 @@ __device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
   return d;
 }
 
-// acc += the tile's 16 rows times the lane's vector over the tile's 256 columns (col0 = its
-// first). xrow: the lane's vector (lane / 4), null for a lane past the pass's rows (zeros).
-__device__ __forceinline__ void MmaTile(const Tile& t, const __nv_bfloat16* xrow, int col0, int in, int lane,
-                                        float (&acc)[4]) {
+// acc[p] += the tile's 16 rows times the lane's vector of sub-pass p over the tile's 256 columns
+// (col0 = its first), for P sub-passes of 8 vectors sharing one decode of the weights. xrow[p]:
+// the lane's vector (lane / 4) of sub-pass p, null past the pass's rows (zeros). An output's mma
+// sequence (chunk, step) is the same whatever P or its sub-pass: P changes no bit.
+template <int P>
+__device__ __forceinline__ void MmaTile(const Tile& t, const __nv_bfloat16* const (&xrow)[P], int col0, int in,
+                                        int lane, float (&acc)[P][4]) {
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
-    // The lane's B fragments: x at its group's 16 columns (the layout's column permutation),
-    // zero past `in` (a whole group is in or out: in % 16 == 0).
-    const int k = col0 + static_cast<int>(lay::kChunkCols) * c + 16 * (lane & 3);
-    uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
-    if (xrow != nullptr && k < in) {
-      const uint4* xp = reinterpret_cast<const uint4*>(xrow + k);
-      xa = __ldg(xp);
-      xb = __ldg(xp + 1);
-    }
-    const uint32_t xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
     const uint32_t s2 = lay::ScaleBf16(c < 2 ? t.scale.x : t.scale.y, (c & 1) != 0 ? -4 : 4);
     const uint32_t s_lo = __byte_perm(s2, 0, 0x1010), s_hi = __byte_perm(s2, 0, 0x3232);  // rows r, r + 8
     const uint32_t q[4] = {t.code[c].x, t.code[c].y, t.code[c].z, t.code[c].w};
+    uint32_t a[4][4];  // step w's A registers
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      const uint32_t a[4] = {MulBf16x2(lay::DecodeSlot(q[w], 0), s_lo), MulBf16x2(lay::DecodeSlot(q[w], 1), s_hi),
-                             MulBf16x2(lay::DecodeSlot(q[w], 2), s_lo), MulBf16x2(lay::DecodeSlot(q[w], 3), s_hi)};
-      ptx::Mma(acc, a, xs[2 * w], xs[2 * w + 1]);
+      a[w][0] = MulBf16x2(lay::DecodeSlot(q[w], 0), s_lo);
+      a[w][1] = MulBf16x2(lay::DecodeSlot(q[w], 1), s_hi);
+      a[w][2] = MulBf16x2(lay::DecodeSlot(q[w], 2), s_lo);
+      a[w][3] = MulBf16x2(lay::DecodeSlot(q[w], 3), s_hi);
+    }
+    // The lane's B fragments: x at its group's 16 columns (the layout's column permutation),
+    // zero past `in` (a whole group is in or out: in % 16 == 0).
+    const int k = col0 + static_cast<int>(lay::kChunkCols) * c + 16 * (lane & 3);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+      if (xrow[p] != nullptr && k < in) {
+        const uint4* xp = reinterpret_cast<const uint4*>(xrow[p] + k);
+        xa = __ldg(xp);
+        xb = __ldg(xp + 1);
+      }
+      const uint32_t xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) ptx::Mma(acc[p], a[w], xs[2 * w], xs[2 * w + 1]);
     }
   }
 }
 
 // acc += row tile `base` over column tiles [kt0, kt1), the first already in `a`: one tile in
 // flight while the other is decoded.
-__device__ __forceinline__ void WarpTiles(const uint8_t* base, int kt0, int kt1, Tile a, const __nv_bfloat16* xrow,
-                                          int in, int lane, float (&acc)[4]) {
+template <int P>
+__device__ __forceinline__ void WarpTiles(const uint8_t* base, int kt0, int kt1, Tile a,
+                                          const __nv_bfloat16* const (&xrow)[P], int in, int lane, float (&acc)[P][4]) {
   Tile b = a;
   for (int kt = kt0; kt < kt1; kt += 2) {
     const bool two = kt + 1 < kt1;
     if (two) b = LoadTile(base + static_cast<int64_t>(kt + 1) * kTileBytes, lane);
-    MmaTile(a, xrow, kt * static_cast<int>(lay::kTileCols), in, lane, acc);
+    MmaTile<P>(a, xrow, kt * static_cast<int>(lay::kTileCols), in, lane, acc);
     if (!two) break;
     if (kt + 2 < kt1) a = LoadTile(base + static_cast<int64_t>(kt + 2) * kTileBytes, lane);
-    MmaTile(b, xrow, (kt + 1) * static_cast<int>(lay::kTileCols), in, lane, acc);
+    MmaTile<P>(b, xrow, (kt + 1) * static_cast<int>(lay::kTileCols), in, lane, acc);
   }
 }
 
-// One block's product of the packed [out, in] matrix with `vectors` vectors, in passes of 8:
-// warp w takes row tile row_tile0 + w / ks and column slice w % ks (contiguous, in order); the ks
-// slices' sums are added in slice order, so an output's value depends on its row, its vector and
-// the shape (ks) only. xrow_of(v) is vector v's x row; store(row, v, value) is called once for each
-// row < out and v < vectors with the output's value (the global scale applied). The block calls
-// this uniformly.
-template <typename XRow, typename Store>
+// One block's product of the packed [out, in] matrix with `vectors` vectors, in passes of 8 P
+// (the weights read once a pass): warp w takes row tile row_tile0 + w / ks and column slice w % ks
+// (contiguous, in order); the ks slices' sums are added in slice order, so an output's value
+// depends on its row, its vector and the shape (ks) only, not on P. xrow_of(v) is vector v's x
+// row; store(row, v, value) is called once for each row < out and v < vectors with the output's
+// value (the global scale applied). The block calls this uniformly.
+template <int P, typename XRow, typename Store>
 __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int out, int ks, int vectors,
                                              XRow xrow_of, Store store) {
-  __shared__ float partial[kWarps * kAccs];
+  __shared__ float partial[P][kWarps * kAccs];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int row_tiles = static_cast<int>(lay::RowTiles(out)), col_tiles = static_cast<int>(lay::ColTiles(in));
   const int row_tile0 = static_cast<int>(blockIdx.x) * (kWarps / ks);
@@ -127,27 +138,38 @@ __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int 
   const bool active = rt < row_tiles && kt0 < kt1;
   const uint8_t* base = packed + static_cast<int64_t>(rt) * col_tiles * kTileBytes;
   const float* row_scale = reinterpret_cast<const float*>(packed + lay::RowScaleOffset(out, in));
-  for (int pass = 0; pass < vectors; pass += kPassRows) {
-    const int nv = min(kPassRows, vectors - pass), v = lane >> 2;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int pass = 0; pass < vectors; pass += kPassRows * P) {
+    const int v = lane >> 2;
+    float acc[P][4];
+    const __nv_bfloat16* xrow[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int vec = pass + kPassRows * p + v;
+      xrow[p] = vec < vectors ? xrow_of(vec) : nullptr;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[p][i] = 0.0f;
+    }
     if (active) {
       const Tile a = LoadTile(base + static_cast<int64_t>(kt0) * kTileBytes, lane);
-      WarpTiles(base, kt0, kt1, a, v < nv ? xrow_of(pass + v) : nullptr, in, lane, acc);
+      WarpTiles<P>(base, kt0, kt1, a, xrow, in, lane, acc);
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) partial[warp * kAccs + lane * 4 + i] = acc[i];
+    for (int p = 0; p < P; ++p) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[p][warp * kAccs + lane * 4 + i] = acc[p][i];
+    }
     __syncthreads();
     const int sets = kWarps / ks;
-    for (int idx = threadIdx.x; idx < sets * kAccs; idx += kThreads) {
-      const int set = idx / kAccs, e = idx % kAccs, t = row_tile0 + set;
+    for (int idx = threadIdx.x; idx < P * sets * kAccs; idx += kThreads) {
+      const int p = idx / (sets * kAccs), set = idx / kAccs % sets, e = idx % kAccs, t = row_tile0 + set;
       float total = 0.0f;
-      for (int i = 0; i < ks; ++i) total += partial[(set * ks + i) * kAccs + e];
+      for (int i = 0; i < ks; ++i) total += partial[p][(set * ks + i) * kAccs + e];
       // Accumulator e = 4 lane + i of the m16n8 fragment: row lane / 4 (+ 8 for i >= 2), column
       // (vector) 2 (lane % 4) + i % 2.
       const int el = e / 4, ci = e % 4;
-      const int row = t * 16 + el / 4 + 8 * (ci >> 1), vec = 2 * (el % 4) + (ci & 1);
-      if (t < row_tiles && row < out && vec < nv) {
-        store(row, pass + vec, total * (row_scale[t] * 128.0f));  // 2^-kOperandExp
+      const int row = t * 16 + el / 4 + 8 * (ci >> 1), vec = pass + kPassRows * p + 2 * (el % 4) + (ci & 1);
+      if (t < row_tiles && row < out && vec < vectors) {
+        store(row, vec, total * (row_scale[t] * 128.0f));  // 2^-kOperandExp
       }
     }
     __syncthreads();  // partial is reused by the next pass
@@ -155,20 +177,28 @@ __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int 
 }
 static_assert(lay::kOperandExp == -7, "BlockProduct scales by 2^7");
 
-// Block x: kWarps / ks row tiles; all rows of x in passes of 8. Waits for the kernels before it
+// Passes a weight read: kWide of 8 vectors for many rows (more registers, fewer blocks an SM),
+// one for a decode step's few.
+constexpr int kWide = 4;
+static_assert(kWide * kPassRows == kNvfp4WidePassRows, "gemv_nvfp4.h's wide pass");
+constexpr int MinBlocks(int p) { return p == 1 ? kMinBlocks : 2; }
+
+// Block x: kWarps / ks row tiles; all rows of x in passes of 8 P. Waits for the kernels before it
 // first: the weights may have been packed just before (a load, or the harness).
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+template <int P>
+__global__ void __launch_bounds__(kThreads, MinBlocks(P))
     GemvNvfp4Kernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const uint8_t* __restrict__ packed,
                     int out, int ks, __nv_bfloat16* __restrict__ y) {
   PdlLaunchDependents();
   PdlWait();
-  BlockProduct(
+  BlockProduct<P>(
       packed, in, out, ks, rows, [&](int v) { return x + static_cast<int64_t>(v) * in; },
       [&](int row, int v, float value) { y[static_cast<int64_t>(v) * out + row] = __float2bfloat16(value); });
 }
 
-// Block (x = RowsPerBlock row tiles, y = a group): the group's pairs in passes of 8.
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+// Block (x = kWarps / ks row tiles, y = a group): the group's pairs in passes of 8 P.
+template <int P>
+__global__ void __launch_bounds__(kThreads, MinBlocks(P))
     MoeGemvNvfp4Kernel(const uint8_t* const* __restrict__ weights, MoePairs p, const __nv_bfloat16* __restrict__ x,
                        bool gather_x, int in, int out, int ks, __nv_bfloat16* __restrict__ y, bool scatter_y,
                        __nv_bfloat16* __restrict__ y_shared) {
@@ -178,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
   if (g >= *p.n_groups) return;
   const int start = p.group_start[g], count = p.group_count[g];
   const uint8_t* packed = weights[p.group_expert[g]];
-  BlockProduct(
+  BlockProduct<P>(
       packed, in, out, ks, count,
       [&](int v) {
         const int j = start + v;
@@ -278,7 +308,8 @@ absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_
   }
   const int ks = KSplit(in, out, kWarpTarget), per_block = kWarps / ks;
   const int64_t blocks = (lay::RowTiles(out) + per_block - 1) / per_block;
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(GemvNvfp4Kernel, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(rows > kPassRows ? GemvNvfp4Kernel<kWide> : GemvNvfp4Kernel<1>,
+                                             dim3(static_cast<unsigned>(blocks)), kThreads, 0,
                                              static_cast<cudaStream_t>(stream),
                                              reinterpret_cast<const __nv_bfloat16*>(x), static_cast<int>(rows),
                                              static_cast<int>(in), packed, static_cast<int>(out), ks,
@@ -286,9 +317,9 @@ absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_
   return absl::OkStatus();
 }
 
-absl::Status MoeGemvNvfp4(const uint8_t* const* weights, const MoePairs& p, int64_t max_groups, const uint16_t* x,
-                          bool gather_x, int64_t in, int64_t out, uint16_t* y, bool scatter_y, uint16_t* y_shared,
-                          void* stream) {
+absl::Status MoeGemvNvfp4(const uint8_t* const* weights, const MoePairs& p, int64_t max_groups,
+                          int64_t max_group_pairs, const uint16_t* x, bool gather_x, int64_t in, int64_t out,
+                          uint16_t* y, bool scatter_y, uint16_t* y_shared, void* stream) {
   if (in < 16 || in % 16 != 0 || in > INT32_MAX || out < 1 || out > INT32_MAX || max_groups < 0 ||
       max_groups > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("MoeGemvNvfp4: in ", in, ", out ", out, ", max_groups ",
@@ -305,7 +336,8 @@ absl::Status MoeGemvNvfp4(const uint8_t* const* weights, const MoePairs& p, int6
   const dim3 grid(static_cast<unsigned>((lay::RowTiles(out) + per_block - 1) / per_block),
                   static_cast<unsigned>(max_groups));
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(
-      MoeGemvNvfp4Kernel, grid, kThreads, 0, static_cast<cudaStream_t>(stream), weights, p,
+      max_group_pairs > kPassRows ? MoeGemvNvfp4Kernel<kWide> : MoeGemvNvfp4Kernel<1>, grid, kThreads, 0,
+      static_cast<cudaStream_t>(stream), weights, p,
       reinterpret_cast<const __nv_bfloat16*>(x), gather_x, static_cast<int>(in), static_cast<int>(out), ks,
       reinterpret_cast<__nv_bfloat16*>(y), scatter_y, reinterpret_cast<__nv_bfloat16*>(y_shared)));
   return absl::OkStatus();

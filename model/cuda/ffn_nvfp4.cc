@@ -107,9 +107,9 @@ absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a,
     uint16_t* yn = y + r0 * D;
     FERRY_RETURN_IF_ERROR(cu::MoeGroupPairs(s.experts + r0 * K, n, K, E, fused, p, s.error));
     const int64_t groups = cu::MoeMaxGroups(n, K, E, fused);
-    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(up, p, groups, an, /*gather_x=*/true, D, 2 * MI, s.gu, false, nullptr));
+    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(up, p, groups, n, an, /*gather_x=*/true, D, 2 * MI, s.gu, false, nullptr));
     FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, n * K + (fused ? n : 0), MI, 2 * MI, c.swiglu_limit, s.h));
-    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(down, p, groups, s.h, /*gather_x=*/false, MI, D, s.slots, true, yn));
+    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(down, p, groups, n, s.h, /*gather_x=*/false, MI, D, s.slots, true, yn));
     if (f.has_shared && !fused) FERRY_RETURN_IF_ERROR(shared_apart(an, n, yn));
     FERRY_RETURN_IF_ERROR(act::MoeCombine(s.slots, s.route_w + r0 * K, f.has_shared ? yn : nullptr, n, K, D,
                                           x + r0 * D, assign));

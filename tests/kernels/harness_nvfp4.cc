@@ -195,8 +195,12 @@ Result MoeCase(std::mt19937& rng, const MoeShape& s) {
   DevicePairs d = TakePairs(dev, s, R);
   if (!r.error.empty()) return r;
   HARNESS_CHECK_OK(cu::MoeGroupPairs(d_ids, R, K, E, s.shared, d.p, d.error));
-  HARNESS_CHECK_OK(cu::MoeGemvNvfp4(d_table, d.p, d.max_groups, d_x, true, s.in, s.out, y_list, false, y_shared));
-  HARNESS_CHECK_OK(cu::MoeGemvNvfp4(d_table, d.p, d.max_groups, d_x, true, s.in, s.out, y_slots, true, y_shared));
+  // The list run takes wide passes where a group may hold more than 8 pairs, the scattered one
+  // passes of 8 always: their bits must agree.
+  HARNESS_CHECK_OK(
+      cu::MoeGemvNvfp4(d_table, d.p, d.max_groups, R, d_x, true, s.in, s.out, y_list, false, y_shared));
+  HARNESS_CHECK_OK(
+      cu::MoeGemvNvfp4(d_table, d.p, d.max_groups, 1, d_x, true, s.in, s.out, y_slots, true, y_shared));
   HARNESS_CHECK_OK(cu::Synchronize());
   const HostPairs h = SortPairs(ids, s);
   const int64_t listed = static_cast<int64_t>(h.order.size());
@@ -230,8 +234,8 @@ Result MoeCase(std::mt19937& rng, const MoeShape& s) {
   uint16_t* y1_shared = dev.Poisoned<uint16_t>(static_cast<size_t>(s.out));
   if (!r.error.empty()) return r;
   HARNESS_CHECK_OK(cu::MoeGroupPairs(d_one, 1, K, E, s.shared, d1.p, d1.error));
-  HARNESS_CHECK_OK(cu::MoeGemvNvfp4(d_table, d1.p, d1.max_groups, d_x + (R - 1) * s.in, true, s.in, s.out, y1, true,
-                                    y1_shared));
+  HARNESS_CHECK_OK(cu::MoeGemvNvfp4(d_table, d1.p, d1.max_groups, 1, d_x + (R - 1) * s.in, true, s.in, s.out, y1,
+                                    true, y1_shared));
   HARNESS_CHECK_OK(cu::Synchronize());
   const std::vector<uint16_t> a = dev.Download(y1, static_cast<size_t>(K * s.out));
   const std::vector<uint16_t> b = dev.Download(y1_shared, static_cast<size_t>(s.out));
@@ -278,15 +282,16 @@ int RunNvfp4HostChecks() {
   refused(cu::GemvNvfp4(x + 1, 2, 16, bytes, 8, y), "16-byte", "GemvNvfp4 misaligned x");
   const cu::MoePairs none;
   static const uint8_t* const table[1] = {bytes};
-  refused(cu::MoeGemvNvfp4(table, none, 4, x, true, 24, 8, y, false, nullptr), "in 24", "MoeGemvNvfp4 in % 16 != 0");
-  refused(cu::MoeGemvNvfp4(table, none, 70000, x, true, 16, 8, y, false, nullptr), "max_groups 70000",
+  refused(cu::MoeGemvNvfp4(table, none, 4, 1, x, true, 24, 8, y, false, nullptr), "in 24",
+          "MoeGemvNvfp4 in % 16 != 0");
+  refused(cu::MoeGemvNvfp4(table, none, 70000, 1, x, true, 16, 8, y, false, nullptr), "max_groups 70000",
           "MoeGemvNvfp4 too many groups");
   static int32_t groups_word = 0;
   cu::MoePairs some;
   some.n_groups = &groups_word;  // never read on the host
-  refused(cu::MoeGemvNvfp4(table, some, 4, x, true, 16, 8, y, true, nullptr), "y_shared",
+  refused(cu::MoeGemvNvfp4(table, some, 4, 1, x, true, 16, 8, y, true, nullptr), "y_shared",
           "MoeGemvNvfp4 scattered without y_shared");
-  expect(cu::MoeGemvNvfp4(table, none, 0, x, true, 16, 8, y, false, nullptr).ok(), "MoeGemvNvfp4 of no groups");
+  expect(cu::MoeGemvNvfp4(table, none, 0, 1, x, true, 16, 8, y, false, nullptr).ok(), "MoeGemvNvfp4 of no groups");
   printf("nvfp4 host checks: %s\n", failed == 0 ? "all passed" : "FAILED");
   return failed;
 }
@@ -302,7 +307,8 @@ void AddNvfp4Cases(std::vector<Case>* cases) {
       {3, 2048, 4096, false, false, "GLM-5.3-Flash expert down, 3 rows"},
       {4, 6144, 4096, true, true, "GLM-5.2 expert gate_up, 4 rows"},
       {8, 2048, 6144, false, false, "GLM-5.2 expert down, a full pass of 8"},
-      {13, 4096, 4100, false, false, "two passes, out past the row tiles"},
+      {13, 4096, 4100, false, false, "a wide pass, out past the row tiles"},
+      {40, 2048, 512, false, false, "two wide passes, the second partial"},
       {7, 272, 33, false, false, "in past the column tiles, odd rows"},
       {2, 16, 1, false, false, "the smallest widths"},
   };
@@ -315,7 +321,7 @@ void AddNvfp4Cases(std::vector<Case>* cases) {
       {8, 8, 288, 2048, 4096, true, false},  // GLM-5.3-Flash down at batch 8
       {1, 8, 256, 6144, 4096, true, false},  // GLM-5.2 gate_up at batch 1
       {4, 8, 256, 2048, 6144, true, false},  // GLM-5.2 down at batch 4
-      {64, 8, 256, 512, 200, false, false},  // batch 64 over 12 experts: ~43 pairs a group (6 passes), ragged out
+      {64, 8, 256, 512, 200, false, false},  // batch 64 over 12 experts: ~43 pairs a group (2 wide passes or 6)
       {5, 4, 16, 272, 33, true, true},       // an out-of-range id: flagged, left out; ragged in and out
       {3, 1, 1024, 16, 1, false, false},     // the smallest widths, most experts
   };
