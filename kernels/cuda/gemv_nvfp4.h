@@ -49,9 +49,9 @@ absl::Status PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global
 // y[rows, out] (bf16) = x[rows, in] (bf16) · W^T, W [out, in] NVFP4 packed as above: each weight
 // decoded exactly (e2m1 * e4m3 scale; the global scale applied to each output's float32 sum), the
 // products summed in float32 by the tensor cores, rounded to bf16 once. The matrix is read once
-// per pass of up to kNvfp4PassRows rows (kNvfp4WidePassRows when rows > kNvfp4PassRows). Each output is summed in a fixed order that depends on
-// nothing but its matrix row, its input row and the shape (in, out): batch invariant, whatever
-// `rows`. May begin before the previous kernel in the stream ends (pdl.cuh); it waits for it
+// per pass of up to kNvfp4PassRows rows (kNvfp4WidePassRows when rows > kNvfp4PassRows). Each
+// output is summed in a fixed order that depends on nothing but its matrix row, its input row and
+// the shape (in, out): batch invariant, whatever `rows`. May begin before the previous kernel in the stream ends (pdl.cuh); it waits for it
 // before reading anything. CPU twin: cpu::LinearNvfp4 (float32 sums in another
 // order, then bf16 rounding: see the harness' tolerance).
 // REQUIRES: rows >= 1, in a positive multiple of 16, out >= 1, both <= INT32_MAX; x and packed

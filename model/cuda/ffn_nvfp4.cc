@@ -93,7 +93,8 @@ absl::Status MakeNvfp4Tables(CudaFfn* f) {
 }
 
 absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
-                      const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign, const SharedRun& shared_apart) {
+                      const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign,
+                      const SharedRun& shared_apart) {
   const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = f.moe_inter;
   const bool fused = f.has_shared && f.shared.nvfp4 && f.shared.inter() == MI;
   // MoeGroupPairs takes up to kMoeMaxPairs pairs a call; the scratch holds R rows' pairs.
