@@ -51,9 +51,9 @@ absl::Status PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global
 // products summed in float32 by the tensor cores, rounded to bf16 once. The matrix is read once
 // per pass of up to kNvfp4PassRows rows (kNvfp4WidePassRows when rows > kNvfp4PassRows). Each
 // output is summed in a fixed order that depends on nothing but its matrix row, its input row and
-// the shape (in, out): batch invariant, whatever `rows`. May begin before the previous kernel in the stream ends (pdl.cuh); it waits for it
-// before reading anything. CPU twin: cpu::LinearNvfp4 (float32 sums in another
-// order, then bf16 rounding: see the harness' tolerance).
+// the shape (in, out): batch invariant, whatever `rows`. May begin before the previous kernel in
+// the stream ends (pdl.cuh); it waits for it before reading anything. CPU twin:
+// cpu::LinearNvfp4 (float32 sums in another order, then bf16 rounding: see the harness' tolerance).
 // REQUIRES: rows >= 1, in a positive multiple of 16, out >= 1, both <= INT32_MAX; x and packed
 // 16-byte aligned; y aliases neither. Errors: INVALID_ARGUMENT with the numbers, nothing launched.
 absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_t* packed, int64_t out, uint16_t* y,
