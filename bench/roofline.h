@@ -30,6 +30,7 @@ struct Options {
   bool components = true;
   bool moe_only = false;        // of the components, the prefill MoE (2c) alone
   bool attention_only = false;  // of the components, the attention side (2a, 2b) alone
+  bool experts_only = false;    // of the components, the experts' GEMMs and decode products (2d, 2g) alone
   bool models = true;
   uint64_t seed = 1;
   // Tokens a KV page of the whole-model sections (serving's default is 512; 64 keeps forks of short
