@@ -1,8 +1,9 @@
 // NVFP4 decode products (gemv_nvfp4.h): a warp streams one row tile (16 rows) of the packed matrix
 // over its slice of the column tiles, decodes each lane's 16-byte chunk in registers into the bf16
 // A operands of four mma.m16n8k16 steps (kernels/nvfp4_layout.h: a mask and up to three shifts a
-// pair, one bf16 multiply by the row's scale), and accumulates up to 8 input rows in float32 on the
-// tensor cores: the work a weight costs does not grow with the rows, so one kernel serves 1 to 8.
+// pair, one bf16 multiply by the row's scale), and accumulates 8 input rows (one mma's N; four such
+// sub-passes share a decode in the wide form) in float32 on the tensor cores: the work a weight
+// costs does not grow with the rows of a pass.
 #include <cuda_bf16.h>
 
 #include "absl/strings/str_cat.h"
