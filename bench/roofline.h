@@ -30,6 +30,7 @@ struct Options {
   bool components = true;
   bool moe_only = false;        // of the components, the prefill MoE (2c) alone
   bool attention_only = false;  // of the components, the attention side (2a, 2b) alone
+  bool experts_only = false;    // of the components, the experts' GEMMs and decode products (2d, 2g) alone
   bool models = true;
   uint64_t seed = 1;
   // Tokens a KV page of the whole-model sections (serving's default is 512; 64 keeps forks of short
@@ -55,6 +56,9 @@ Table IndexerTable(const std::vector<NamedConfig>& models, const Options& o, con
 Table SparseAttentionTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 // Section 2d: one MoE layer's expert GEMMs alone, dispatched three ways (bench/roofline_experts.cc).
 Table ExpertGemmTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
+// Section 2g: one MoE layer's expert decode products at batch 1 and 8, bf16 vs FP8 vs NVFP4 weights
+// (bench/roofline_nvfp4.cc).
+Table ExpertDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 
 // Sections 2 (prefill MoE) and 3 (whole steps) of one model: its config file reduced to
 // o.*_layers, random weights in memory; rows appended to the three tables.

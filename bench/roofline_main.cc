@@ -41,7 +41,8 @@ ABSL_FLAG(std::string, next_layers, "0,4,3",
           "Layers of the GLM-5.3-Flash config the model keeps (KDA+dense, KDA+MoE, MLA+MoE)");
 ABSL_FLAG(std::string, sections, "components,models",
           "components: MLA decode, indexer, experts, prefill MoE; moe: the prefill MoE (2c) alone; attention: MLA "
-          "decode, indexer and the two together (2a, 2b, 2e) alone; models: whole prefills and decode steps");
+          "decode, indexer and the two together (2a, 2b, 2e) alone; experts: the experts' GEMMs and decode products "
+          "(2d, 2g) alone; models: whole prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token");
 ABSL_FLAG(int64_t, page_size, 64, "Tokens a KV page in the whole-model sections (serving's default: 512)");
@@ -107,7 +108,8 @@ int main(int argc, char** argv) {
   o.components = sections.find("components") != std::string::npos;
   o.moe_only = !o.components && sections.find("moe") != std::string::npos;
   o.attention_only = !o.components && sections.find("attention") != std::string::npos;
-  o.components = o.components || o.moe_only || o.attention_only;
+  o.experts_only = !o.components && sections.find("experts") != std::string::npos;
+  o.components = o.components || o.moe_only || o.attention_only || o.experts_only;
   o.models = sections.find("models") != std::string::npos;
   if (o.smoke) {
     o.warmup = 1;
@@ -150,21 +152,25 @@ int main(int argc, char** argv) {
 
   std::vector<Table> done;
   if (o.components && !o.moe_only) {
-    done.push_back(MlaDecodeTable(shapes, o, c));
-    PrintTable(done.back(), c);
-    done.push_back(IndexerTable(shapes, o, c));
-    PrintTable(done.back(), c);
-    done.push_back(SparseAttentionTable(shapes, o, c));
-    PrintTable(done.back(), c);
-    done.push_back(MlaDecodeTable(shapes, o, c, kStepLayers));
-    PrintTable(done.back(), c);
+    if (!o.experts_only) {
+      done.push_back(MlaDecodeTable(shapes, o, c));
+      PrintTable(done.back(), c);
+      done.push_back(IndexerTable(shapes, o, c));
+      PrintTable(done.back(), c);
+      done.push_back(SparseAttentionTable(shapes, o, c));
+      PrintTable(done.back(), c);
+      done.push_back(MlaDecodeTable(shapes, o, c, kStepLayers));
+      PrintTable(done.back(), c);
+    }
     if (!o.attention_only) {
       Table experts = ExpertGemmTable(shapes, o, c);
       PrintTable(experts, c);
+      done.push_back(ExpertDecodeTable(shapes, o, c));
+      PrintTable(done.back(), c);
     }
   }
   for (const auto& [name, path] : paths) {
-    if ((!o.components || o.attention_only) && !o.models) break;
+    if ((!o.components || o.attention_only || o.experts_only) && !o.models) break;
     Table moe, prefill, decode;
     moe.title = absl::StrCat("2c. Prefill MoE of ", name,
                              " (model::cuda::FfnAdd: router, routing, experts, shared expert, combine), one layer");

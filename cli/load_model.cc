@@ -11,7 +11,7 @@ namespace ferry::cli {
 
 absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& device, const std::string& dir,
                                                              const std::string& precision, bool fp8_experts,
-                                                             const model::TensorParallel& tp) {
+                                                             const model::TensorParallel& tp, bool nvfp4_experts) {
   if (precision != "bf16" && precision != "f32") {
     return absl::InvalidArgumentError(absl::StrCat("--precision ", precision, ": expected bf16 or f32"));
   }
@@ -20,8 +20,10 @@ absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& 
 #ifdef FERRY_WITH_CUDA
     model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
     opts.fp8_experts = fp8_experts;
+    opts.nvfp4_experts = nvfp4_experts;
     return model::cuda::LoadCausalLMCuda(dir, tp, {}, opts);
 #else
+    (void)nvfp4_experts;
     return absl::UnimplementedError("--device cuda: this ferry was built without CUDA (nvcc was not found when "
                                     "CMake configured it)");
 #endif

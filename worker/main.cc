@@ -100,6 +100,7 @@ absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(
   if (*device_comm) tp.comm = device_comm->get();
   model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
   opts.fp8_experts = absl::GetFlag(FLAGS_fp8_experts);
+  opts.nvfp4_experts = absl::GetFlag(FLAGS_nvfp4_experts);
   return model::cuda::LoadCausalLMCuda(path, tp, cache, opts);
 #else
   (void)precision;

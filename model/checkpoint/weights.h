@@ -51,6 +51,11 @@ class WeightLoader {
   absl::StatusOr<Checkpoint::Fp8Tensor> Fp8Matrix(const std::string& name, int64_t rows, int64_t cols) const {
     return ck_.Fp8Data(prefix_ + name, {rows, cols});
   }
+  // The stored NVFP4 codes, group scales and global scale of the [rows, cols] matrix `prefix +
+  // name` (Checkpoint::Nvfp4Data): packed == nullptr when it is stored in another form.
+  absl::StatusOr<Checkpoint::Nvfp4Tensor> Nvfp4Matrix(const std::string& name, int64_t rows, int64_t cols) const {
+    return ck_.Nvfp4Data(prefix_ + name, {rows, cols});
+  }
   bool Has(const std::string& name) const { return ck_.Has(prefix_ + name); }
   // The stored shape of `prefix + name`, for widths the config does not name (NOT_FOUND if absent).
   absl::StatusOr<std::vector<int64_t>> Shape(const std::string& name) const;

@@ -11,6 +11,7 @@
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/act_ops.h"
+#include "model/cuda/ffn_nvfp4.h"
 #include "model/blocks/ffn.h"
 
 namespace ferry::model::cuda {
@@ -66,10 +67,20 @@ absl::Status LoadFp8Matrix(const WeightLoader& w, const std::string& name, int64
 // rank's rows of gate and up, its columns of down), a bf16 checkpoint's bits copied as they are
 // (LoadStacked / LoadMatrix). With `staging` (an expert, FP8 wanted and possible): kept in FP8
 // when the checkpoint stores all three matrices so and the shard falls on whole scale blocks
-// (dst->fp8).
+// (dst->fp8). With `staging4` (an expert, NVFP4 wanted): kept in NVFP4 the same way
+// (LoadMlpNvfp4, dst->nvfp4).
 absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, Precision p, const TensorParallel& tp,
-                         CudaMlp* dst, int64_t* bytes, DeviceBuffer* staging = nullptr) {
+                         CudaMlp* dst, int64_t* bytes, DeviceBuffer* staging = nullptr,
+                         DeviceBuffer* staging4 = nullptr) {
   FERRY_RETURN_IF_ERROR(CheckDivisible(w.prefix() + " intermediate size", inter, tp.world));
+  if (staging4 != nullptr) {
+    bool kept = false;
+    FERRY_RETURN_IF_ERROR(LoadMlpNvfp4(w, hidden, inter, tp, dst, staging4, &kept));
+    if (kept) {
+      *bytes += dst->gate_up4.bytes() + dst->down4.bytes();
+      return absl::OkStatus();
+    }
+  }
   const Slice rows{tp.Begin(inter), tp.End(inter), 0, -1};
   const Slice cols{0, -1, tp.Begin(inter), tp.End(inter)};
   if (staging != nullptr) {
@@ -230,27 +241,37 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   f.moe_inter = MI;
   const bool try_fp8 = p == Precision::kBf16 && opts.fp8_experts && cu::GroupedLinearFp8Available() &&
                        D % 16 == 0 && MI % 16 == 0;
-  DeviceBuffer staging;
+  // NVFP4 experts stay packed in bf16 (MoeGemvNvfp4: in % 16, whole 16-row tiles a shard).
+  const bool try_nvfp4 = p == Precision::kBf16 && opts.nvfp4_experts;
+  DeviceBuffer staging, staging4;
   for (int64_t e = 0; e < E; ++e) {
     CudaMlp& ex = f.experts[static_cast<size_t>(e)];
     FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size, p, tp,
-                                      &ex, bytes, try_fp8 ? &staging : nullptr));
-    if (e == 0) f.fp8_experts = ex.fp8;
-    if (ex.fp8 != f.fp8_experts) {
+                                      &ex, bytes, try_fp8 ? &staging : nullptr, try_nvfp4 ? &staging4 : nullptr));
+    if (e == 0) {
+      f.fp8_experts = ex.fp8;
+      f.nvfp4_experts = ex.nvfp4;
+    }
+    if (ex.fp8 != f.fp8_experts || ex.nvfp4 != f.nvfp4_experts) {
+      const bool fp8 = ex.fp8 != f.fp8_experts, kept = fp8 ? ex.fp8 : ex.nvfp4;
       return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": expert ", e,
-                                                     ex.fp8 ? " is stored in FP8 but expert 0 is not"
-                                                            : " is not stored in FP8 but expert 0 is",
+                                                     kept ? " is stored in " : " is not stored in ",
+                                                     fp8 ? "FP8" : "NVFP4",
+                                                     kept ? " but expert 0 is not" : " but expert 0 is",
                                                      " (a layer's experts must share one format)"));
     }
   }
   f.has_shared = c.n_shared_experts > 0;
   if (f.has_shared) {
-    // In FP8 with the routed experts when one expert wide (it joins their launches).
+    // In FP8 or NVFP4 with the routed experts when one expert wide (it joins their launches).
     const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
+    const bool joins = c.n_shared_experts == 1;
     FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub("shared_experts."), D, inter, p, tp, &f.shared, bytes,
-                                      f.fp8_experts && c.n_shared_experts == 1 ? &staging : nullptr));
+                                      f.fp8_experts && joins ? &staging : nullptr,
+                                      f.nvfp4_experts && joins ? &staging4 : nullptr));
   }
-  if (p == Precision::kBf16 && !f.fp8_experts) {
+  if (f.nvfp4_experts) FERRY_RETURN_IF_ERROR(MakeNvfp4Tables(&f));
+  if (p == Precision::kBf16 && !f.fp8_experts && !f.nvfp4_experts) {
     // The decode dispatch's tables of expert matrices (the shared expert last when one expert wide).
     std::vector<const uint16_t*> gate_up(static_cast<size_t>(E) + 1, nullptr), down(gate_up.size(), nullptr);
     for (int64_t e = 0; e < E; ++e) {
@@ -348,6 +369,11 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   FERRY_RETURN_IF_ERROR(cu::MoeRoute(s.logits, f.bias.as<const float>(), R, f.routing, s.experts, s.route_w));
   FERRY_RETURN_IF_ERROR(TapMoeRoute(tap, s.logits, R, f.routing, s.experts, s.route_w));
   if constexpr (std::is_same_v<T, uint16_t>) {
+    if (f.nvfp4_experts) {
+      return MoeNvfp4(f, c, a, R, s, y, x, assign, [&](const uint16_t* an, int64_t n, uint16_t* yn) {
+        return MlpRun(an, n, D, f.shared, c.swiglu_limit, s.gu, s.h, yn);
+      });
+    }
     const bool shared_fits = !f.has_shared || f.shared.inter() == MI;
     const bool widths_fit = c.hidden_size % 8 == 0 && MI % 8 == 0;  // MoeGemvBf16's 16-byte pieces
     if (f.gate_up_table.get() != nullptr && shared_fits && widths_fit && R <= kMoeGemvMaxRows &&

@@ -24,6 +24,14 @@ struct Fp8Matrix {
   int64_t bytes() const { return static_cast<int64_t>(packed.bytes() + scales.bytes()); }
 };
 
+// A matrix [out, in] kept in the checkpoint's NVFP4, packed for kernels::cuda::MoeGemvNvfp4
+// (PackNvfp4's tiles, a global scale a 16-row tile: gate and up stack in one with their own).
+struct Nvfp4Matrix {
+  DeviceBuffer packed;
+  int64_t out = 0, in = 0;
+  int64_t bytes() const { return static_cast<int64_t>(packed.bytes()); }
+};
+
 struct CudaMlp {
   DeviceWeight gate_up;  // [2 * inter, hidden]: gate rows, then up rows
   DeviceWeight down;     // [hidden, inter]
@@ -31,7 +39,11 @@ struct CudaMlp {
   // 128-row scale blocks need not fall on the boundary between them).
   bool fp8 = false;
   Fp8Matrix gate8, up8, down8;
-  int64_t inter() const { return fp8 ? down8.in : down.cols; }
+  // An expert kept in NVFP4 instead: gate_up4 [2 * inter, hidden] (gate rows, then up rows) and
+  // down4 [hidden, inter] (ffn_nvfp4.h).
+  bool nvfp4 = false;
+  Nvfp4Matrix gate_up4, down4;
+  int64_t inter() const { return fp8 ? down8.in : nvfp4 ? down4.in : down.cols; }
 };
 
 struct CudaFfn {
@@ -58,6 +70,11 @@ struct CudaFfn {
   // up scales, down packed, down scales (the shared expert at [n_experts] when it is FP8 and one
   // expert wide, else null).
   DeviceBuffer fp8_tables;
+  // Every routed expert in NVFP4 (CudaMlp::nvfp4; CudaLoadOptions::nvfp4_experts, bf16): device
+  // arrays of n_experts + 1 packed matrices, gate_up and down, for MoeGemvNvfp4 (the shared
+  // expert at [n_experts] when it is NVFP4 and one expert wide, else null: it then runs apart).
+  bool nvfp4_experts = false;
+  DeviceBuffer nvfp4_gate_up_table, nvfp4_down_table;
 };
 
 // Loads this rank's shard of layer `layer`'s FFN under `w` ("...mlp.") in precision p (one
@@ -101,6 +118,8 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 //    way with W8A8 numerics: a's rows quantized once, then GroupedLinearW8A8Moe (gate and up
 //    over the pairs' gathered rows), SwiGluQuantizeActFp8, GroupedLinearW8A8Moe (down into the
 //    slots and the shared expert's rows into y);
+//  - NVFP4 experts (CudaFfn::nvfp4_experts, bf16), every batch size: the same device dispatch
+//    through MoeGemvNvfp4 (ffn_nvfp4.h), in pieces of up to kMoeMaxPairs / top_k rows;
 //  - otherwise the chosen expert ids come to the host (one sync), which orders the pairs by
 //    expert and runs each expert with rows as one cuBLAS call, in bf16 the experts (and a
 //    one-expert-wide shared expert) side by side on the side streams of GroupedLinearBf16; FP8

@@ -16,7 +16,8 @@ namespace ferry::model::cuda {
 // rank) to the current CUDA device in opts.precision
 // (bf16 weights and activations to serve; float32 to verify against the goldens,
 // device_buffer.h). FP8 block-scaled weights are upcast on load, the experts kept in FP8 where
-// opts.fp8_experts allows (CudaLoadOptions). The returned model's Forward() runs on that
+// opts.fp8_experts allows; NVFP4 ones likewise, the experts kept packed where opts.nvfp4_experts
+// allows (CudaLoadOptions). The returned model's Forward() runs on that
 // device and its cache pages live there (device_pages.h).
 // Errors: FAILED_PRECONDITION without a CUDA device; INVALID_ARGUMENT for widths that do not
 // split over tp's ranks; the checkpoint's and the device allocator's errors as they come.

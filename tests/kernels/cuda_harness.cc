@@ -14,7 +14,8 @@
 // (MLA decode, indexer scores), harness_select.cc (top-k, routing, greedy sampling),
 // harness_model.cc (the model glue: embedding, casts, norms, row copies, paged writes, MoE combine),
 // harness_next.cc (glm5_next: mHC mixing, KDA conv / norms / gates, pool keys and selection) and
-// harness_moe.cc (the decode MoE dispatch: expert-ordered pairs, grouped matrix-vector products).
+// harness_moe.cc (the decode MoE dispatch: expert-ordered pairs, grouped matrix-vector products) and
+// harness_nvfp4.cc (the NVFP4 decode products: packing, matrix-vector and MoE forms).
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -67,6 +68,7 @@ std::vector<Case> AllCases() {
   AddMoeCases(&cases);
   AddFp8Cases(&cases);
   AddQuantizeCases(&cases);
+  AddNvfp4Cases(&cases);
   return cases;
 }
 
@@ -101,7 +103,8 @@ int main(int argc, char** argv) {
   const auto cases = ferry::harness::AllCases();
   // A failed host check ends the run before any line the ctest pass pattern matches (it would
   // otherwise pass on "no CUDA device: skipped", whatever the exit status).
-  const int host_failed = ferry::harness::RunFp8HostChecks() + ferry::harness::RunMlaHostChecks();
+  const int host_failed = ferry::harness::RunFp8HostChecks() + ferry::harness::RunMlaHostChecks() +
+                          ferry::harness::RunNvfp4HostChecks();
   if (host_failed != 0) {
     printf("ferry-kernel-check: %d host checks FAILED\n", host_failed);
     return 1;

@@ -142,9 +142,12 @@ void AddNextCases(std::vector<Case>* cases);       // harness_next.cc
 void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
 void AddFp8Cases(std::vector<Case>* cases);        // harness_fp8.cc
 void AddQuantizeCases(std::vector<Case>* cases);   // harness_quantize.cc
+void AddNvfp4Cases(std::vector<Case>* cases);      // harness_nvfp4.cc
 // Host-side checks (no device needed): the FP8 ops' argument errors and layout sizes; prints
 // what failed, returns the count (harness_fp8.cc).
 int RunFp8HostChecks();
+// The NVFP4 ops' argument errors and packed sizes, host-side (harness_nvfp4.cc).
+int RunNvfp4HostChecks();
 // MlaDecodeAttention's workspace sizes and argument checks (harness_attention.cc), host-side.
 int RunMlaHostChecks();
 

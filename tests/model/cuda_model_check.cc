@@ -10,7 +10,9 @@
 //      fixed arena too small refuses a step with RESOURCE_EXHAUSTED, keeping nothing;
 //   6. FP8 experts (bf16, on a device with GroupedLinearW8A8): the checkpoint with its experts
 //      quantized to FP8 as the FP8 releases store them, run W8A8 and upcast, against the CPU
-//      reference on the same weights.
+//      reference on the same weights;
+//   7. NVFP4 experts (bf16): the checkpoint with its experts in NVFP4, kept packed and upcast,
+//      against a float32 run over the same weights (cuda_nvfp4_check.cc).
 // 3, 4 and 5 in bf16: the later runs pinned to the first's indexer and routing decisions (a
 // decode row and a prefill row take different summation orders: GemvBf16 and cuBLAS) and held to
 // check-golden's pinned bf16 tolerance (3) or 0.1 logits (4, 5).
@@ -38,6 +40,7 @@
 #include "model/cuda/load_cuda.h"
 #include "model/golden/decision_log.h"
 #include "tests/model/cuda_carry_check.h"
+#include "tests/model/cuda_nvfp4_check.h"
 #include "model/families/glm5_next.h"
 #include "model/families/glm_moe_dsa.h"
 #include "model/golden/golden.h"
@@ -577,7 +580,8 @@ int main(int argc, char** argv) {
   const int fp8 = Fp8Main(dir);
   const int carry = ferry::model::CarryMain(ferry::model::cuda::Precision::kBf16) +
                       ferry::model::CarryMain(ferry::model::cuda::Precision::kF32);
-  const bool ok = f32 == 0 && bf16 == 0 && fp8 == 0 && carry == 0;
+  const int nvfp4 = ferry::model::Nvfp4Main(dir);
+  const bool ok = f32 == 0 && bf16 == 0 && fp8 == 0 && carry == 0 && nvfp4 == 0;
   printf("cuda model check: %s\n", ok ? "done" : "FAILED");
   return ok ? 0 : 1;
 }

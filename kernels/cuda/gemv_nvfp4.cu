@@ -1,0 +1,347 @@
+// NVFP4 decode products (gemv_nvfp4.h): a warp streams one row tile (16 rows) of the packed matrix
+// over its slice of the column tiles, decodes each lane's 16-byte chunk in registers into the bf16
+// A operands of four mma.m16n8k16 steps (kernels/nvfp4_layout.h: a mask and up to three shifts a
+// pair, one bf16 multiply by the row's scale), and accumulates 8 input rows (one mma's N; four such
+// sub-passes share a decode in the wide form) in float32 on the tensor cores: the work a weight
+// costs does not grow with the rows of a pass.
+#include <cuda_bf16.h>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/gemv_nvfp4.h"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
+#include "kernels/nvfp4_layout.h"
+
+namespace ferry::kernels::cuda {
+namespace {
+
+namespace lay = ferry::kernels::nvfp4;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxSplit = 8;
+constexpr int kPassRows = static_cast<int>(kNvfp4PassRows);
+constexpr int kTileBytes = static_cast<int>(lay::kTileBytes);
+constexpr int kAccs = 128;  // a warp's m16n8 float32 accumulators
+// Blocks an SM holds (registers capped to fit them): more warps, more loads in flight.
+constexpr int kMinBlocks = 3;  // with one pass a weight read
+static_assert(kPassRows == 8, "one mma's N");
+
+// How many warps share a row tile's columns (1, 2, 4 or 8), from the shape alone (so an output's
+// summation order never depends on the batch): the fewest that give `target` warps over the
+// matrix, each slice keeping at least two column tiles (one in flight while the other is decoded).
+int KSplit(int64_t in, int64_t out, int64_t target) {
+  const int64_t col_tiles = lay::ColTiles(in), row_tiles = lay::RowTiles(out);
+  int ks = 1;
+  while (ks < kMaxSplit && row_tiles * ks < target && col_tiles / (2 * ks) >= 2) ks *= 2;
+  return ks;
+}
+// Warps wanted over one matrix. An expert-sized matrix (256 row tiles) then splits 8 ways, 2 column
+// tiles a warp: many small blocks, so a MoE step's few experts (9 at batch 1: 2304 blocks of 8
+// warps for GLM-5.3-Flash's gate_up) spread evenly over the SMs instead of ending on a partial
+// wave of long blocks, and a lone GEMV still fills the device. The MoE kernel takes the same
+// rule (a shape-only split keeps it batch invariant).
+constexpr int64_t kWarpTarget = 4096;
+
+struct Tile {
+  uint4 code[4];  // chunk c: the lane's two rows' scale group
+  uint2 scale;    // the scale codes of the 4 chunks (nvfp4_layout.h)
+};
+
+__device__ __forceinline__ Tile LoadTile(const uint8_t* tile, int lane) {
+  Tile t;
+  const uint4* c = reinterpret_cast<const uint4*>(tile) + lane;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) t.code[i] = __ldcs(c + 32 * i);  // streamed once: evict first
+  t.scale = __ldcs(reinterpret_cast<const uint2*>(tile + lay::kTileCodeBytes) + lane);
+  return t;
+}
+
+// a * b on bf16 pairs, rounded to nearest (exact here: the product of an e2m1 and an e4m3 value
+// fits bf16's 8 significant bits), subnormal inputs kept (the decoded 0.5 is one); fma with -0
+// instead of mul.bf16x2 so that sm_80 code assembles too.
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+
+// acc[p] += the tile's 16 rows times the lane's vector of sub-pass p over the tile's 256 columns
+// (col0 = its first), for P sub-passes of 8 vectors sharing one decode of the weights. xrow[p]:
+// the lane's vector (lane / 4) of sub-pass p, null past the pass's rows (zeros). An output's mma
+// sequence (chunk, step) is the same whatever P or its sub-pass: P changes no bit.
+template <int P>
+__device__ __forceinline__ void MmaTile(const Tile& t, const __nv_bfloat16* const (&xrow)[P], int col0, int in,
+                                        int lane, float (&acc)[P][4]) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const uint32_t s2 = lay::ScaleBf16(c < 2 ? t.scale.x : t.scale.y, (c & 1) != 0 ? -4 : 4);
+    const uint32_t s_lo = __byte_perm(s2, 0, 0x1010), s_hi = __byte_perm(s2, 0, 0x3232);  // rows r, r + 8
+    const uint32_t q[4] = {t.code[c].x, t.code[c].y, t.code[c].z, t.code[c].w};
+    uint32_t a[4][4];  // step w's A registers
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      a[w][0] = MulBf16x2(lay::DecodeSlot(q[w], 0), s_lo);
+      a[w][1] = MulBf16x2(lay::DecodeSlot(q[w], 1), s_hi);
+      a[w][2] = MulBf16x2(lay::DecodeSlot(q[w], 2), s_lo);
+      a[w][3] = MulBf16x2(lay::DecodeSlot(q[w], 3), s_hi);
+    }
+    // The lane's B fragments: x at its group's 16 columns (the layout's column permutation),
+    // zero past `in` (a whole group is in or out: in % 16 == 0).
+    const int k = col0 + static_cast<int>(lay::kChunkCols) * c + 16 * (lane & 3);
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      uint4 xa = make_uint4(0, 0, 0, 0), xb = xa;
+      if (xrow[p] != nullptr && k < in) {
+        const uint4* xp = reinterpret_cast<const uint4*>(xrow[p] + k);
+        xa = __ldg(xp);
+        xb = __ldg(xp + 1);
+      }
+      const uint32_t xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+      for (int w = 0; w < 4; ++w) ptx::Mma(acc[p], a[w], xs[2 * w], xs[2 * w + 1]);
+    }
+  }
+}
+
+// acc += row tile `base` over column tiles [kt0, kt1), the first already in `a`: one tile in
+// flight while the other is decoded.
+template <int P>
+__device__ __forceinline__ void WarpTiles(const uint8_t* base, int kt0, int kt1, Tile a,
+                                          const __nv_bfloat16* const (&xrow)[P], int in, int lane, float (&acc)[P][4]) {
+  Tile b = a;
+  for (int kt = kt0; kt < kt1; kt += 2) {
+    const bool two = kt + 1 < kt1;
+    if (two) b = LoadTile(base + static_cast<int64_t>(kt + 1) * kTileBytes, lane);
+    MmaTile<P>(a, xrow, kt * static_cast<int>(lay::kTileCols), in, lane, acc);
+    if (!two) break;
+    if (kt + 2 < kt1) a = LoadTile(base + static_cast<int64_t>(kt + 2) * kTileBytes, lane);
+    MmaTile<P>(b, xrow, (kt + 1) * static_cast<int>(lay::kTileCols), in, lane, acc);
+  }
+}
+
+// One block's product of the packed [out, in] matrix with `vectors` vectors, in passes of 8 P
+// (the weights read once a pass): warp w takes row tile row_tile0 + w / ks and column slice w % ks
+// (contiguous, in order); the ks slices' sums are added in slice order, so an output's value
+// depends on its row, its vector and the shape (ks) only, not on P. xrow_of(v) is vector v's x
+// row; store(row, v, value) is called once for each row < out and v < vectors with the output's
+// value (the global scale applied). The block calls this uniformly.
+template <int P, typename XRow, typename Store>
+__device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int out, int ks, int vectors,
+                                             XRow xrow_of, Store store) {
+  __shared__ float partial[P][kWarps * kAccs];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row_tiles = static_cast<int>(lay::RowTiles(out)), col_tiles = static_cast<int>(lay::ColTiles(in));
+  const int row_tile0 = static_cast<int>(blockIdx.x) * (kWarps / ks);
+  const int rt = row_tile0 + warp / ks, slice = warp % ks;
+  const int per = (col_tiles + ks - 1) / ks, kt0 = min(col_tiles, slice * per), kt1 = min(col_tiles, kt0 + per);
+  const bool active = rt < row_tiles && kt0 < kt1;
+  const uint8_t* base = packed + static_cast<int64_t>(rt) * col_tiles * kTileBytes;
+  const float* row_scale = reinterpret_cast<const float*>(packed + lay::RowScaleOffset(out, in));
+  for (int pass = 0; pass < vectors; pass += kPassRows * P) {
+    const int v = lane >> 2;
+    float acc[P][4];
+    const __nv_bfloat16* xrow[P];
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      const int vec = pass + kPassRows * p + v;
+      xrow[p] = vec < vectors ? xrow_of(vec) : nullptr;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[p][i] = 0.0f;
+    }
+    if (active) {
+      const Tile a = LoadTile(base + static_cast<int64_t>(kt0) * kTileBytes, lane);
+      WarpTiles<P>(base, kt0, kt1, a, xrow, in, lane, acc);
+    }
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) partial[p][warp * kAccs + lane * 4 + i] = acc[p][i];
+    }
+    __syncthreads();
+    const int sets = kWarps / ks;
+    for (int idx = threadIdx.x; idx < P * sets * kAccs; idx += kThreads) {
+      const int p = idx / (sets * kAccs), set = idx / kAccs % sets, e = idx % kAccs, t = row_tile0 + set;
+      float total = 0.0f;
+      for (int i = 0; i < ks; ++i) total += partial[p][(set * ks + i) * kAccs + e];
+      // Accumulator e = 4 lane + i of the m16n8 fragment: row lane / 4 (+ 8 for i >= 2), column
+      // (vector) 2 (lane % 4) + i % 2.
+      const int el = e / 4, ci = e % 4;
+      const int row = t * 16 + el / 4 + 8 * (ci >> 1), vec = pass + kPassRows * p + 2 * (el % 4) + (ci & 1);
+      if (t < row_tiles && row < out && vec < vectors) {
+        store(row, vec, total * (row_scale[t] * 128.0f));  // 2^-kOperandExp
+      }
+    }
+    __syncthreads();  // partial is reused by the next pass
+  }
+}
+static_assert(lay::kOperandExp == -7, "BlockProduct scales by 2^7");
+
+// Passes a weight read: kWide of 8 vectors for many rows (more registers, fewer blocks an SM),
+// one for a decode step's few.
+constexpr int kWide = 4;
+static_assert(kWide * kPassRows == kNvfp4WidePassRows, "gemv_nvfp4.h's wide pass");
+constexpr int MinBlocks(int p) { return p == 1 ? kMinBlocks : 2; }
+
+// Block x: kWarps / ks row tiles; all rows of x in passes of 8 P. Waits for the kernels before it
+// first: the weights may have been packed just before (a load, or the harness).
+template <int P>
+__global__ void __launch_bounds__(kThreads, MinBlocks(P))
+    GemvNvfp4Kernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const uint8_t* __restrict__ packed,
+                    int out, int ks, __nv_bfloat16* __restrict__ y) {
+  PdlLaunchDependents();
+  PdlWait();
+  BlockProduct<P>(
+      packed, in, out, ks, rows, [&](int v) { return x + static_cast<int64_t>(v) * in; },
+      [&](int row, int v, float value) { y[static_cast<int64_t>(v) * out + row] = __float2bfloat16(value); });
+}
+
+// Block (x = kWarps / ks row tiles, y = a group): the group's pairs in passes of 8 P.
+template <int P>
+__global__ void __launch_bounds__(kThreads, MinBlocks(P))
+    MoeGemvNvfp4Kernel(const uint8_t* const* __restrict__ weights, MoePairs p, const __nv_bfloat16* __restrict__ x,
+                       bool gather_x, int in, int out, int ks, __nv_bfloat16* __restrict__ y, bool scatter_y,
+                       __nv_bfloat16* __restrict__ y_shared) {
+  PdlLaunchDependents();
+  PdlWait();
+  const int g = blockIdx.y;
+  if (g >= *p.n_groups) return;
+  const int start = p.group_start[g], count = p.group_count[g];
+  const uint8_t* packed = weights[p.group_expert[g]];
+  BlockProduct<P>(
+      packed, in, out, ks, count,
+      [&](int v) {
+        const int j = start + v;
+        return x + static_cast<int64_t>(gather_x ? p.src_row[j] : j) * in;
+      },
+      [&](int row, int v, float value) {
+        const int j = start + v;
+        __nv_bfloat16* dst;
+        if (!scatter_y) {
+          dst = y + static_cast<int64_t>(j) * out;
+        } else if (p.order[j] >= 0) {
+          dst = y + static_cast<int64_t>(p.order[j]) * out;
+        } else {
+          dst = y_shared + static_cast<int64_t>(p.src_row[j]) * out;
+        }
+        dst[row] = __float2bfloat16(value);
+      });
+}
+
+// One thread a word of the packed tiles of row tiles [rt0, rt0 + n_row_tiles): the 512 code words
+// of a tile, then its 64 scale-code words; word 0 of column tile 0 also writes the row tile's
+// global scale. The same placement as cpu::PackNvfp4 (nvfp4_layout.h's helpers).
+constexpr int kTileWords = lay::kTileBytes / 4;
+__global__ void PackNvfp4Kernel(const uint8_t* __restrict__ codes, const uint8_t* __restrict__ scales,
+                                float global_scale, int rows, int in, uint8_t* __restrict__ packed, int out, int row0,
+                                int rt0, int n_row_tiles) {
+  const int col_tiles = static_cast<int>(lay::ColTiles(in));
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= static_cast<int64_t>(n_row_tiles) * col_tiles * kTileWords) return;
+  const int64_t tile_idx = idx / kTileWords;
+  const int wi = static_cast<int>(idx % kTileWords);
+  const int rt = rt0 + static_cast<int>(tile_idx / col_tiles), kt = static_cast<int>(tile_idx % col_tiles);
+  const int64_t r_base = static_cast<int64_t>(rt) * lay::kTileRows - row0, c_base = kt * lay::kTileCols;
+  uint32_t* tile = reinterpret_cast<uint32_t*>(packed + (static_cast<int64_t>(rt) * col_tiles + kt) * kTileBytes);
+  uint32_t q = 0;
+  if (wi < lay::kTileCodeBytes / 4) {  // byte 4 wi = 512 chunk + 16 lane + 4 word
+    const int chunk = wi / 128, lane = (wi % 128) / 4, word = wi % 4;
+#pragma unroll
+    for (int slot = 0; slot < 4; ++slot) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const lay::CodeSource s = lay::CodeSlotSource(chunk, lane, word, slot, half);
+        q |= lay::PlaceCode(lay::InputCode(codes, scales, rows, in, r_base + s.row, c_base + s.col), slot, half);
+      }
+    }
+  } else {  // byte 2048 + 4 sw = 2048 + 8 lane + 4 (b / 4)
+    const int sw = wi - lay::kTileCodeBytes / 4, lane = sw / 2;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const lay::CodeSource s = lay::ScaleByteSource(lane, 4 * (sw % 2) + i);
+      q |= static_cast<uint32_t>(lay::ScaleCode(lay::InputScale(scales, rows, in, r_base + s.row, c_base + s.col)))
+           << (8 * i);
+    }
+  }
+  tile[wi] = q;
+  if (kt == 0 && wi == 0) {
+    reinterpret_cast<float*>(packed + lay::RowScaleOffset(out, in))[rt] = global_scale;
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+int64_t Nvfp4PackedBytes(int64_t out, int64_t in) { return lay::PackedBytes(out, in); }
+
+absl::Status PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global_scale, int64_t rows, int64_t in,
+                       uint8_t* packed, int64_t out, int64_t row0, void* stream) {
+  if (in < 16 || in % 16 != 0 || in > INT32_MAX || rows < 1 || row0 < 0 || row0 % 16 != 0 || row0 + rows > out ||
+      out > INT32_MAX || (rows % 16 != 0 && row0 + rows != out)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "PackNvfp4: rows [", row0, ", ", row0 + rows, ") of ", out, " x ", in,
+        " (need in a positive multiple of 16, rows >= 1, row0 a multiple of 16, the rows inside out, and a "
+        "multiple of 16 rows unless they end at out)"));
+  }
+  if (codes == nullptr || scales == nullptr || packed == nullptr || !Aligned16(packed)) {
+    return absl::InvalidArgumentError("PackNvfp4: null codes, scales or packed, or packed not 16-byte aligned");
+  }
+  const int64_t rt0 = row0 / lay::kTileRows, n_row_tiles = lay::RowTiles(row0 + rows) - rt0;
+  const int64_t words = n_row_tiles * lay::ColTiles(in) * kTileWords, blocks = (words + 255) / 256;
+  if (blocks > INT32_MAX) return absl::InvalidArgumentError(absl::StrCat("PackNvfp4: ", words, " words"));
+  PackNvfp4Kernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      codes, scales, global_scale, static_cast<int>(rows), static_cast<int>(in), packed, static_cast<int>(out),
+      static_cast<int>(row0), static_cast<int>(rt0), static_cast<int>(n_row_tiles));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  return absl::OkStatus();
+}
+
+absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_t* packed, int64_t out, uint16_t* y,
+                       void* stream) {
+  if (rows < 1 || rows > INT32_MAX || in < 16 || in % 16 != 0 || in > INT32_MAX || out < 1 || out > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("GemvNvfp4: rows ", rows, ", in ", in, ", out ", out,
+                                                   " (need rows >= 1, in a positive multiple of 16, out >= 1)"));
+  }
+  if (x == nullptr || packed == nullptr || y == nullptr || !Aligned16(x) || !Aligned16(packed)) {
+    return absl::InvalidArgumentError("GemvNvfp4: null x, packed or y, or x / packed not 16-byte aligned");
+  }
+  const int ks = KSplit(in, out, kWarpTarget), per_block = kWarps / ks;
+  const int64_t blocks = (lay::RowTiles(out) + per_block - 1) / per_block;
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(rows > kPassRows ? GemvNvfp4Kernel<kWide> : GemvNvfp4Kernel<1>,
+                                             dim3(static_cast<unsigned>(blocks)), kThreads, 0,
+                                             static_cast<cudaStream_t>(stream),
+                                             reinterpret_cast<const __nv_bfloat16*>(x), static_cast<int>(rows),
+                                             static_cast<int>(in), packed, static_cast<int>(out), ks,
+                                             reinterpret_cast<__nv_bfloat16*>(y)));
+  return absl::OkStatus();
+}
+
+absl::Status MoeGemvNvfp4(const uint8_t* const* weights, const MoePairs& p, int64_t max_groups,
+                          int64_t max_group_pairs, const uint16_t* x, bool gather_x, int64_t in, int64_t out,
+                          uint16_t* y, bool scatter_y, uint16_t* y_shared, void* stream) {
+  if (in < 16 || in % 16 != 0 || in > INT32_MAX || out < 1 || out > INT32_MAX || max_groups < 0 ||
+      max_groups > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("MoeGemvNvfp4: in ", in, ", out ", out, ", max_groups ",
+                                                   max_groups, " (need in a positive multiple of 16, out >= 1, "
+                                                   "max_groups <= 65535)"));
+  }
+  if (max_groups == 0) return absl::OkStatus();
+  if (weights == nullptr || x == nullptr || y == nullptr || p.n_groups == nullptr ||
+      (scatter_y && y_shared == nullptr)) {
+    return absl::InvalidArgumentError("MoeGemvNvfp4: null weights, x, y, groups or (with scatter_y) y_shared");
+  }
+  if (!Aligned16(x)) return absl::InvalidArgumentError("MoeGemvNvfp4: x is not 16-byte aligned");
+  const int ks = KSplit(in, out, kWarpTarget), per_block = kWarps / ks;
+  const dim3 grid(static_cast<unsigned>((lay::RowTiles(out) + per_block - 1) / per_block),
+                  static_cast<unsigned>(max_groups));
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(
+      max_group_pairs > kPassRows ? MoeGemvNvfp4Kernel<kWide> : MoeGemvNvfp4Kernel<1>, grid, kThreads, 0,
+      static_cast<cudaStream_t>(stream), weights, p,
+      reinterpret_cast<const __nv_bfloat16*>(x), gather_x, static_cast<int>(in), static_cast<int>(out), ks,
+      reinterpret_cast<__nv_bfloat16*>(y), scatter_y, reinterpret_cast<__nv_bfloat16*>(y_shared)));
+  return absl::OkStatus();
+}
+
+}  // namespace ferry::kernels::cuda

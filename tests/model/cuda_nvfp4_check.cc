@@ -1,0 +1,144 @@
+#include "tests/model/cuda_nvfp4_check.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "common/nvfp4.h"
+#include "common/status.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/cuda/glm5_next_cuda.h"
+#include "model/cuda/glm_moe_dsa_cuda.h"
+#include "model/golden/decision_log.h"
+#include "model/golden/golden.h"
+
+namespace ferry::model {
+namespace {
+
+std::string Bytes(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
+
+// Writes `ck` to `out` with every expert projection whose name does not contain `leave` (when not
+// empty) in NVFP4 (common/nvfp4's quantization) and every other tensor as float32.
+absl::Status WriteNvfp4Experts(const Checkpoint& ck, const std::string& out, const std::string& leave = "") {
+  std::vector<TensorBytes> tensors;
+  for (const std::string& name : ck.TensorNames()) {
+    const std::vector<int64_t> shape = ck.Find(name)->shape;
+    FERRY_ASSIGN_OR_RETURN(std::vector<float> v, ck.LoadF32(name, shape));
+    const bool expert = (absl::StrContains(name, ".mlp.experts.") || absl::StrContains(name, ".mlp.shared_experts.")) &&
+                        absl::EndsWith(name, "_proj.weight") && shape.size() == 2 && shape[1] % kNvfp4Group == 0 &&
+                        (leave.empty() || !absl::StrContains(name, leave));
+    if (!expert) {
+      tensors.push_back({name, DType::kF32, shape, Bytes(v.data(), v.size() * sizeof(float))});
+      continue;
+    }
+    const Nvfp4Weight q = QuantizeNvfp4(v, shape[0], shape[1]);
+    tensors.push_back({name, DType::kU8, {shape[0], shape[1] / 2}, Bytes(q.packed.data(), q.packed.size())});
+    tensors.push_back({name + "_scale", DType::kF8E4M3, {shape[0], shape[1] / kNvfp4Group},
+                       Bytes(q.scales.data(), q.scales.size())});
+    tensors.push_back({name + "_scale_2", DType::kF32, {}, Bytes(&q.global_scale, sizeof(float))});
+  }
+  std::filesystem::create_directories(out);
+  FERRY_RETURN_IF_ERROR(WriteSafetensors(out + "/model.safetensors", tensors, {{"format", "pt"}}));
+  nlohmann::json config = ck.config_json();
+  config["quantization_config"] = {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 16}};
+  std::ofstream(out + "/config.json") << config.dump(1) << "\n";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CausalLM>> Load(const Checkpoint& ck, const ModelConfig& c, cuda::Precision p,
+                                               bool nvfp4_experts) {
+  cuda::CudaLoadOptions opts(p);
+  opts.nvfp4_experts = nvfp4_experts;
+  if (c.family == Family::kGlmMoeDsa) {
+    FERRY_ASSIGN_OR_RETURN(auto m, cuda::GlmMoeDsaCuda::Load(ck, c, CacheOptions{16, -1}, opts));
+    return std::unique_ptr<CausalLM>(std::move(m));
+  }
+  FERRY_ASSIGN_OR_RETURN(auto m, cuda::Glm5NextCuda::Load(ck, c, CacheOptions{16, -1}, opts));
+  return std::unique_ptr<CausalLM>(std::move(m));
+}
+
+absl::StatusOr<ForwardOutput> Prefill(CausalLM& m, const std::vector<int32_t>& ids, DecisionLog* tape,
+                                      DecisionLog::Mode mode) {
+  tape->Start(mode);
+  m.set_decision_log(tape);
+  auto seq = m.NewSequence();
+  ForwardSegment seg{seq.get(), ids, true};
+  absl::StatusOr<ForwardOutput> o = m.Forward(std::span<const ForwardSegment>(&seg, 1));
+  m.set_decision_log(nullptr);
+  FERRY_RETURN_IF_ERROR(tape->Finish());
+  return o;
+}
+
+float MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
+  float m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const float d = std::fabs(a[i] - b[i]);
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+absl::Status Check(const std::string& dir, int* bad) {
+  FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
+  char tmpl[] = "/tmp/ferry-nvfp4-check-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp failed");
+  const std::string tmp = tmpl;
+  FERRY_RETURN_IF_ERROR(WriteNvfp4Experts(ck, tmp + "/all"));
+  FERRY_ASSIGN_OR_RETURN(Checkpoint nck, Checkpoint::Open(tmp + "/all"));
+  FERRY_ASSIGN_OR_RETURN(auto ref, Load(nck, cfg, cuda::Precision::kF32, true));
+  FERRY_ASSIGN_OR_RETURN(auto kept, Load(nck, cfg, cuda::Precision::kBf16, true));
+  FERRY_ASSIGN_OR_RETURN(auto upcast, Load(nck, cfg, cuda::Precision::kBf16, false));
+  printf("== %s, experts in NVFP4: weights on the device %.2f MB kept packed, %.2f MB upcast\n", dir.c_str(),
+         kept->weight_bytes() / 1e6, upcast->weight_bytes() / 1e6);
+  *bad += kept->weight_bytes() == upcast->weight_bytes();  // equal: nothing was kept
+  // A layer whose experts do not share one format: refused by name at load.
+  FERRY_RETURN_IF_ERROR(WriteNvfp4Experts(ck, tmp + "/mixed", ".mlp.experts.1."));
+  FERRY_ASSIGN_OR_RETURN(Checkpoint mck, Checkpoint::Open(tmp + "/mixed"));
+  auto refused = Load(mck, cfg, cuda::Precision::kBf16, true);
+  const std::string msg = refused.ok() ? "loaded" : std::string(refused.status().message());
+  printf("  expert 1 left in float32: %s\n", msg.c_str());
+  *bad += refused.ok() || !absl::StrContains(msg, "expert 1 is not stored in NVFP4 but expert 0 is");
+  FERRY_ASSIGN_OR_RETURN(std::vector<GoldenPrompt> goldens, ReadGolden(dir + "/golden.safetensors"));
+  DecisionLog tape;
+  const double tol = PinnedBf16Tolerance(cfg.family);
+  float worst_kept = 0, worst_upcast = 0;
+  for (const GoldenPrompt& g : goldens) {
+    FERRY_ASSIGN_OR_RETURN(ForwardOutput want, Prefill(*ref, g.ids, &tape, DecisionLog::Mode::kRecord));
+    FERRY_ASSIGN_OR_RETURN(ForwardOutput got, Prefill(*kept, g.ids, &tape, DecisionLog::Mode::kReplay));
+    FERRY_ASSIGN_OR_RETURN(ForwardOutput up, Prefill(*upcast, g.ids, &tape, DecisionLog::Mode::kReplay));
+    const float mk = MaxAbs(got.logits, want.logits), mu = MaxAbs(up.logits, want.logits);
+    printf("  %s (%zu tokens): max |logit error| kept NVFP4 %.3f, upcast bf16 %.3f\n", g.name.c_str(), g.ids.size(),
+           mk, mu);
+    worst_kept = std::max(worst_kept, mk);
+    worst_upcast = std::max(worst_upcast, mu);
+  }
+  *bad += !(worst_kept <= tol) || !(worst_upcast <= tol);
+  printf("nvfp4 experts: worst max |logit error| kept %.3f, upcast %.3f (bound %.2f): %s\n", worst_kept,
+         worst_upcast, tol, *bad == 0 ? "ok" : "FAILED");
+  std::filesystem::remove_all(tmp);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int Nvfp4Main(const std::string& dir) {
+  int bad = 0;
+  if (absl::Status st = Check(dir, &bad); !st.ok()) {
+    printf("nvfp4 experts: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace ferry::model
