@@ -33,18 +33,9 @@ struct Flush {
   absl::Status operator()() const { return StreamRead(buf, bytes, sink); }
 };
 
-// Device blocks freed on scope exit.
-class DevBlocks {
+// Device blocks freed on scope exit, and the L2 flush of a measurement.
+class DevBlocks : public DeviceBlocks {
  public:
-  ~DevBlocks() {
-    for (void* p : blocks_) (void)cu::DeviceFree(p);
-  }
-  template <typename T>
-  absl::StatusOr<T*> Take(int64_t n) {
-    FERRY_ASSIGN_OR_RETURN(void* p, cu::DeviceAlloc(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)));
-    blocks_.push_back(p);
-    return static_cast<T*>(p);
-  }
   // A Flush over a new block twice the current device's L2 (filled once, so that it holds no
   // pages the driver could leave unbacked).
   absl::StatusOr<Flush> TakeFlush() {
@@ -55,9 +46,6 @@ class DevBlocks {
     FERRY_RETURN_IF_ERROR(cu::DeviceFill(buf, 1, static_cast<size_t>(bytes)));
     return Flush{buf, static_cast<size_t>(bytes), sink};
   }
-
- private:
-  std::vector<void*> blocks_;
 };
 
 // The first error among a table's set-up steps, or OK.

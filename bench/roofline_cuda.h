@@ -10,8 +10,37 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/status.h"
+#include "kernels/cuda/ops.h"
 
 namespace ferry::bench {
+
+// Device blocks of one measurement, freed on scope exit.
+class DeviceBlocks {
+ public:
+  DeviceBlocks() = default;
+  DeviceBlocks(const DeviceBlocks&) = delete;
+  DeviceBlocks& operator=(const DeviceBlocks&) = delete;
+  ~DeviceBlocks() {
+    for (void* p : blocks_) (void)kernels::cuda::DeviceFree(p);
+  }
+  // n values of T (at least one, so that every block has an address).
+  template <typename T>
+  absl::StatusOr<T*> Take(int64_t n) {
+    FERRY_ASSIGN_OR_RETURN(void* p, kernels::cuda::DeviceAlloc(static_cast<size_t>(n > 1 ? n : 1) * sizeof(T)));
+    blocks_.push_back(p);
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  absl::StatusOr<T*> Upload(const std::vector<T>& host) {
+    FERRY_ASSIGN_OR_RETURN(T * d, Take<T>(static_cast<int64_t>(host.size())));
+    FERRY_RETURN_IF_ERROR(kernels::cuda::CopyToDevice(d, host.data(), host.size() * sizeof(T)));
+    return d;
+  }
+
+ private:
+  std::vector<void*> blocks_;
+};
 
 // Reads bytes [0, bytes) of `src` once (16-byte loads, a grid-stride loop over every
 // multiprocessor) and folds what it read into *sink (one device uint32), so no load is dropped.

@@ -21,20 +21,6 @@ namespace cu = ferry::kernels::cuda;
 
 namespace {
 
-// Device blocks freed on scope exit.
-struct Blocks {
-  std::vector<void*> p;
-  ~Blocks() {
-    for (void* b : p) (void)cu::DeviceFree(b);
-  }
-  template <typename T>
-  absl::StatusOr<T*> Take(int64_t n) {
-    FERRY_ASSIGN_OR_RETURN(void* b, cu::DeviceAlloc(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)));
-    p.push_back(b);
-    return static_cast<T*>(b);
-  }
-};
-
 // Rows each expert gets when `tokens` tokens each pick top_k distinct experts uniformly.
 std::vector<int64_t> RouteUniform(std::mt19937_64& rng, int64_t tokens, int64_t experts, int64_t top_k) {
   std::vector<int64_t> rows(static_cast<size_t>(experts), 0);
@@ -55,7 +41,7 @@ absl::Status RunCase(const NamedConfig& m, int64_t tokens, const Options& o, std
   const int64_t D = c.hidden_size, MI = c.moe_intermediate_size, E = c.n_routed_experts, K = c.num_experts_per_tok;
   const std::vector<int64_t> rows = RouteUniform(rng, tokens, E, K);
   const int64_t slots = tokens * K;
-  Blocks b;
+  DeviceBlocks b;
   FERRY_ASSIGN_OR_RETURN(uint16_t* w_up, b.Take<uint16_t>(E * 2 * MI * D));
   FERRY_ASSIGN_OR_RETURN(uint16_t* w_down, b.Take<uint16_t>(E * D * MI));
   FERRY_ASSIGN_OR_RETURN(uint16_t* x, b.Take<uint16_t>(slots * D));

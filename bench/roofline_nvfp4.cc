@@ -26,26 +26,6 @@ namespace cu = ferry::kernels::cuda;
 
 namespace {
 
-// Device blocks freed on scope exit.
-struct Blocks {
-  std::vector<void*> p;
-  ~Blocks() {
-    for (void* b : p) (void)cu::DeviceFree(b);
-  }
-  template <typename T>
-  absl::StatusOr<T*> Take(int64_t n) {
-    FERRY_ASSIGN_OR_RETURN(void* b, cu::DeviceAlloc(static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T)));
-    p.push_back(b);
-    return static_cast<T*>(b);
-  }
-  template <typename T>
-  absl::StatusOr<T*> Upload(const std::vector<T>& host) {
-    FERRY_ASSIGN_OR_RETURN(T * d, Take<T>(static_cast<int64_t>(host.size())));
-    FERRY_RETURN_IF_ERROR(cu::CopyToDevice(d, host.data(), host.size() * sizeof(T)));
-    return d;
-  }
-};
-
 // `tokens` rows each picking top_k distinct experts of `experts` uniformly, renumbered 0.. by first
 // use (the weights exist only for the experts chosen); *used = how many.
 std::vector<int32_t> Route(std::mt19937_64& rng, int64_t tokens, int64_t experts, int64_t top_k, int64_t* used) {
@@ -74,7 +54,7 @@ absl::Status RunCase(const NamedConfig& m, int64_t rows, const Options& o, std::
   int64_t U = 0;
   const std::vector<int32_t> ids = Route(rng, rows, c.n_routed_experts, K, &U);
   const int64_t n = U + 1, pairs = rows * K + rows;  // the shared expert (one expert wide) last
-  Blocks b;
+  DeviceBlocks b;
   // The routing, grouped once (not timed).
   const int64_t groups = cu::MoeMaxGroups(rows, K, U, true);
   FERRY_ASSIGN_OR_RETURN(int32_t * d_ids, b.Upload(ids));

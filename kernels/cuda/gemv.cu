@@ -10,6 +10,7 @@
 #include "common/status.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/moe_pairs.cuh"
 #include "kernels/cuda/ops.h"
 #include "kernels/cuda/pdl.cuh"
 
@@ -212,16 +213,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32, MinBlocks(NV))
       xv[v] = reinterpret_cast<const uint4*>(x + static_cast<int64_t>(xr) * in);
     }
     BlockGemv<NV>(w, in, out, row0, ks, xv, nv, partial, [&](int row, int v, float value) {
-      const int j = start + pass + v;
-      __nv_bfloat16* dst;
-      if (!scatter_y) {
-        dst = y + static_cast<int64_t>(j) * out;
-      } else if (p.order[j] >= 0) {
-        dst = y + static_cast<int64_t>(p.order[j]) * out;
-      } else {
-        dst = y_shared + static_cast<int64_t>(p.src_row[j]) * out;
-      }
-      dst[row] = __float2bfloat16(value);
+      MoePairOutRow(p, start + pass + v, scatter_y, y, y_shared, out)[row] = __float2bfloat16(value);
     });
   }
 }

@@ -10,6 +10,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemv_nvfp4.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/moe_pairs.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/nvfp4_layout.h"
 
@@ -216,16 +217,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(P))
         return x + static_cast<int64_t>(gather_x ? p.src_row[j] : j) * in;
       },
       [&](int row, int v, float value) {
-        const int j = start + v;
-        __nv_bfloat16* dst;
-        if (!scatter_y) {
-          dst = y + static_cast<int64_t>(j) * out;
-        } else if (p.order[j] >= 0) {
-          dst = y + static_cast<int64_t>(p.order[j]) * out;
-        } else {
-          dst = y_shared + static_cast<int64_t>(p.src_row[j]) * out;
-        }
-        dst[row] = __float2bfloat16(value);
+        MoePairOutRow(p, start + v, scatter_y, y, y_shared, out)[row] = __float2bfloat16(value);
       });
 }
 
