@@ -1,11 +1,13 @@
 #include "dataplane/nccl_collective.h"
 
 #include <cuda_runtime.h>
+#include <unistd.h>
 #if FERRY_WITH_NCCL
 #include <nccl.h>
 #endif
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -39,13 +41,31 @@ absl::Status FromRank0(model::Collective* bootstrap, int rank, int world, float*
   return bootstrap->Exchange(send, recv);
 }
 
-// The current GPU's UUID (16 bytes), the same whichever process or index names the GPU.
-[[maybe_unused]] absl::StatusOr<std::string> CurrentGpuUuid() {
+// What tells GPUs apart for NCCL, 32 bytes: the current GPU's UUID (16 bytes, the same whichever
+// process or index names it), this host's identity (8: its name and boot, hashed) and the GPU's
+// PCI address (8): NCCL refuses two ranks on one PCI device of one host, which MIG slices of one
+// GPU are although their UUIDs differ.
+[[maybe_unused]] absl::StatusOr<std::string> CurrentGpuIdentity() {
   int device = 0;
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaGetDevice(&device), "cudaGetDevice"));
   cudaDeviceProp p{};
   FERRY_RETURN_IF_ERROR(CudaStatus(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties"));
-  return std::string(p.uuid.bytes, sizeof(p.uuid.bytes));
+  std::string host(256, '\0');
+  if (gethostname(host.data(), host.size() - 1) != 0) host.clear();
+  host.resize(std::strlen(host.c_str()));
+  if (std::FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+    char boot[64] = {};
+    if (std::fgets(boot, sizeof(boot), f) != nullptr) host += boot;
+    std::fclose(f);
+  }
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char ch : host) hash = (hash ^ ch) * 1099511628211ull;
+  const uint64_t pci = static_cast<uint64_t>(p.pciDomainID) << 32 | static_cast<uint64_t>(p.pciBusID) << 16 |
+                       static_cast<uint64_t>(p.pciDeviceID);
+  std::string id(p.uuid.bytes, sizeof(p.uuid.bytes));
+  id.append(reinterpret_cast<const char*>(&hash), sizeof(hash));
+  id.append(reinterpret_cast<const char*>(&pci), sizeof(pci));
+  return id;
 }
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
@@ -73,7 +93,7 @@ bool OnDevice(const void* p) {
   return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
-std::string Ms(std::chrono::milliseconds t) { return absl::StrFormat("%.3g s", static_cast<double>(t.count()) / 1000); }
+std::string Ms(std::chrono::milliseconds t) { return absl::StrFormat("%.1f s", static_cast<double>(t.count()) / 1000); }
 
 }  // namespace
 
@@ -89,13 +109,21 @@ struct NcclCollective::State {
   int64_t bytes = 0;
 
   ~State() {
-    if (comm != nullptr) {
-      if (broken) {
-        ncclCommAbort(comm);
-      } else {
+    if (comm != nullptr && !broken) {
+      // Finalize (flushes this rank's part; nonblocking here) within the timeout, then destroy;
+      // a peer that keeps it waiting gets the communicator aborted instead.
+      ncclResult_t r = ncclCommFinalize(comm);
+      const Clock::time_point deadline = Clock::now() + timeout;
+      while (r == ncclInProgress && Clock::now() < deadline) {
+        if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
+        if (r == ncclInProgress) std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+      if (r == ncclSuccess) {
         ncclCommDestroy(comm);
+        comm = nullptr;
       }
     }
+    if (comm != nullptr) ncclCommAbort(comm);
     if (scratch != nullptr) cudaFree(scratch);
     if (ready != nullptr) cudaEventDestroy(ready);
     if (done != nullptr) cudaEventDestroy(done);
@@ -117,13 +145,14 @@ struct NcclCollective::State {
   }
 
   absl::StatusOr<float*> Scratch(size_t floats) {
-    if (floats > scratch_floats) {
+    if (floats > scratch_floats) {  // grown geometrically: a cudaFree waits for the whole device
       if (scratch != nullptr) FERRY_RETURN_IF_ERROR(CudaStatus(cudaFree(scratch), "cudaFree"));
       scratch = nullptr;
+      const size_t want = std::max(floats, 2 * scratch_floats);
       scratch_floats = 0;
-      FERRY_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&scratch, floats * sizeof(float)),
-                                       absl::StrCat("the NCCL collective's scratch of ", floats, " floats")));
-      scratch_floats = floats;
+      FERRY_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&scratch, want * sizeof(float)),
+                                       absl::StrCat("the NCCL collective's scratch of ", want, " floats")));
+      scratch_floats = want;
     }
     return scratch;
   }
@@ -159,13 +188,15 @@ struct NcclCollective::State {
     return r == ncclSuccess ? absl::OkStatus() : NcclError(r, what);
   }
 
+  // NCCL does not say which of a call's peers held it up: with one peer the coordinator is told
+  // that one (dataplane::WaitedFor), with several none, and it finds the rank that never answered
+  // the step by its own deadline (naming a peer that was itself waiting would blame a live rank).
   absl::Status TimedOut(const std::vector<int>& peers, const std::string& what) {
     Abort();
-    return WithWaitedFor(absl::DeadlineExceededError(absl::StrCat(
-                             what, " did not complete within ", Ms(timeout), " (waiting for rank",
-                             peers.size() == 1 ? " " : "s ", absl::StrJoin(peers, ", "),
-                             "); the NCCL communicator is aborted")),
-                         peers);
+    absl::Status st = absl::DeadlineExceededError(
+        absl::StrCat(what, " did not complete within ", Ms(timeout), " (waiting for rank", peers.size() == 1 ? " " : "s ",
+                     absl::StrJoin(peers, ", "), "); the NCCL communicator is aborted"));
+    return peers.size() == 1 ? WithWaitedFor(std::move(st), peers) : st;
   }
 
   // Waits on the host until everything queued on the stream completed, an NCCL error, or the
@@ -182,7 +213,8 @@ struct NcclCollective::State {
       ncclResult_t async = ncclSuccess;
       if (ncclResult_t r = ncclCommGetAsyncError(comm, &async); r != ncclSuccess) return NcclError(r, what);
       if (async != ncclSuccess && async != ncclInProgress) {
-        return WithWaitedFor(NcclError(async, what), peers);
+        absl::Status st = NcclError(async, what);
+        return peers.size() == 1 ? WithWaitedFor(std::move(st), peers) : st;
       }
       if (Clock::now() > deadline) return TimedOut(peers, what);
       // Spin first (a decode step's reductions take microseconds), then let the core go.
@@ -240,6 +272,23 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(model::Co
 }
 
 absl::Status NcclCollective::AllReduceSum(float* data, int64_t n) {
+  // A call that fails part way may leave transfers queued that still read or write its buffers:
+  // the communicator goes with it (the group is out of step anyway).
+  absl::Status st = Reduce(data, n);
+  if (!st.ok()) s_->Abort();
+  return st;
+}
+
+absl::Status NcclCollective::Exchange(const std::vector<std::span<const float>>& send,
+                                      const std::vector<std::span<float>>& recv) {
+  absl::Status st = Swap(send, recv);
+  if (!st.ok()) s_->Abort();
+  return st;
+}
+
+void NcclCollective::Abandon() { s_->Abort(); }
+
+absl::Status NcclCollective::Reduce(float* data, int64_t n) {
   State& s = *s_;
   const int W = s.world, me = s.rank;
   if (W == 1 || n == 0) return absl::OkStatus();
@@ -292,8 +341,8 @@ absl::Status NcclCollective::AllReduceSum(float* data, int64_t n) {
   return host ? CudaStatus(cudaMemcpy(data, x, n * fb, cudaMemcpyDeviceToHost), what) : absl::OkStatus();
 }
 
-absl::Status NcclCollective::Exchange(const std::vector<std::span<const float>>& send,
-                                      const std::vector<std::span<float>>& recv) {
+absl::Status NcclCollective::Swap(const std::vector<std::span<const float>>& send,
+                                  const std::vector<std::span<float>>& recv) {
   State& s = *s_;
   const int W = s.world, me = s.rank;
   if (static_cast<int>(send.size()) != W || static_cast<int>(recv.size()) != W) {
@@ -371,6 +420,7 @@ absl::Status NcclCollective::Exchange(const std::vector<std::span<const float>>&
   return absl::FailedPreconditionError("no NCCL");
 }
 int64_t NcclCollective::TakeBytes() { return 0; }
+void NcclCollective::Abandon() {}
 
 #endif
 
@@ -386,24 +436,30 @@ absl::StatusOr<std::string> ResolveDeviceDataPlane(const std::string& wanted, mo
 #else
   if (world == 1) return std::string(wanted == "nccl" ? "nccl" : "ucx");
   if (bootstrap == nullptr) return absl::InvalidArgumentError("--dataplane: no host collective to compare GPUs over");
-  // Every rank's GPU UUID to every rank (4 words each).
-  FERRY_ASSIGN_OR_RETURN(std::string mine, CurrentGpuUuid());
-  constexpr size_t kWords = 4;
-  std::vector<float> own(kWords), all(kWords * static_cast<size_t>(world));
-  std::memcpy(own.data(), mine.data(), std::min(mine.size(), kWords * sizeof(float)));
+  // Every rank's GPU identity to every rank (8 words each). A rank that cannot tell its own still
+  // takes part (zeros), so that no peer waits for it, and fails after.
+  const absl::StatusOr<std::string> mine = CurrentGpuIdentity();
+  constexpr size_t kBytes = 32, kWords = kBytes / sizeof(float);
+  std::vector<float> own(kWords, 0.0f), all(kWords * static_cast<size_t>(world));
+  if (mine.ok()) std::memcpy(own.data(), mine->data(), std::min(mine->size(), kBytes));
   std::vector<std::span<const float>> send(static_cast<size_t>(world), own);
   std::vector<std::span<float>> recv(static_cast<size_t>(world));
   for (int q = 0; q < world; ++q) recv[static_cast<size_t>(q)] = std::span<float>(all.data() + q * kWords, kWords);
-  std::memcpy(all.data() + rank * kWords, own.data(), kWords * sizeof(float));
+  std::memcpy(all.data() + rank * kWords, own.data(), kBytes);
   FERRY_RETURN_IF_ERROR(bootstrap->Exchange(send, recv));
-  auto uuid = [&](int q) { return std::string(reinterpret_cast<const char*>(all.data() + q * kWords), 16); };
+  if (!mine.ok()) return mine.status();
+  auto field = [&](int q, size_t at, size_t n) {
+    return std::string(reinterpret_cast<const char*>(all.data() + q * kWords) + at, n);
+  };
   for (int a = 0; a < world; ++a) {
     for (int b = a + 1; b < world; ++b) {
-      if (uuid(a) != uuid(b)) continue;
+      const bool same_gpu = field(a, 0, 16) == field(b, 0, 16);
+      const bool same_device = field(a, 16, 16) == field(b, 16, 16);  // one host, one PCI device
+      if (!same_gpu && !same_device) continue;
       if (wanted == "auto") return std::string("ucx");
       return absl::FailedPreconditionError(absl::StrCat(
-          "--dataplane nccl: ranks ", a, " and ", b, " share GPU ", UuidText(uuid(a)),
-          "; NCCL needs a GPU a rank (give each rank its own GPU, or use --dataplane ucx)"));
+          "--dataplane nccl: ranks ", a, " and ", b, same_gpu ? " share GPU " : " share the PCI device of GPU ",
+          UuidText(field(a, 0, 16)), "; NCCL needs a GPU a rank (give each rank its own GPU, or use --dataplane ucx)"));
     }
   }
   return std::string("nccl");

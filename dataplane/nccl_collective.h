@@ -7,7 +7,7 @@
 // reduction (slice q of every rank to rank q, rank q sums its slices in rank order on the device,
 // then every rank gets every summed slice), not ncclAllReduce, whose summation order depends on
 // the algorithm NCCL picks for the topology. A width therefore gives the same bits over NCCL and
-// over UCX, run after run.
+// over UCX, run after run (finite values; a NaN's payload may differ).
 //
 // Forming the group: rank 0 draws NCCL's unique id and sends it to the other ranks over the
 // group's host collective (the UCX data plane, whose handshakes carry the deployment's nonce);
@@ -16,10 +16,13 @@
 // coordinator (which has no GPU and does not link NCCL).
 //
 // Watchdog: every call waits on the host for its transfers, at most `timeout`; past it the
-// communicator is aborted (ncclCommAbort) and the call fails with DEADLINE_EXCEEDED naming the
-// peers of the call (dataplane::WaitedFor reads them); an asynchronous NCCL error (a peer gone)
-// ends the wait at once with UNAVAILABLE. After any error the collective is unusable: the group
-// is out of step.
+// communicator is aborted (ncclCommAbort) and the call fails with DEADLINE_EXCEEDED, naming its
+// peer when it had one (dataplane::WaitedFor; NCCL does not say which of several held it up). An
+// asynchronous NCCL error (a network peer gone) ends the wait early with UNAVAILABLE; between
+// GPUs of one host a dead peer raises none, and the wait runs to the timeout. Any failed call
+// aborts the communicator: the group is out of step. Tearing down finalizes within `timeout`,
+// else aborts. Exchange sizes are not checked: NCCL needs equal counts on both sides, and a
+// mismatch hangs until the timeout.
 //
 // Streams: a call runs on the collective's own stream after everything the calling thread has
 // queued on the default stream (an event), and returns once its transfers and copies completed,
@@ -57,10 +60,13 @@ class NcclCollective final : public model::Collective {
                         const std::vector<std::span<float>>& recv) override;
   bool device_buffers() const override { return true; }
   int64_t TakeBytes() override;
+  void Abandon() override;
 
  private:
   struct State;
   explicit NcclCollective(std::unique_ptr<State> state);
+  absl::Status Reduce(float* data, int64_t n);
+  absl::Status Swap(const std::vector<std::span<const float>>& send, const std::vector<std::span<float>>& recv);
   std::unique_ptr<State> s_;
 };
 

@@ -405,6 +405,7 @@ int main(int argc, char** argv) {
     // A failed collective leaves the group out of step: stop rather than run on, once the answer
     // is on its way (half-close, and wait up to 2 s for the coordinator to take it).
     if (!tokens.ok() && !absl::IsInvalidArgument(tokens.status())) {
+      comm.Abandon();  // its teardown must not wait for peers that still wait for this rank
       stream->WritesDone();
       std::atomic<bool> finished{false};
       std::thread cut([&] {

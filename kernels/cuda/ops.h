@@ -405,7 +405,7 @@ absl::Status AddF32(float* x, const float* y, int64_t n, void* stream = nullptr)
 // i < n: one slice of the tensor-parallel reduction, summed in rank order as the host's fixed-order
 // all-reduce sums it (dataplane/collectives.h), so a reduction on the device gives its bits. CPU
 // twin: that loop (exact). Launched without programmatic dependence (it follows NCCL's transfers).
-// REQUIRES: 1 <= ranks <= 1024, stride >= n >= 0; out may alias parts' first slice only.
+// REQUIRES: 1 <= ranks <= 1024, stride >= n >= 0; out does not overlap parts.
 absl::Status SumInRankOrderF32(const float* parts, int64_t ranks, int64_t n, int64_t stride, float* out,
                                void* stream = nullptr);
 // MoeCombineF32's contract with float32 expert outputs (slots, shared).

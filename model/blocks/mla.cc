@@ -125,7 +125,7 @@ absl::Status MlaAttendSplit(const ModelConfig& c, int64_t heads, const MlaProjec
                             std::span<const uint8_t> row_fetch, std::span<const int64_t> row_group,
                             const TensorParallel& tp, const RowOf& latent_of,
                             const std::vector<std::vector<int32_t>>& sel, float* o_lat, OwnerSplitStats* stats) {
-  const int64_t R = static_cast<int64_t>(row_owner.size()), H = heads, Lr = c.kv_lora_rank, P = c.qk_rope_head_dim;
+  const int64_t H = heads, Lr = c.kv_lora_rank, P = c.qk_rope_head_dim;
   const int64_t W = Lr + P;
   const int world = tp.world, me = tp.rank;
   SplitPlan plan = PlanSplit(row_owner, row_held, row_fetch, row_group, sel, world, me);

@@ -24,8 +24,8 @@ class Collective {
   virtual absl::Status AllReduceSum(float* data, int64_t n) = 0;
   // Point-to-point exchange with every other rank at once: send[q] goes to rank q, recv[q] is
   // filled from what rank q sent to this rank (send[rank] and recv[rank] are ignored). Both
-  // sides know every size in advance (a size mismatch is INVALID_ARGUMENT naming both); an
-  // empty span sends or expects nothing. Every rank calls it in the same sequence of calls.
+  // sides know every size in advance (a size mismatch is INVALID_ARGUMENT naming both; NCCL's
+  // collective cannot tell, and hangs until its timeout); an empty span sends or expects nothing. Every rank calls it in the same sequence of calls.
   // UNIMPLEMENTED where the collective has no point-to-point transport.
   virtual absl::Status Exchange(const std::vector<std::span<const float>>& send,
                                 const std::vector<std::span<float>>& recv);
@@ -35,6 +35,9 @@ class Collective {
   virtual bool device_buffers() const { return false; }
   // Bytes this rank sent since the last call (0 where the collective does not count).
   virtual int64_t TakeBytes() { return 0; }
+  // The group is out of step (a step failed on this rank): later calls fail, and tearing the
+  // collective down does not wait for peers.
+  virtual void Abandon() {}
 };
 
 // What the latent split (docs/owner-split.md) moved on a rank (counters since load).
