@@ -7,7 +7,8 @@
 // Device layout ("packed", kernels/nvfp4_layout.h): tiles of 16 rows x 256 columns, 2304 bytes
 // each (2048 bytes of codes in the order a warp's lanes hold them as A fragments, 256 of per-group
 // scale codes), row tile major, then a float32 global scale a row tile; Nvfp4PackedBytes(out, in)
-// bytes in all. Each lane's 16-byte load is one scale group of two rows, so a warp reads a tile in
+// bytes in all (up to 15 of them alignment after the global scales, which PackNvfp4 leaves as
+// they are). Each lane's 16-byte load is one scale group of two rows, so a warp reads a tile in
 // 512-byte coalesced pieces and applies two scales a chunk of 64 columns.
 //
 // Architectures: the bf16 mma.sync path is sm_80+ code and is built for every FERRY_CUDA_ARCHS
