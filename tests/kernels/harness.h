@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/dtype.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/ops.h"
@@ -143,8 +145,31 @@ void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
 void AddFp8Cases(std::vector<Case>* cases);        // harness_fp8.cc
 void AddQuantizeCases(std::vector<Case>* cases);   // harness_quantize.cc
 void AddNvfp4Cases(std::vector<Case>* cases);      // harness_nvfp4.cc
-// Host-side checks (no device needed): the FP8 ops' argument errors and layout sizes; prints
-// what failed, returns the count (harness_fp8.cc).
+// One run of host-side checks (no device needed): each failed check is printed and counted.
+class HostChecks {
+ public:
+  void Expect(bool ok, const std::string& what) {
+    if (ok) return;
+    printf("host check FAILED: %s\n", what.c_str());
+    ++failed_;
+  }
+  // Passes when `st` is INVALID_ARGUMENT and its message holds `needle`.
+  void Refused(const absl::Status& st, const std::string& needle, const std::string& what) {
+    Expect(absl::IsInvalidArgument(st) && std::string(st.message()).find(needle) != std::string::npos,
+           what + ": got " + st.ToString());
+  }
+  // Prints "<name> host checks: all passed" (or FAILED) and returns the failures.
+  int Finish(const char* name) const {
+    printf("%s host checks: %s\n", name, failed_ == 0 ? "all passed" : "FAILED");
+    return failed_;
+  }
+
+ private:
+  int failed_ = 0;
+};
+
+// The FP8 ops' argument errors and layout sizes, host-side; prints what failed, returns the count
+// (harness_fp8.cc).
 int RunFp8HostChecks();
 // The NVFP4 ops' argument errors and packed sizes, host-side (harness_nvfp4.cc).
 int RunNvfp4HostChecks();

@@ -276,24 +276,18 @@ std::string MlaName(const MlaShape& s, bool f32) {
 // MlaDecodeAttention's workspace sizes and argument checks: host-side, so they run without a
 // device too.
 int RunMlaHostChecks() {
-  int failed = 0;
-  auto expect = [&](bool ok, const std::string& what) {
-    if (!ok) {
-      printf("host check FAILED: %s\n", what.c_str());
-      ++failed;
-    }
-  };
-  expect(cu::MlaDecodeWorkspaceBytes(64, 64) == 64 * cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(64, 64)");
-  expect(cu::MlaDecodeWorkspaceBytes(3, 128) == 6 * cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(3, 128)");
-  expect(cu::MlaDecodeWorkspaceBytes(1, 48) == cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(1, 48)");
-  expect(cu::MlaDecodeWorkspaceBytes(64, 32) == 0, "MlaDecodeWorkspaceBytes(64, 32): no form uses one");
-  expect(cu::kMlaWgRowGroupBytes == 532480, "kMlaWgRowGroupBytes");
+  HostChecks checks;
+  checks.Expect(cu::MlaDecodeWorkspaceBytes(64, 64) == 64 * cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(64, 64)");
+  checks.Expect(cu::MlaDecodeWorkspaceBytes(3, 128) == 6 * cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(3, 128)");
+  checks.Expect(cu::MlaDecodeWorkspaceBytes(1, 48) == cu::kMlaWgRowGroupBytes, "MlaDecodeWorkspaceBytes(1, 48)");
+  checks.Expect(cu::MlaDecodeWorkspaceBytes(64, 32) == 0, "MlaDecodeWorkspaceBytes(64, 32): no form uses one");
+  checks.Expect(cu::kMlaWgRowGroupBytes == 532480, "kMlaWgRowGroupBytes");
   // What the model gives it: decode-sized bf16 steps only.
   namespace act = model::cuda::act;
-  expect(act::MlaWorkspaceBytes<uint16_t>(64, 64) == 64 * cu::kMlaWgRowGroupBytes, "model workspace, 64 rows");
-  expect(act::MlaWorkspaceBytes<uint16_t>(65, 64) == 0, "model workspace, a 65-row (prefill-sized) step");
-  expect(act::MlaWorkspaceBytes<uint16_t>(8, 32) == 0, "model workspace, 32 heads");
-  expect(act::MlaWorkspaceBytes<float>(8, 64) == 0, "model workspace, float32");
+  checks.Expect(act::MlaWorkspaceBytes<uint16_t>(64, 64) == 64 * cu::kMlaWgRowGroupBytes, "model workspace, 64 rows");
+  checks.Expect(act::MlaWorkspaceBytes<uint16_t>(65, 64) == 0, "model workspace, a 65-row (prefill-sized) step");
+  checks.Expect(act::MlaWorkspaceBytes<uint16_t>(8, 32) == 0, "model workspace, 32 heads");
+  checks.Expect(act::MlaWorkspaceBytes<float>(8, 64) == 0, "model workspace, float32");
   // A well-formed call on host memory up to the workspace check (nothing runs: rows == 0 after it).
   alignas(16) static uint16_t arena[64 * 576];
   static int32_t table[1] = {0};
@@ -302,16 +296,11 @@ int RunMlaHostChecks() {
   auto call = [&](void* w, int64_t bytes) {
     return cu::MlaDecodeAttention(arena, arena, 0, 64, 512, 64, cache, table, table, 1.0f, arena, nullptr, w, bytes);
   };
-  auto refused = [&](const absl::Status& st, const std::string& needle, const std::string& what) {
-    expect(absl::IsInvalidArgument(st) && std::string(st.message()).find(needle) != std::string::npos,
-           absl::StrCat(what, ": got ", st.ToString()));
-  };
-  refused(call(ws, -1), "workspace_bytes -1", "MlaDecodeAttention negative workspace_bytes");
-  refused(call(nullptr, 256), "workspace_bytes 256 with a null workspace", "MlaDecodeAttention null workspace");
-  expect(call(ws, 256).ok(), "MlaDecodeAttention with a small workspace and no rows");
-  expect(call(nullptr, 0).ok(), "MlaDecodeAttention without a workspace and no rows");
-  printf("mla host checks: %s\n", failed == 0 ? "all passed" : "FAILED");
-  return failed;
+  checks.Refused(call(ws, -1), "workspace_bytes -1", "MlaDecodeAttention negative workspace_bytes");
+  checks.Refused(call(nullptr, 256), "workspace_bytes 256 with a null workspace", "MlaDecodeAttention null workspace");
+  checks.Expect(call(ws, 256).ok(), "MlaDecodeAttention with a small workspace and no rows");
+  checks.Expect(call(nullptr, 0).ok(), "MlaDecodeAttention without a workspace and no rows");
+  return checks.Finish("mla");
 }
 
 void AddAttentionCases(std::vector<Case>* cases) {

@@ -409,50 +409,40 @@ Result GroupedW8A8Case(std::mt19937& rng, const Fp8Shape& s) {
 
 // The FP8 ops' argument checks and layout sizes: host-side, so they run without a device too.
 int RunFp8HostChecks() {
-  int failed = 0;
-  auto expect = [&](bool ok, const std::string& what) {
-    if (!ok) {
-      printf("host check FAILED: %s\n", what.c_str());
-      ++failed;
-    }
-  };
-  auto refused = [&](const absl::Status& st, const std::string& needle, const std::string& what) {
-    expect(absl::IsInvalidArgument(st) && std::string(st.message()).find(needle) != std::string::npos,
-           absl::StrCat(what, ": got ", st.ToString()));
-  };
-  expect(cu::Fp8PackedBytes(200, 272) == 256 * 320, "Fp8PackedBytes(200, 272)");
-  expect(cu::Fp8W8A8PackedBytes(200, 272) == 256 * 384, "Fp8W8A8PackedBytes(200, 272)");
+  HostChecks checks;
+  checks.Expect(cu::Fp8PackedBytes(200, 272) == 256 * 320, "Fp8PackedBytes(200, 272)");
+  checks.Expect(cu::Fp8W8A8PackedBytes(200, 272) == 256 * 384, "Fp8W8A8PackedBytes(200, 272)");
   alignas(16) static uint16_t x[64];
   alignas(16) static uint8_t w[64];
   alignas(16) static float scale[4];
   alignas(16) static uint16_t y[64];
   cu::LinearGroupFp8 g{x, 1, w, scale, y};
-  refused(cu::GroupedLinearFp8(&g, 1, 24, 8), "in 24", "GroupedLinearFp8 in % 16 != 0");
-  refused(cu::GroupedLinearFp8(&g, 1, 16, 12), "out 12", "GroupedLinearFp8 out % 8 != 0");
+  checks.Refused(cu::GroupedLinearFp8(&g, 1, 24, 8), "in 24", "GroupedLinearFp8 in % 16 != 0");
+  checks.Refused(cu::GroupedLinearFp8(&g, 1, 16, 12), "out 12", "GroupedLinearFp8 out % 8 != 0");
   cu::LinearGroupFp8 bad = g;
   bad.y = y + 1;  // 2-byte aligned
-  refused(cu::GroupedLinearFp8(&bad, 1, 16, 8), "problem 0", "GroupedLinearFp8 misaligned y");
+  checks.Refused(cu::GroupedLinearFp8(&bad, 1, 16, 8), "problem 0", "GroupedLinearFp8 misaligned y");
   bad = g;
   bad.rows = -3;
-  refused(cu::GroupedLinearFp8(&bad, 1, 16, 8), "-3 rows", "GroupedLinearFp8 negative rows");
+  checks.Refused(cu::GroupedLinearFp8(&bad, 1, 16, 8), "-3 rows", "GroupedLinearFp8 negative rows");
   bad.rows = 0;
-  expect(cu::GroupedLinearFp8(&bad, 1, 16, 8).ok(), "GroupedLinearFp8 with no rows does nothing");
+  checks.Expect(cu::GroupedLinearFp8(&bad, 1, 16, 8).ok(), "GroupedLinearFp8 with no rows does nothing");
   alignas(16) static uint8_t qx[64];
   cu::LinearGroupW8A8 q{qx, scale, 5, w, scale, y};
-  refused(cu::GroupedLinearW8A8(&q, 1, 16, 8, 4, 8), "past the scale stride 4", "GroupedLinearW8A8 rows > stride");
-  refused(cu::GroupedLinearW8A8(&q, 1, 16, 16, 8, 12), "a y row stride of 12 for 16 columns",
+  checks.Refused(cu::GroupedLinearW8A8(&q, 1, 16, 8, 4, 8), "past the scale stride 4", "GroupedLinearW8A8 rows > stride");
+  checks.Refused(cu::GroupedLinearW8A8(&q, 1, 16, 16, 8, 12), "a y row stride of 12 for 16 columns",
           "GroupedLinearW8A8 y stride < out");
   cu::LinearGroupW8A8 mapped = q;
   mapped.rows = 2;
   mapped.y_row0 = 3;
-  refused(cu::GroupedLinearW8A8(&mapped, 1, 16, 8, 8, 8), "a row-map start of 3 but no row map",
+  checks.Refused(cu::GroupedLinearW8A8(&mapped, 1, 16, 8, 8, 8), "a row-map start of 3 but no row map",
           "GroupedLinearW8A8 row-map start without a map");
   mapped.y_row0 = -2;
-  refused(cu::GroupedLinearW8A8(&mapped, 1, 16, 8, 8, 8), "a row-map start of -2",
+  checks.Refused(cu::GroupedLinearW8A8(&mapped, 1, 16, 8, 8, 8), "a row-map start of -2",
           "GroupedLinearW8A8 row-map start below -1");
-  refused(cu::QuantizeActFp8(x, 6, 32, qx, scale, 5), "scale stride of 5", "QuantizeActFp8 stride < rows");
-  refused(cu::PackFp8(w, 0, 16, qx), "0 x 16", "PackFp8 of no rows");
-  refused(cu::PackFp8W8A8(w, 8, 0, qx), "8 x 0", "PackFp8W8A8 of no columns");
+  checks.Refused(cu::QuantizeActFp8(x, 6, 32, qx, scale, 5), "scale stride of 5", "QuantizeActFp8 stride < rows");
+  checks.Refused(cu::PackFp8(w, 0, 16, qx), "0 x 16", "PackFp8 of no rows");
+  checks.Refused(cu::PackFp8W8A8(w, 8, 0, qx), "8 x 0", "PackFp8W8A8 of no columns");
   {  // GroupedLinearW8A8Moe's checks run before anything reads the (host) tables or pairs
     static const uint8_t* const packed_t[2] = {w, w};
     static const float* const scale_t[2] = {scale, scale};
@@ -463,16 +453,15 @@ int RunFp8HostChecks() {
       return cu::GroupedLinearW8A8Moe(t, parts, none, rows, 1, qx, scale, 4, true, in, out, y, ys, false, nullptr,
                                       scratch, nullptr);
     };
-    refused(moe(3, 4, 16, 8, 16), "3 parts", "GroupedLinearW8A8Moe three parts");
-    refused(moe(1, 129, 16, 8, 8), "129 rows a group", "GroupedLinearW8A8Moe groups past 128 rows");
-    refused(moe(2, 4, 24, 8, 16), "in 24", "GroupedLinearW8A8Moe in % 16 != 0");
-    refused(moe(2, 4, 16, 8, 8), "a y row stride of 8 for 2 x 8", "GroupedLinearW8A8Moe y stride < parts x out");
-    refused(cu::GroupedLinearW8A8Moe(t, 1, none, 4, 1, qx, scale, 4, false, 16, 8, y, 8, true, nullptr, scratch,
+    checks.Refused(moe(3, 4, 16, 8, 16), "3 parts", "GroupedLinearW8A8Moe three parts");
+    checks.Refused(moe(1, 129, 16, 8, 8), "129 rows a group", "GroupedLinearW8A8Moe groups past 128 rows");
+    checks.Refused(moe(2, 4, 24, 8, 16), "in 24", "GroupedLinearW8A8Moe in % 16 != 0");
+    checks.Refused(moe(2, 4, 16, 8, 8), "a y row stride of 8 for 2 x 8", "GroupedLinearW8A8Moe y stride < parts x out");
+    checks.Refused(cu::GroupedLinearW8A8Moe(t, 1, none, 4, 1, qx, scale, 4, false, 16, 8, y, 8, true, nullptr, scratch,
                                      nullptr),
             "y_shared (with scatter_y)", "GroupedLinearW8A8Moe scattered without y_shared");
   }
-  printf("fp8 host checks: %s\n", failed == 0 ? "all passed" : "FAILED");
-  return failed;
+  return checks.Finish("fp8");
 }
 
 void AddFp8Cases(std::vector<Case>* cases) {

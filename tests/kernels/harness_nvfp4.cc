@@ -256,47 +256,36 @@ Result MoeCase(std::mt19937& rng, const MoeShape& s) {
 }  // namespace
 
 int RunNvfp4HostChecks() {
-  int failed = 0;
-  auto expect = [&](bool ok, const std::string& what) {
-    if (!ok) {
-      printf("host check FAILED: %s\n", what.c_str());
-      ++failed;
-    }
-  };
-  auto refused = [&](const absl::Status& st, const std::string& needle, const std::string& what) {
-    expect(absl::IsInvalidArgument(st) && std::string(st.message()).find(needle) != std::string::npos,
-           absl::StrCat(what, ": got ", st.ToString()));
-  };
+  HostChecks checks;
   // 7 row tiles x 2 column tiles of 2304 bytes, then 7 floats, rounded up to 16.
-  expect(cu::Nvfp4PackedBytes(100, 272) == (7 * 2 * 2304 + 28 + 15) / 16 * 16, "Nvfp4PackedBytes(100, 272)");
-  expect(cu::Nvfp4PackedBytes(4096, 4096) == 256 * 16 * 2304 + 1024, "Nvfp4PackedBytes(4096, 4096)");
+  checks.Expect(cu::Nvfp4PackedBytes(100, 272) == (7 * 2 * 2304 + 28 + 15) / 16 * 16, "Nvfp4PackedBytes(100, 272)");
+  checks.Expect(cu::Nvfp4PackedBytes(4096, 4096) == 256 * 16 * 2304 + 1024, "Nvfp4PackedBytes(4096, 4096)");
   alignas(16) static uint8_t bytes[64];
   alignas(16) static uint16_t x[64], y[64];
-  refused(cu::PackNvfp4(bytes, bytes, 1.0f, 8, 24, bytes, 8, 0), "8 x 24", "PackNvfp4 in % 16 != 0");
-  refused(cu::PackNvfp4(bytes, bytes, 1.0f, 8, 16, bytes, 32, 8), "rows [8, 16) of 32 x 16",
+  checks.Refused(cu::PackNvfp4(bytes, bytes, 1.0f, 8, 24, bytes, 8, 0), "8 x 24", "PackNvfp4 in % 16 != 0");
+  checks.Refused(cu::PackNvfp4(bytes, bytes, 1.0f, 8, 16, bytes, 32, 8), "rows [8, 16) of 32 x 16",
           "PackNvfp4 row0 not a multiple of 16");
-  refused(cu::PackNvfp4(bytes, bytes, 1.0f, 8, 16, bytes, 32, 0), "rows [0, 8) of 32",
+  checks.Refused(cu::PackNvfp4(bytes, bytes, 1.0f, 8, 16, bytes, 32, 0), "rows [0, 8) of 32",
           "PackNvfp4 a partial row tile short of out");
-  refused(cu::PackNvfp4(bytes, bytes, 1.0f, 20, 16, bytes, 32, 16), "rows [16, 36) of 32", "PackNvfp4 past out");
-  refused(cu::PackNvfp4(bytes, bytes, 1.0f, 16, 16, bytes + 1, 16, 0), "16-byte", "PackNvfp4 misaligned packed");
-  refused(cu::GemvNvfp4(x, 0, 16, bytes, 8, y), "rows 0", "GemvNvfp4 no rows");
-  refused(cu::GemvNvfp4(x, 2, 40, bytes, 8, y), "in 40", "GemvNvfp4 in % 16 != 0");
-  refused(cu::GemvNvfp4(x, 2, 16, bytes, 0, y), "out 0", "GemvNvfp4 no outputs");
-  refused(cu::GemvNvfp4(x + 1, 2, 16, bytes, 8, y), "16-byte", "GemvNvfp4 misaligned x");
+  checks.Refused(cu::PackNvfp4(bytes, bytes, 1.0f, 20, 16, bytes, 32, 16), "rows [16, 36) of 32", "PackNvfp4 past out");
+  checks.Refused(cu::PackNvfp4(bytes, bytes, 1.0f, 16, 16, bytes + 1, 16, 0), "16-byte", "PackNvfp4 misaligned packed");
+  checks.Refused(cu::GemvNvfp4(x, 0, 16, bytes, 8, y), "rows 0", "GemvNvfp4 no rows");
+  checks.Refused(cu::GemvNvfp4(x, 2, 40, bytes, 8, y), "in 40", "GemvNvfp4 in % 16 != 0");
+  checks.Refused(cu::GemvNvfp4(x, 2, 16, bytes, 0, y), "out 0", "GemvNvfp4 no outputs");
+  checks.Refused(cu::GemvNvfp4(x + 1, 2, 16, bytes, 8, y), "16-byte", "GemvNvfp4 misaligned x");
   const cu::MoePairs none;
   static const uint8_t* const table[1] = {bytes};
-  refused(cu::MoeGemvNvfp4(table, none, 4, 1, x, true, 24, 8, y, false, nullptr), "in 24",
+  checks.Refused(cu::MoeGemvNvfp4(table, none, 4, 1, x, true, 24, 8, y, false, nullptr), "in 24",
           "MoeGemvNvfp4 in % 16 != 0");
-  refused(cu::MoeGemvNvfp4(table, none, 70000, 1, x, true, 16, 8, y, false, nullptr), "max_groups 70000",
+  checks.Refused(cu::MoeGemvNvfp4(table, none, 70000, 1, x, true, 16, 8, y, false, nullptr), "max_groups 70000",
           "MoeGemvNvfp4 too many groups");
   static int32_t groups_word = 0;
   cu::MoePairs some;
   some.n_groups = &groups_word;  // never read on the host
-  refused(cu::MoeGemvNvfp4(table, some, 4, 1, x, true, 16, 8, y, true, nullptr), "y_shared",
+  checks.Refused(cu::MoeGemvNvfp4(table, some, 4, 1, x, true, 16, 8, y, true, nullptr), "y_shared",
           "MoeGemvNvfp4 scattered without y_shared");
-  expect(cu::MoeGemvNvfp4(table, none, 0, 1, x, true, 16, 8, y, false, nullptr).ok(), "MoeGemvNvfp4 of no groups");
-  printf("nvfp4 host checks: %s\n", failed == 0 ? "all passed" : "FAILED");
-  return failed;
+  checks.Expect(cu::MoeGemvNvfp4(table, none, 0, 1, x, true, 16, 8, y, false, nullptr).ok(), "MoeGemvNvfp4 of no groups");
+  return checks.Finish("nvfp4");
 }
 
 void AddNvfp4Cases(std::vector<Case>* cases) {
