@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Every GPU check and the decode benchmarks in one call of the device tool (a device round costs
+# minutes to start; a session has 30 minutes of device time). Run from the repository root on the
+# GPU machine with a device bundle (../shared/DEVICE.md), e.g. packed as .bundle/dev.tar.xz:
+#
+#   [ -d .device ] || tar -xJf .bundle/dev.tar.xz; source .device/env.sh && scripts/gpu-round.sh
+#
+# Steps, each under its own time cap (seconds, in brackets): scripts/gpu-check-golden.sh (harness
+# seed 1, model checks, goldens, tensor parallelism incl. NCCL) [420], the NVFP4 harness cases at
+# seed 2 [120], scripts/gpu-serve-check.sh [180], ferry-bench-roofline --sections=experts [90],
+# and, when a ferry-bench-roofline-old is on PATH (an earlier commit's build), the models section
+# of both alternating three times [480]. Every log goes into one archive, "$OUT/round.tgz" (the
+# device tool brings back at most 8 files); a summary of each step is printed. Exit status: 0
+# when every check step passed.
+set -uo pipefail
+out=${OUT:-$(mktemp -d /tmp/gpu-round.XXXXXX)}
+logs=$(mktemp -d /tmp/gpu-round-logs.XXXXXX)
+here=$(dirname "${BASH_SOURCE[0]}")
+t0=$(date +%s)
+status=0
+step() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
+nvidia-smi -L
+step "gpu-check-golden"
+mkdir -p "$logs/golden"
+timeout 420 env OUT="$logs/golden" "$here/gpu-check-golden.sh" > "$logs/golden.txt" 2>&1 || status=1
+grep -h -E "^(golden:|gpu-check|kernels:)" "$logs/golden.txt" "$logs/golden/kernel-check.txt" 2>/dev/null | sort | uniq -c
+grep -h -E "FAIL" "$logs/golden/kernel-check.txt" 2>/dev/null | head -5
+grep -h -E "^gpu-check-ranks:" "$logs/golden/ranks.txt" 2>/dev/null
+step "nvfp4 harness, seed 2"
+timeout 120 ferry-kernel-check --seed 2 --filter nvfp4 > "$logs/nvfp4-seed2.txt" 2>&1 || status=1
+tail -1 "$logs/nvfp4-seed2.txt"
+step "gpu-serve-check"
+mkdir -p "$logs/serve"
+timeout 180 env OUT="$logs/serve" "$here/gpu-serve-check.sh" > "$logs/serve.txt" 2>&1 || status=1
+grep -E "DIFFERENT|FAILED|moved|^gpu-serve-check" "$logs/serve.txt" | tail -6
+step "experts (2d, 2g)"
+timeout 90 ferry-bench-roofline --sections=experts > "$logs/experts.txt" 2>&1
+grep -E "NOT MET|met$|targets met" "$logs/experts.txt" | tail -6
+if command -v ferry-bench-roofline-old >/dev/null 2>&1; then
+  step "models A/B"
+  args=(--sections models --batches 1,8 --prefill_tokens= --decode_contexts 4096)
+  for i in 1 2 3; do
+    for b in ferry-bench-roofline-old ferry-bench-roofline; do
+      timeout 80 "$b" "${args[@]}" > "$logs/ab-$b-$i.txt" 2>&1
+      grep -E "^\| glm-5\.(2|3-flash) decode b(1|8) ctx4k \|" "$logs/ab-$b-$i.txt" |
+        awk -F'|' -v b="$b" -v i="$i" '{printf "%s %s:%s median %s\n", b, i, $2, $5}'
+    done
+  done
+fi
+step "done"
+tar -czf "$out/round.tgz" -C "$logs" .
+echo "gpu-round: $([ "$status" -eq 0 ] && echo PASSED || echo FAILED) (logs: $out/round.tgz)"
+exit "$status"
