@@ -333,9 +333,8 @@ int RunCheckGolden() {
     fprintf(stderr, "ferry check-golden: --ranks %lld: need 1 to 64\n", static_cast<long long>(world));
     return 2;
   }
-  if (const std::string plane = absl::GetFlag(FLAGS_dataplane);
-      (plane != "auto" && plane != "nccl" && plane != "ucx") || (plane == "nccl" && device != "cuda")) {
-    fprintf(stderr, "ferry check-golden: --dataplane %s: use auto, nccl (with --device cuda) or ucx\n", plane.c_str());
+  if (absl::Status st = CheckDataPlane(absl::GetFlag(FLAGS_dataplane), device); !st.ok()) {
+    fprintf(stderr, "ferry check-golden: %s\n", std::string(st.message()).c_str());
     return 2;
   }
   if (split != "auto" && split != "on" && split != "off") {

@@ -199,10 +199,8 @@ int RunServe() {
             absl::GetFlag(FLAGS_step_timeout), absl::GetFlag(FLAGS_keepalive_s));
     return 2;
   }
-  if (const std::string plane = absl::GetFlag(FLAGS_dataplane), device = absl::GetFlag(FLAGS_device);
-      (plane != "auto" && plane != "nccl" && plane != "ucx") || (plane == "nccl" && device != "cuda")) {
-    fprintf(stderr, "ferry serve: --dataplane %s with --device %s: use auto, ucx, or nccl with --device cuda\n",
-            plane.c_str(), device.c_str());
+  if (absl::Status st = CheckDataPlane(absl::GetFlag(FLAGS_dataplane), absl::GetFlag(FLAGS_device)); !st.ok()) {
+    fprintf(stderr, "ferry serve: %s\n", std::string(st.message()).c_str());
     return 2;
   }
   // --gpus: rank r's GPU and how many ranks share it (their free memory is split among them).

@@ -74,13 +74,8 @@ absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(
   using namespace ferry;
   const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
   const std::string wanted = absl::GetFlag(FLAGS_dataplane);
-  if (wanted != "auto" && wanted != "nccl" && wanted != "ucx") {
-    return absl::InvalidArgumentError(absl::StrCat("--dataplane ", wanted, ": use auto, nccl or ucx"));
-  }
-  if (device == "cpu") {
-    if (wanted == "nccl") return absl::InvalidArgumentError("--dataplane nccl needs --device cuda");
-    return model::LoadCausalLM(path, tp, cache);
-  }
+  FERRY_RETURN_IF_ERROR(CheckDataPlane(wanted, device));
+  if (device == "cpu") return model::LoadCausalLM(path, tp, cache);
   if (device != "cuda") return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
 #ifdef FERRY_WITH_CUDA
   if (precision != "bf16" && precision != "f32") {

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/options.h"
 
 #define FERRY_WORKER_OPTIONS(X)                                                                             \
@@ -26,3 +28,15 @@
   X(int32_t, connect_timeout_s, 60, "Seconds a worker waits for the coordinator and its peers")
 
 FERRY_WORKER_OPTIONS(FERRY_DECLARE_OPTION)
+
+namespace ferry {
+
+// --dataplane against --device, as every process that takes them checks it: auto or ucx, or nccl
+// with cuda (NCCL moves device values only). INVALID_ARGUMENT naming both otherwise.
+inline absl::Status CheckDataPlane(const std::string& plane, const std::string& device) {
+  if (plane == "auto" || plane == "ucx" || (plane == "nccl" && device == "cuda")) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--dataplane ", plane, " with --device ", device,
+                                                 ": use auto, ucx, or nccl with --device cuda"));
+}
+
+}  // namespace ferry
