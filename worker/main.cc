@@ -229,6 +229,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "ferry-worker: need --keepalive-s in [0.1, 3600], got %g\n", absl::GetFlag(FLAGS_keepalive_s));
     return 2;
   }
+  if (absl::Status st = CheckDataPlane(absl::GetFlag(FLAGS_dataplane), absl::GetFlag(FLAGS_device)); !st.ok()) {
+    fprintf(stderr, "ferry-worker: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
   const auto timeout = std::chrono::seconds(absl::GetFlag(FLAGS_connect_timeout_s));
 
   // This rank's /metrics first: its port must be bound before the data plane's listeners take
