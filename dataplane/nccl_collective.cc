@@ -12,6 +12,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -24,10 +25,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-absl::Status CudaStatus(cudaError_t e, const std::string& what) {
+// What a call is, told only when it fails (the message is not built on the decode path).
+using What = absl::FunctionRef<std::string()>;
+
+absl::Status CudaStatus(cudaError_t e, What what) {
   if (e == cudaSuccess) return absl::OkStatus();
   cudaGetLastError();  // a non-sticky error must not fail the next call
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+  return absl::InternalError(absl::StrCat(what(), ": ", cudaGetErrorString(e)));
+}
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  return CudaStatus(e, [what] { return std::string(what); });
 }
 
 // `words` 4-byte words at `data` from rank 0 to every other rank, over the host collective.
@@ -137,10 +144,10 @@ struct NcclCollective::State {
   }
 
   // A failed NCCL call: the communicator is given up (the group is out of step).
-  absl::Status NcclError(ncclResult_t r, const std::string& what) {
+  absl::Status NcclError(ncclResult_t r, What what) {
     std::string detail = comm != nullptr ? ncclGetLastError(comm) : "";
     Abort();
-    return absl::UnavailableError(absl::StrCat(what, ": NCCL ", ncclGetErrorString(r),
+    return absl::UnavailableError(absl::StrCat(what(), ": NCCL ", ncclGetErrorString(r),
                                                detail.empty() ? "" : absl::StrCat(" (", detail, ")")));
   }
 
@@ -151,7 +158,7 @@ struct NcclCollective::State {
       const size_t want = std::max(floats, 2 * scratch_floats);
       scratch_floats = 0;
       FERRY_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&scratch, want * sizeof(float)),
-                                       absl::StrCat("the NCCL collective's scratch of ", want, " floats")));
+                                       [&] { return absl::StrCat("the NCCL collective's scratch of ", want, " floats"); }));
       scratch_floats = want;
     }
     return scratch;
@@ -178,7 +185,7 @@ struct NcclCollective::State {
 
   // A grouped call's ncclGroupEnd result: a nonblocking communicator may still be queueing it.
   absl::Status Queued(ncclResult_t r, Clock::time_point deadline, const std::vector<int>& peers,
-                      const std::string& what) {
+                      What what) {
     while (r == ncclInProgress) {
       if (ncclResult_t e = ncclCommGetAsyncError(comm, &r); e != ncclSuccess) return NcclError(e, what);
       if (r != ncclInProgress) break;
@@ -191,17 +198,17 @@ struct NcclCollective::State {
   // NCCL does not say which of a call's peers held it up: with one peer the coordinator is told
   // that one (dataplane::WaitedFor), with several none, and it finds the rank that never answered
   // the step by its own deadline (naming a peer that was itself waiting would blame a live rank).
-  absl::Status TimedOut(const std::vector<int>& peers, const std::string& what) {
+  absl::Status TimedOut(const std::vector<int>& peers, What what) {
     Abort();
     absl::Status st = absl::DeadlineExceededError(
-        absl::StrCat(what, " did not complete within ", Ms(timeout), " (waiting for rank", peers.size() == 1 ? " " : "s ",
+        absl::StrCat(what(), " did not complete within ", Ms(timeout), " (waiting for rank", peers.size() == 1 ? " " : "s ",
                      absl::StrJoin(peers, ", "), "); the NCCL communicator is aborted"));
     return peers.size() == 1 ? WithWaitedFor(std::move(st), peers) : st;
   }
 
   // Waits on the host until everything queued on the stream completed, an NCCL error, or the
   // deadline.
-  absl::Status Finish(Clock::time_point deadline, const std::vector<int>& peers, const std::string& what) {
+  absl::Status Finish(Clock::time_point deadline, const std::vector<int>& peers, What what) {
     FERRY_RETURN_IF_ERROR(CudaStatus(cudaEventRecord(done, stream), "cudaEventRecord"));
     for (int spins = 0;; ++spins) {
       const cudaError_t e = cudaEventQuery(done);
@@ -259,7 +266,7 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(model::Co
   // Nonblocking, so that a rank that never joins cannot hold this one past the timeout.
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  const std::string what = absl::StrCat("joining the NCCL group of ", world, " ranks as rank ", rank);
+  const auto what = [&] { return absl::StrCat("joining the NCCL group of ", world, " ranks as rank ", rank); };
   const Clock::time_point deadline = Clock::now() + timeout;
   ncclResult_t r = ncclCommInitRankConfig(&s->comm, world, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) return s->NcclError(r, what);
@@ -292,7 +299,7 @@ absl::Status NcclCollective::Reduce(float* data, int64_t n) {
   State& s = *s_;
   const int W = s.world, me = s.rank;
   if (W == 1 || n == 0) return absl::OkStatus();
-  const std::string what = absl::StrCat("the reduction of ", n, " floats over ", W, " ranks");
+  const auto what = [&] { return absl::StrCat("the reduction of ", n, " floats over ", W, " ranks"); };
   const Clock::time_point deadline = Clock::now() + s.timeout;
   FERRY_RETURN_IF_ERROR(s.Begin("the reduction"));
   // Slice q = [q c, min((q + 1) c, n)), as dataplane/collectives.h cuts it.
@@ -367,8 +374,10 @@ absl::Status NcclCollective::Swap(const std::vector<std::span<const float>>& sen
     floats += static_cast<int64_t>(send[k].size());
   }
   if (peers.empty()) return absl::OkStatus();
-  const std::string what = absl::StrCat("the exchange of ", floats, " words with rank", peers.size() == 1 ? " " : "s ",
-                                        absl::StrJoin(peers, ", "));
+  const auto what = [&] {
+    return absl::StrCat("the exchange of ", floats, " words with rank", peers.size() == 1 ? " " : "s ",
+                        absl::StrJoin(peers, ", "));
+  };
   float* scratch = nullptr;
   if (staged > 0) {
     FERRY_ASSIGN_OR_RETURN(scratch, s.Scratch(staged));
