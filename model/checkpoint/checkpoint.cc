@@ -152,7 +152,9 @@ absl::StatusOr<Checkpoint> Checkpoint::FromHost(nlohmann::json config, std::vect
   ck.config_ = std::move(config);
   FERRY_RETURN_IF_ERROR(ck.ReadQuantization(label));
   for (HostTensor& h : tensors) {
-    if (h.data == nullptr || !IsFloatWeightType(h.dtype)) {
+    // U8: an NVFP4 weight's packed codes, where the config declares NVFP4 (as in a file).
+    const bool nvfp4_codes = h.dtype == DType::kU8 && ck.quant_.nvfp4();
+    if (h.data == nullptr || !(IsFloatWeightType(h.dtype) || nvfp4_codes)) {
       return absl::InvalidArgumentError(absl::StrCat(label, ": tensor '", h.name, "' has ",
                                                      h.data == nullptr ? "no data" : "a dtype that is no weight type"));
     }

@@ -333,6 +333,32 @@ TEST_CASE("checkpoint: tensors in host memory", "[checkpoint]") {
     CHECK(Contains(std::string(no_data.status().message()), "tensor 'x' has no data"));
     auto not_object = Checkpoint::FromHost(nlohmann::json::array(), {});
     CHECK_FALSE(not_object.ok());
+    const uint8_t bytes[8] = {};
+    auto u8 = Checkpoint::FromHost(nlohmann::json::object(), {{"w.weight", DType::kU8, {1, 8}, bytes}}, "plain");
+    REQUIRE_FALSE(u8.ok());
+    CHECK(Contains(std::string(u8.status().message()), "plain: tensor 'w.weight' has a dtype that is no weight type"));
+  }
+  SECTION("an NVFP4 weight where the config declares NVFP4") {
+    // A 1 x 16 weight: codes of 1.0 (0x2) and -2.0 (0xc) alternating, one E4M3 scale of 0.5
+    // (0x30), a global scale of 4: values 2 and -4.
+    uint8_t codes[8];
+    for (uint8_t& b : codes) b = 0xc2;
+    const uint8_t scale = 0x30;
+    const float global = 4.0f;
+    nlohmann::json config = {{"quantization_config", {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}}}};
+    auto ck4 = Checkpoint::FromHost(config,
+                                    {{"w.weight", DType::kU8, {1, 8}, codes},
+                                     {"w.weight_scale", DType::kF8E4M3, {1, 1}, &scale},
+                                     {"w.weight_scale_2", DType::kF32, {}, reinterpret_cast<const uint8_t*>(&global)}},
+                                    "host nvfp4");
+    REQUIRE(ck4.ok());
+    auto nv = ck4->Nvfp4Data("w.weight", {1, 16});
+    REQUIRE(nv.ok());
+    CHECK(nv->packed == codes);
+    CHECK(nv->global_scale == 4.0f);
+    auto f = ck4->LoadF32("w.weight", {1, 16});
+    REQUIRE(f.ok());
+    for (int i = 0; i < 16; ++i) CHECK((*f)[i] == (i % 2 == 0 ? 2.0f : -4.0f));
   }
 }
 
