@@ -20,8 +20,8 @@
     "--device cuda: how ranks move device values: nccl (a GPU a rank, on the device), ucx (staged through "  \
     "host memory; ranks may share a GPU), auto (nccl when every rank has a GPU of its own)")                 \
   X(bool, nvfp4_experts, true,                                                                              \
-    "--device cuda, bf16: keep experts a checkpoint stores in NVFP4 packed (0.5625 bytes a weight, decoded " \
-    "exactly on the fly; false: upcast them to bf16)")                                                     \
+    "--device cuda, bf16: keep the experts and MLPs a checkpoint stores in NVFP4 packed (0.5625 bytes a "    \
+    "weight, decoded exactly on the fly; false: upcast them to bf16)")                                                     \
   X(double, memory_gib, 0,                                                                                  \
     "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks); plan: "  \
     "the device's memory a rank, of which --reserve-gib is kept back")                                      \

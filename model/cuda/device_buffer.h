@@ -33,10 +33,10 @@ struct CudaLoadOptions {
   // stores in block-scaled FP8 stay FP8 and run as W8A8 (half their memory; the releases'
   // numerics). false upcasts them to bf16 like every other weight (the CPU reference's numerics).
   bool fp8_experts = true;
-  // In bf16, routed and shared experts a checkpoint stores in NVFP4 (ModelOpt) stay packed on the
-  // device (kernels/cuda/gemv_nvfp4.h: 0.5625 bytes a weight, decoded exactly in registers) and
-  // run through MoeGemvNvfp4 at every batch size. false upcasts them to bf16 (weights rounded to
-  // bf16, as the loader does for every other format).
+  // In bf16, the MLPs a checkpoint stores in NVFP4 (ModelOpt: routed and shared experts, dense
+  // layers' MLPs) stay packed on the device (kernels/cuda/gemv_nvfp4.h: 0.5625 bytes a weight,
+  // decoded exactly in registers) and run through MoeGemvNvfp4 / GemvNvfp4 at every batch size.
+  // false upcasts them to bf16 (weights rounded to bf16, as the loader does for every other format).
   bool nvfp4_experts = true;
 };
 

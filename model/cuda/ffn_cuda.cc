@@ -11,6 +11,7 @@
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "model/cuda/act_ops.h"
+#include "kernels/cuda/gemv_nvfp4.h"
 #include "model/cuda/ffn_nvfp4.h"
 #include "model/blocks/ffn.h"
 
@@ -105,10 +106,18 @@ absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, P
   return absl::OkStatus();
 }
 
-// y [rows, hidden] = down(SwiGLU(x gate_up^T)) through gu [rows, 2I] and h [rows, I].
+// y [rows, hidden] = down(SwiGLU(x gate_up^T)) through gu [rows, 2I] and h [rows, I]. An MLP
+// kept in NVFP4 (bf16 only) runs its two products through GemvNvfp4 at every row count.
 template <typename T>
 absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, float limit, T* gu, T* h, T* y) {
   const int64_t I = m.inter();
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (m.nvfp4) {
+      FERRY_RETURN_IF_ERROR(cu::GemvNvfp4(x, rows, hidden, m.gate_up4.packed.as<const uint8_t>(), 2 * I, gu));
+      FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
+      return cu::GemvNvfp4(h, rows, I, m.down4.packed.as<const uint8_t>(), hidden, y);
+    }
+  }
   FERRY_RETURN_IF_ERROR(act::Linear(x, rows, hidden, m.gate_up.as<T>(), 2 * I, gu));
   FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
   return act::Linear(h, rows, I, m.down.as<T>(), hidden, y);
@@ -225,7 +234,11 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   const int64_t D = c.hidden_size;
   f.dense = c.mlp_types[static_cast<size_t>(layer)] == MlpType::kDense;
   if (f.dense) {
-    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w, D, c.intermediate_size, p, tp, &f.mlp, bytes));
+    // NVFP4 (as ModelOpt's releases store the dense layers' MLPs) stays packed like the experts.
+    DeviceBuffer staging4;
+    const bool try_nvfp4 = p == Precision::kBf16 && opts.nvfp4_experts;
+    FERRY_RETURN_IF_ERROR(LoadMlpCuda(w, D, c.intermediate_size, p, tp, &f.mlp, bytes, nullptr,
+                                      try_nvfp4 ? &staging4 : nullptr));
     return f;
   }
   const int64_t E = c.n_routed_experts;

@@ -27,15 +27,16 @@ namespace {
 
 std::string Bytes(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
 
-// Writes `ck` to `out` with every expert projection whose name does not contain `leave` (when not
-// empty) in NVFP4 (common/nvfp4's quantization) and every other tensor as float32.
+// Writes `ck` to `out` with every MLP projection (routed and shared experts, dense layers' MLPs, as
+// ModelOpt's releases quantize them) whose name does not contain `leave` (when not empty) in NVFP4
+// (common/nvfp4's quantization) and every other tensor as float32.
 absl::Status WriteNvfp4Experts(const Checkpoint& ck, const std::string& out, const std::string& leave = "") {
   std::vector<TensorBytes> tensors;
   for (const std::string& name : ck.TensorNames()) {
     const std::vector<int64_t> shape = ck.Find(name)->shape;
     FERRY_ASSIGN_OR_RETURN(std::vector<float> v, ck.LoadF32(name, shape));
-    const bool expert = (absl::StrContains(name, ".mlp.experts.") || absl::StrContains(name, ".mlp.shared_experts.")) &&
-                        absl::EndsWith(name, "_proj.weight") && shape.size() == 2 && shape[1] % kNvfp4Group == 0 &&
+    const bool expert = absl::StrContains(name, ".mlp.") && absl::EndsWith(name, "_proj.weight") &&
+                        shape.size() == 2 && shape[1] % kNvfp4Group == 0 &&
                         (leave.empty() || !absl::StrContains(name, leave));
     if (!expert) {
       tensors.push_back({name, DType::kF32, shape, Bytes(v.data(), v.size() * sizeof(float))});
@@ -99,9 +100,20 @@ absl::Status Check(const std::string& dir, int* bad) {
   FERRY_ASSIGN_OR_RETURN(auto ref, Load(nck, cfg, cuda::Precision::kF32, true));
   FERRY_ASSIGN_OR_RETURN(auto kept, Load(nck, cfg, cuda::Precision::kBf16, true));
   FERRY_ASSIGN_OR_RETURN(auto upcast, Load(nck, cfg, cuda::Precision::kBf16, false));
-  printf("== %s, experts in NVFP4: weights on the device %.2f MB kept packed, %.2f MB upcast\n", dir.c_str(),
+  printf("== %s, MLPs and experts in NVFP4: weights on the device %.2f MB kept packed, %.2f MB upcast\n", dir.c_str(),
          kept->weight_bytes() / 1e6, upcast->weight_bytes() / 1e6);
   *bad += kept->weight_bytes() == upcast->weight_bytes();  // equal: nothing was kept
+  // The dense layers' MLPs kept packed too: leaving their gate_proj in float32 makes the model
+  // (those MLPs then upcast) larger.
+  bool dense = false;
+  for (int64_t i = 0; i < cfg.num_layers; ++i) dense = dense || cfg.mlp_types[static_cast<size_t>(i)] == MlpType::kDense;
+  if (dense && cfg.intermediate_size % 16 == 0) {
+    FERRY_RETURN_IF_ERROR(WriteNvfp4Experts(ck, tmp + "/experts", ".mlp.gate_proj."));
+    FERRY_ASSIGN_OR_RETURN(Checkpoint eck, Checkpoint::Open(tmp + "/experts"));
+    FERRY_ASSIGN_OR_RETURN(auto experts_only, Load(eck, cfg, cuda::Precision::kBf16, true));
+    printf("  dense MLPs left in float32: %.2f MB on the device\n", experts_only->weight_bytes() / 1e6);
+    *bad += !(kept->weight_bytes() < experts_only->weight_bytes());
+  }
   // A layer whose experts do not share one format: refused by name at load.
   FERRY_RETURN_IF_ERROR(WriteNvfp4Experts(ck, tmp + "/mixed", ".mlp.experts.1."));
   FERRY_ASSIGN_OR_RETURN(Checkpoint mck, Checkpoint::Open(tmp + "/mixed"));
