@@ -31,14 +31,33 @@ double Uniform01(uint64_t& s) { return static_cast<double>(SplitMix(s) >> 11) * 
 bool FromPool(const model::ModelTensor& t) {
   return t.kind == model::ModelTensor::kNormal && t.offset == 0.0f && t.shape.size() >= 2;
 }
-// A routed or shared expert's matrix (FP8 with fp8_experts).
-bool Expert(const model::ModelTensor& t) {
-  return FromPool(t) && t.shape.size() == 2 &&
-         (t.name.find(".mlp.experts.") != std::string::npos || t.name.find(".mlp.shared_experts.") != std::string::npos);
+// The matrices stored in `f`, as the releases store them: routed experts; FP8 also the shared
+// experts; NVFP4 also the dense layers' MLPs (ModelOpt leaves the shared experts bf16).
+bool Quantized(const model::ModelTensor& t, ExpertFormat f) {
+  if (f == ExpertFormat::kBf16 || !FromPool(t) || t.shape.size() != 2) return false;
+  const bool routed = t.name.find(".mlp.experts.") != std::string::npos;
+  const bool shared = t.name.find(".mlp.shared_experts.") != std::string::npos;
+  const bool dense_mlp = !routed && !shared && t.name.find(".mlp.") != std::string::npos &&
+                         t.name.find("_proj.weight") != std::string::npos;
+  return routed || (f == ExpertFormat::kFp8 && shared) || (f == ExpertFormat::kNvfp4 && dense_mlp);
 }
 constexpr float kPool8Range = 100.0f;  // FillRandomFp8's scale: values uniform in +-173
+// NVFP4: codes uniform over the 16 E2M1 values (mean square 68.5 / 8), group scales uniform over
+// the E4M3 bytes 0x30..0x3c (0.5 to 1.5, mean square about 0.94): the global scale that gives the
+// bf16 pool's standard deviation.
+constexpr uint8_t kNvfp4ScaleLo = 0x30, kNvfp4ScaleHi = 0x3c;
+const float kNvfp4Global = static_cast<float>(kPoolStd / std::sqrt(68.5 / 8 * 0.94));
 
 }  // namespace
+
+const char* ExpertFormatName(ExpertFormat f) {
+  switch (f) {
+    case ExpertFormat::kBf16: return "bf16";
+    case ExpertFormat::kFp8: return "FP8";
+    case ExpertFormat::kNvfp4: return "NVFP4";
+  }
+  return "?";
+}
 
 absl::StatusOr<nlohmann::json> KeepLayers(nlohmann::json config, const std::vector<int>& layers) {
   nlohmann::json& t = config.contains("text_config") ? config["text_config"] : config;
@@ -69,20 +88,34 @@ absl::StatusOr<nlohmann::json> KeepLayers(nlohmann::json config, const std::vect
 
 absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const nlohmann::json& config_in,
                                                                            uint64_t seed, const std::string& label,
-                                                                           bool fp8_experts) {
+                                                                           ExpertFormat experts) {
   std::unique_ptr<RandomCheckpoint> rc(new RandomCheckpoint());
+  rc->experts_ = experts;
   nlohmann::json config = config_in;
-  if (fp8_experts) config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  if (experts == ExpertFormat::kFp8) {
+    config["quantization_config"] = {{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}};
+  }
   FERRY_ASSIGN_OR_RETURN(rc->config_, model::ParseModelConfig(config, label));
   const model::ModelConfig& c = rc->config_;
   const std::vector<model::ModelTensor> specs = model::ModelTensors(c);
+  if (experts == ExpertFormat::kNvfp4) {
+    nlohmann::json layers = nlohmann::json::object();
+    for (const model::ModelTensor& t : specs) {
+      if (Quantized(t, experts)) {
+        layers[t.name.substr(0, t.name.size() - 7)] = {{"quant_algo", "NVFP4"}, {"group_size", 16}};
+      }
+    }
+    config["quantization_config"] = {
+        {"quant_method", "modelopt"}, {"quant_algo", "MIXED_PRECISION"}, {"quantized_layers", layers}};
+  }
 
   // The pool: as large as the largest Linear weight plus room to shift windows.
   int64_t largest = 0, largest8 = 0, scales = 0;
   for (const model::ModelTensor& t : specs) {
-    if (fp8_experts && Expert(t)) {
-      largest8 = std::max(largest8, t.numel());
-      scales = std::max(scales, (t.shape[0] + 127) / 128 * ((t.shape[1] + 127) / 128));
+    if (Quantized(t, experts)) {
+      const bool fp8 = experts == ExpertFormat::kFp8;
+      largest8 = std::max(largest8, fp8 ? t.numel() : t.numel() / 2);
+      scales = std::max(scales, fp8 ? (t.shape[0] + 127) / 128 * ((t.shape[1] + 127) / 128) : t.numel() / 16);
     } else if (FromPool(t)) {
       largest = std::max(largest, t.numel());
     }
@@ -100,23 +133,33 @@ absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const
   }
 
   if (largest8 > 0) {
-    // The FP8 pool, and scales that make the weights' standard deviation the bf16 pool's.
+    // The quantized pool: E4M3 values, or E2M1 code pairs, windows of which are the matrices.
     rc->pool8_bytes_ = (largest8 + 64 * 128 + 127) / 128 * 128;
     FERRY_ASSIGN_OR_RETURN(void* pinned8, HostAllocPinned(static_cast<size_t>(rc->pool8_bytes_)));
     rc->pool8_ = static_cast<uint8_t*>(pinned8);
-    FERRY_ASSIGN_OR_RETURN(void* dev, cu::DeviceAlloc(static_cast<size_t>(rc->pool8_bytes_)));
-    absl::Status st = FillRandomFp8(static_cast<uint8_t*>(dev), rc->pool8_bytes_, seed + 1, kPool8Range);
-    if (st.ok()) st = cu::CopyToHost(rc->pool8_, dev, static_cast<size_t>(rc->pool8_bytes_));
-    (void)cu::DeviceFree(dev);
-    FERRY_RETURN_IF_ERROR(st);
-    rc->scales_.assign(static_cast<size_t>(scales), kPoolStd / kPool8Range);  // the pool has standard deviation kPool8Range
+    if (experts == ExpertFormat::kFp8) {
+      FERRY_ASSIGN_OR_RETURN(void* dev, cu::DeviceAlloc(static_cast<size_t>(rc->pool8_bytes_)));
+      absl::Status st = FillRandomFp8(static_cast<uint8_t*>(dev), rc->pool8_bytes_, seed + 1, kPool8Range);
+      if (st.ok()) st = cu::CopyToHost(rc->pool8_, dev, static_cast<size_t>(rc->pool8_bytes_));
+      (void)cu::DeviceFree(dev);
+      FERRY_RETURN_IF_ERROR(st);
+      rc->scales_.assign(static_cast<size_t>(scales), kPoolStd / kPool8Range);  // the pool's deviation is kPool8Range
+    } else {
+      uint64_t s8 = seed + 1;
+      for (int64_t i = 0; i < rc->pool8_bytes_; ++i) rc->pool8_[i] = static_cast<uint8_t>(SplitMix(s8) >> 56);
+      rc->nvfp4_scales_.resize(static_cast<size_t>(scales + 64 * 128));
+      for (uint8_t& b : rc->nvfp4_scales_) {
+        b = static_cast<uint8_t>(kNvfp4ScaleLo + SplitMix(s8) % (kNvfp4ScaleHi - kNvfp4ScaleLo + 1));
+      }
+      rc->nvfp4_global_ = kNvfp4Global;
+    }
   }
   std::vector<model::Checkpoint::HostTensor> tensors;
   tensors.reserve(specs.size());
   uint64_t rng = seed ^ 0x5bd1e995ull;
   for (const model::ModelTensor& t : specs) {
     model::Checkpoint::HostTensor h{t.name, DType::kBF16, t.shape, nullptr};
-    if (fp8_experts && Expert(t)) {
+    if (experts == ExpertFormat::kFp8 && Quantized(t, experts)) {
       const int64_t room = (rc->pool8_bytes_ - t.numel()) / 128;
       const int64_t at = static_cast<int64_t>(SplitMix(rng) % static_cast<uint64_t>(room + 1)) * 128;
       h.dtype = DType::kF8E4M3;
@@ -124,6 +167,19 @@ absl::StatusOr<std::unique_ptr<RandomCheckpoint>> RandomCheckpoint::Create(const
       tensors.push_back(std::move(h));
       tensors.push_back({t.name + "_scale_inv", DType::kF32, {(t.shape[0] + 127) / 128, (t.shape[1] + 127) / 128},
                          reinterpret_cast<const uint8_t*>(rc->scales_.data())});
+      continue;
+    }
+    if (experts == ExpertFormat::kNvfp4 && Quantized(t, experts)) {
+      const int64_t bytes = t.numel() / 2, groups = t.numel() / 16;
+      const int64_t at = static_cast<int64_t>(SplitMix(rng) % static_cast<uint64_t>((rc->pool8_bytes_ - bytes) / 16 + 1));
+      const int64_t at_s = static_cast<int64_t>(
+          SplitMix(rng) % static_cast<uint64_t>(static_cast<int64_t>(rc->nvfp4_scales_.size()) - groups + 1));
+      h.dtype = DType::kU8;
+      h.shape = {t.shape[0], t.shape[1] / 2};
+      h.data = rc->pool8_ + 16 * at;
+      tensors.push_back(std::move(h));
+      tensors.push_back({t.name + "_scale", DType::kF8E4M3, {t.shape[0], t.shape[1] / 16}, rc->nvfp4_scales_.data() + at_s});
+      tensors.push_back({t.name + "_scale_2", DType::kF32, {}, reinterpret_cast<const uint8_t*>(&rc->nvfp4_global_)});
       continue;
     }
     if (FromPool(t)) {

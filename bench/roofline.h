@@ -4,11 +4,13 @@
 // each section measures and how its bytes and FLOPs are counted.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/random_checkpoint.h"
 #include "bench/roofline_report.h"
 #include "model/checkpoint/config.h"
 
@@ -32,6 +34,11 @@ struct Options {
   bool attention_only = false;  // of the components, the attention side (2a, 2b) alone
   bool experts_only = false;    // of the components, the experts' GEMMs and decode products (2d, 2g) alone
   bool models = true;
+  // Section 2g: NVFP4 MoE launch shapes timed besides the engine's (warp target, depth, blocks an
+  // SM: kernels/cuda/gemv_nvfp4.h's Nvfp4GemvShape).
+  std::vector<std::array<int64_t, 3>> nvfp4_shapes;
+  // Whole-model sections: the experts' formats each model runs in (bench/random_checkpoint.h).
+  std::vector<ExpertFormat> model_experts{ExpertFormat::kBf16};
   uint64_t seed = 1;
   // Tokens a KV page of the whole-model sections (serving's default is 512; 64 keeps forks of short
   // contexts sharing pages).

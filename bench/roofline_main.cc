@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "bench/roofline.h"
 #include "kernels/cuda/ops.h"
@@ -48,6 +49,11 @@ ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token")
 ABSL_FLAG(int64_t, page_size, 64, "Tokens a KV page in the whole-model sections (serving's default: 512)");
 ABSL_FLAG(bool, mla_wgmma, true, "MLA decode: the sm_90a wgmma form where it runs (false: the mma.sync kernel)");
 ABSL_FLAG(bool, mla_tc_small, false, "MLA decode: the mma.sync kernel's small form (a GB10's), no wgmma form");
+ABSL_FLAG(std::string, nvfp4_shapes, "",
+          "Section 2g: also time the NVFP4 MoE products in these launch shapes, warp_target:depth:blocks "
+          "comma-separated (e.g. 1024:4:2; empty: the engine's shape only)");
+ABSL_FLAG(std::string, expert_formats, "bf16",
+          "Whole-model sections: the experts' formats each model runs in, comma-separated (bf16, fp8, nvfp4)");
 ABSL_FLAG(bool, indexer_tma, true, "IndexerScores: TMA tiles where pages hold a multiple of 64 rows");
 
 namespace {
@@ -98,10 +104,29 @@ int main(int argc, char** argv) {
             ParseList(absl::GetFlag(FLAGS_decode_contexts), &o.decode_contexts) &&
             ParseList(absl::GetFlag(FLAGS_dsa_layers), &o.dsa_layers) &&
             ParseList(absl::GetFlag(FLAGS_next_layers), &o.next_layers);
+  for (const absl::string_view shape : absl::StrSplit(absl::GetFlag(FLAGS_nvfp4_shapes), ',', absl::SkipEmpty())) {
+    std::vector<int64_t> v;
+    ok = ok && ParseList(std::string(absl::StrReplaceAll(shape, {{":", ","}})), &v) && v.size() == 3;
+    if (ok) o.nvfp4_shapes.push_back({v[0], v[1], v[2]});
+  }
+  o.model_experts.clear();
+  for (const absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_expert_formats), ',', absl::SkipEmpty())) {
+    if (f == "bf16") {
+      o.model_experts.push_back(ExpertFormat::kBf16);
+    } else if (f == "fp8") {
+      o.model_experts.push_back(ExpertFormat::kFp8);
+    } else if (f == "nvfp4") {
+      o.model_experts.push_back(ExpertFormat::kNvfp4);
+    } else {
+      std::fprintf(stderr, "ferry-bench-roofline: --expert_formats takes bf16, fp8 and nvfp4, not '%s'\n",
+                   std::string(f).c_str());
+      return 2;
+    }
+  }
   if (!ok || o.reps < 1 || o.warmup < 0) {
     std::fprintf(stderr,
                  "ferry-bench-roofline: --batches, --contexts, --prefill_tokens, --decode_contexts and the "
-                 "layer lists take comma-separated non-negative integers; --reps >= 1\n");
+                 "layer lists take comma-separated non-negative integers, --nvfp4_shapes triples a:b:c; --reps >= 1\n");
     return 2;
   }
   const std::string sections = absl::GetFlag(FLAGS_sections), models = absl::GetFlag(FLAGS_models);

@@ -39,6 +39,13 @@ struct Counts {
                             // norms, dense MLPs, routers, shared experts, mHC (lm_head apart)
   double always_elems = 0;  // of those, the matrix elements each token multiplies (FLOPs / 2)
   double expert_elems = 0;  // one routed expert: 3 x hidden x moe_inter
+  double expert_weight_bytes = 2;  // bytes a routed expert's weight (NVFP4 experts: 0.5625)
+  double dense_mlp_elems = 0;      // of always_elems, the dense layers' MLPs'
+  // Counts of a model whose routed experts (and, NVFP4, dense MLPs) take `bytes` a weight.
+  void SetQuantizedBytes(double bytes, bool dense_mlps) {
+    if (dense_mlps) always_bytes -= (2 - bytes) * dense_mlp_elems;
+    expert_weight_bytes = bytes;
+  }
   int64_t moe_layers = 0;
   double lm_head_elems = 0;  // vocab x hidden
   // Per-token state and cache widths.
@@ -79,6 +86,7 @@ Counts Count(const ModelConfig& c) {
     }
     if (c.mlp_types[i] == MlpType::kDense) {
       mats += 3 * D * c.intermediate_size;
+      n.dense_mlp_elems += 3 * D * c.intermediate_size;
     } else {
       mats += c.n_routed_experts * D + 3 * D * c.moe_intermediate_size * c.n_shared_experts;
       f32 += c.n_routed_experts;
@@ -157,7 +165,7 @@ std::vector<int32_t> RandomTokens(std::mt19937_64& rng, int64_t n, int64_t vocab
 }
 
 // The prefill MoE of the first sparse layer: model::cuda::FfnAdd on `tokens` rows. `rc` with FP8
-// experts (RandomCheckpoint's fp8_experts): FfnAdd's W8A8 dispatch, rows named so.
+// experts (RandomCheckpoint's ExpertFormat::kFp8): FfnAdd's W8A8 dispatch, rows named so.
 void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options& o, Table* moe) {
   const ModelConfig& c = rc.config();
   int64_t layer = -1;
@@ -173,7 +181,7 @@ void MoeRows(const std::string& name, const RandomCheckpoint& rc, const Options&
       model::cuda::LoadFfnCuda(model::WeightLoader(rc.checkpoint(), c.LayerPrefix(layer)).Sub("mlp."), c, layer,
                                model::cuda::Precision::kBf16, model::TensorParallel{}, &bytes);
   if (!f.ok()) return fail("load", f.status());
-  const bool fp8 = rc.fp8_experts();
+  const bool fp8 = rc.experts() == ExpertFormat::kFp8;
   if (fp8 && !f->fp8_experts) {
     return fail("MoE, FP8 experts", absl::FailedPreconditionError("the experts were not kept in FP8 (the device "
                                                                   "lacks the FP8 kernels)"));
@@ -258,7 +266,7 @@ void PrefillRows(const std::string& name, model::CausalLM& m, const Counts& n, c
     r.flops = T * 2.0 * (n.always_elems + n.moe_layers * c.num_experts_per_tok * n.expert_elems) + att_flops +
               2.0 * n.lm_head_elems;
     // Fewest bytes: every weight once (every expert runs at these lengths), the new cache rows.
-    r.bytes = n.always_bytes + n.moe_layers * DistinctExperts(c, T) * 2 * n.expert_elems + 2 * n.lm_head_elems +
+    r.bytes = n.always_bytes + n.moe_layers * DistinctExperts(c, T) * n.expert_weight_bytes * n.expert_elems + 2 * n.lm_head_elems +
               T * n.cache_row_bytes;
     r.SetTimes(*ms);
     r.note = absl::StrFormat("%.0f tokens/s; attention + indexer %.0f%% of the FLOPs", T / (r.ms * 1e-3),
@@ -333,7 +341,7 @@ void DecodeRows(const std::string& name, model::CausalLM& m, const Counts& n, co
         }
         Row r(case_name + suffix);
         const RowCost row = AttentionRow(c, n, ctx);
-        const double experts = n.moe_layers * DistinctExperts(c, B) * 2 * n.expert_elems;
+        const double experts = n.moe_layers * DistinctExperts(c, B) * n.expert_weight_bytes * n.expert_elems;
         const double weights = n.always_bytes + experts + 2 * n.lm_head_elems;
         r.bytes = weights + B * (row.bytes + n.cache_row_bytes + 4.0 * c.vocab_size + 2.0 * c.hidden_size);
         r.flops = B * (2.0 * (n.always_elems + n.moe_layers * c.num_experts_per_tok * n.expert_elems +
@@ -368,14 +376,14 @@ void ModelSections(const std::string& name, const std::string& config_path, cons
   absl::StatusOr<std::unique_ptr<RandomCheckpoint>> rc = RandomCheckpoint::Create(
       *json, o.seed, absl::StrCat("random ", name, " (layers ", absl::StrJoin(layers, ","), ")"));
   if (!rc.ok()) return fail_all(rc.status());
-  const double make_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double make_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.components) {
     MoeRows(name, **rc, o, moe);
     if (cu::GroupedLinearFp8Available()) {
       // The same layers with the experts in FP8, as the FP8 releases ship them.
       absl::StatusOr<std::unique_ptr<RandomCheckpoint>> rc8 = RandomCheckpoint::Create(
           *json, o.seed, absl::StrCat("random ", name, " (layers ", absl::StrJoin(layers, ","), ", FP8 experts)"),
-          /*fp8_experts=*/true);
+          ExpertFormat::kFp8);
       if (rc8.ok()) {
         MoeRows(name, **rc8, o, moe);
       } else {
@@ -385,21 +393,50 @@ void ModelSections(const std::string& name, const std::string& config_path, cons
   }
   if (!o.models) return;
 
-  const auto t1 = std::chrono::steady_clock::now();
-  absl::StatusOr<std::unique_ptr<model::CausalLM>> m = LoadModel(**rc, o.page_size);
-  if (!m.ok()) return fail_all(m.status());
-  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-  const Counts n = Count((*m)->config());
-  std::printf(
-      "%s: layers %s of the config (%s), %s of bf16 weights on the device; random checkpoint made in %.1f s "
-      "(pool %s), loaded in %.1f s\n",
-      name.c_str(), absl::StrJoin(layers, ",").c_str(), config_path.c_str(),
-      FormatBytes(static_cast<double>((*m)->weight_bytes())).c_str(), make_s,
-      FormatBytes(static_cast<double>((*rc)->pool_bytes())).c_str(), load_s);
-  std::fflush(stdout);
-  rc->reset();  // the host pool is no longer needed
-  PrefillRows(name, **m, n, o, prefill);
-  DecodeRows(name, **m, n, o, decode);
+  std::unique_ptr<RandomCheckpoint> bf16 = std::move(*rc);
+  for (const ExpertFormat f : o.model_experts) {
+    const std::string label = f == ExpertFormat::kBf16 ? name : absl::StrCat(name, ", ", ExpertFormatName(f), " experts");
+    std::unique_ptr<RandomCheckpoint> ck = std::move(bf16);  // null when bf16 is listed twice
+    if (f != ExpertFormat::kBf16) {
+      const auto t2 = std::chrono::steady_clock::now();
+      absl::StatusOr<std::unique_ptr<RandomCheckpoint>> made = RandomCheckpoint::Create(
+          *json, o.seed, absl::StrCat("random ", label, " (layers ", absl::StrJoin(layers, ","), ")"), f);
+      if (!made.ok()) {
+        for (Table* t : {prefill, decode}) {
+          t->rows.push_back(Row::Failed(absl::StrCat(label, " setup"), std::string(made.status().message())));
+        }
+        continue;
+      }
+      bf16 = std::move(ck);
+      ck = std::move(*made);
+      make_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t2).count();
+    }
+    if (ck == nullptr) continue;
+    const auto t1 = std::chrono::steady_clock::now();
+    absl::StatusOr<std::unique_ptr<model::CausalLM>> m = LoadModel(*ck, o.page_size);
+    if (!m.ok()) {
+      for (Table* t : {prefill, decode}) {
+        t->rows.push_back(Row::Failed(absl::StrCat(label, " load"), std::string(m.status().message())));
+      }
+      continue;
+    }
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+    Counts n = Count((*m)->config());
+    // NVFP4 as kernels::cuda packs it: 0.5625 bytes a weight (and a float a 16-row tile); FP8 a
+    // byte (its block scales and the FP8 shared experts are counted as bf16 weights, a bound).
+    if (f == ExpertFormat::kNvfp4) n.SetQuantizedBytes(0.5625, /*dense_mlps=*/true);
+    if (f == ExpertFormat::kFp8) n.SetQuantizedBytes(1.0, /*dense_mlps=*/false);
+    std::printf(
+        "%s: layers %s of the config (%s), %s of weights on the device; random checkpoint made in %.1f s "
+        "(pool %s), loaded in %.1f s\n",
+        label.c_str(), absl::StrJoin(layers, ",").c_str(), config_path.c_str(),
+        FormatBytes(static_cast<double>((*m)->weight_bytes())).c_str(), make_s,
+        FormatBytes(static_cast<double>(ck->pool_bytes())).c_str(), load_s);
+    std::fflush(stdout);
+    ck.reset();  // the host pool is no longer needed
+    PrefillRows(label, **m, n, o, prefill);
+    DecodeRows(label, **m, n, o, decode);
+  }
 }
 
 }  // namespace ferry::bench

@@ -165,12 +165,27 @@ absl::Status RunCase(const NamedConfig& m, int64_t rows, const Options& o, std::
     double bytes;
     bool target;
   };
-  const std::vector<Way> ways = {
+  const double nvfp4_bytes = static_cast<double>(n) * (up_bytes + down_bytes) + activations;
+  std::vector<Way> ways = {
       {"bf16, MoeGemvBf16", bf16, 2.0 * weights + activations, false},
       {"fp8 W8A8, GroupedLinearW8A8Moe", fp8,
        static_cast<double>(n) * (2 * g_bytes + d_bytes + 4.0 * (2 * g_scales + d_scales)) + activations, false},
-      {"nvfp4, MoeGemvNvfp4", nvfp4, static_cast<double>(n) * (up_bytes + down_bytes) + activations, true},
+      {"nvfp4, MoeGemvNvfp4", nvfp4, nvfp4_bytes, true},
   };
+  for (const std::array<int64_t, 3>& s : o.nvfp4_shapes) {
+    cu::Nvfp4GemvShape shape;
+    shape.moe_warp_target = s[0];
+    shape.depth = static_cast<int>(s[1]);
+    shape.min_blocks = static_cast<int>(s[2]);
+    auto shaped = [shape, nvfp4]() -> absl::Status {
+      FERRY_RETURN_IF_ERROR(cu::SetNvfp4GemvShape(shape));
+      const absl::Status st = nvfp4();
+      FERRY_RETURN_IF_ERROR(cu::SetNvfp4GemvShape(cu::Nvfp4GemvShape{}));
+      return st;
+    };
+    ways.push_back({absl::StrCat("nvfp4, MoeGemvNvfp4 shaped ", s[0], ":", s[1], ":", s[2]), shaped, nvfp4_bytes,
+                    true});
+  }
   for (const Way& w : ways) {
     Row r(absl::StrCat(base, ", ", w.label));
     if (!w.fn) {

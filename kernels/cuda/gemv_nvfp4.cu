@@ -6,7 +6,10 @@
 // costs does not grow with the rows of a pass.
 #include <cuda_bf16.h>
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/gemv_nvfp4.h"
 #include "kernels/cuda/mma.cuh"
@@ -25,8 +28,6 @@ constexpr int kMaxSplit = 8;
 constexpr int kPassRows = static_cast<int>(kNvfp4PassRows);
 constexpr int kTileBytes = static_cast<int>(lay::kTileBytes);
 constexpr int kAccs = 128;  // a warp's m16n8 float32 accumulators
-// Blocks an SM holds (registers capped to fit them): more warps, more loads in flight.
-constexpr int kMinBlocks = 3;  // with one pass a weight read
 static_assert(kPassRows == 8, "one mma's N");
 
 // How many warps share a row tile's columns (1, 2, 4 or 8), from the shape alone (so an output's
@@ -38,12 +39,14 @@ int KSplit(int64_t in, int64_t out, int64_t target) {
   while (ks < kMaxSplit && row_tiles * ks < target && col_tiles / (2 * ks) >= 2) ks *= 2;
   return ks;
 }
-// Warps wanted over one matrix. An expert-sized matrix (256 row tiles) then splits 8 ways, 2 column
-// tiles a warp: many small blocks, so a MoE step's few experts (9 at batch 1: 2304 blocks of 8
-// warps for GLM-5.3-Flash's gate_up) spread evenly over the SMs instead of ending on a partial
-// wave of long blocks, and a lone GEMV still fills the device. The MoE kernel takes the same
-// rule (a shape-only split keeps it batch invariant).
-constexpr int64_t kWarpTarget = 4096;
+// The launch shape (gemv_nvfp4.h's Nvfp4GemvShape): warps wanted over one matrix (KSplit's
+// target; a shape-only split keeps each kernel batch invariant), tiles in flight a warp, blocks an
+// SM. Defaults from the H200 sweeps (bench/results/h200-nvfp4-experts.md): a MoE launch 512 warps
+// a matrix (an expert's gate_up of 256 row tiles splits 2 ways, half its column tiles a warp; the
+// step's experts fill the device), a lone GEMV 4096 (a dense MLP's 1536 row tiles split 4 ways:
+// 768 blocks, about two waves); 2 tiles in flight, 3 blocks an SM: more blocks an SM beat deeper
+// prefetch, in registers or in shared memory.
+Nvfp4GemvShape g_shape;
 
 struct Tile {
   uint4 code[4];  // chunk c: the lane's two rows' scale group
@@ -106,19 +109,25 @@ __device__ __forceinline__ void MmaTile(const Tile& t, const __nv_bfloat16* cons
   }
 }
 
-// acc += row tile `base` over column tiles [kt0, kt1), the first already in `a`: one tile in
-// flight while the other is decoded.
-template <int P>
-__device__ __forceinline__ void WarpTiles(const uint8_t* base, int kt0, int kt1, Tile a,
+// acc += row tile `base` over column tiles [kt0, kt1) with D tiles in flight: a ring of D tiles in
+// registers, tile kt + D loaded as tile kt is decoded.
+template <int P, int D>
+__device__ __forceinline__ void WarpTiles(const uint8_t* base, int kt0, int kt1,
                                           const __nv_bfloat16* const (&xrow)[P], int in, int lane, float (&acc)[P][4]) {
-  Tile b = a;
-  for (int kt = kt0; kt < kt1; kt += 2) {
-    const bool two = kt + 1 < kt1;
-    if (two) b = LoadTile(base + static_cast<int64_t>(kt + 1) * kTileBytes, lane);
-    MmaTile<P>(a, xrow, kt * static_cast<int>(lay::kTileCols), in, lane, acc);
-    if (!two) break;
-    if (kt + 2 < kt1) a = LoadTile(base + static_cast<int64_t>(kt + 2) * kTileBytes, lane);
-    MmaTile<P>(b, xrow, (kt + 1) * static_cast<int>(lay::kTileCols), in, lane, acc);
+  Tile ring[D];
+#pragma unroll
+  for (int i = 0; i < D; ++i) {
+    if (kt0 + i < kt1) ring[i] = LoadTile(base + static_cast<int64_t>(kt0 + i) * kTileBytes, lane);
+  }
+  for (int kt = kt0; kt < kt1; kt += D) {
+#pragma unroll
+    for (int i = 0; i < D; ++i) {
+      if (kt + i < kt1) {
+        const Tile cur = ring[i];
+        if (kt + i + D < kt1) ring[i] = LoadTile(base + static_cast<int64_t>(kt + i + D) * kTileBytes, lane);
+        MmaTile<P>(cur, xrow, (kt + i) * static_cast<int>(lay::kTileCols), in, lane, acc);
+      }
+    }
   }
 }
 
@@ -128,7 +137,7 @@ __device__ __forceinline__ void WarpTiles(const uint8_t* base, int kt0, int kt1,
 // depends on its row, its vector and the shape (ks) only, not on P. xrow_of(v) is vector v's x
 // row; store(row, v, value) is called once for each row < out and v < vectors with the output's
 // value (the global scale applied). The block calls this uniformly.
-template <int P, typename XRow, typename Store>
+template <int P, int D, typename XRow, typename Store>
 __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int out, int ks, int vectors,
                                              XRow xrow_of, Store store) {
   __shared__ float partial[P][kWarps * kAccs];
@@ -151,10 +160,7 @@ __device__ __forceinline__ void BlockProduct(const uint8_t* packed, int in, int 
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[p][i] = 0.0f;
     }
-    if (active) {
-      const Tile a = LoadTile(base + static_cast<int64_t>(kt0) * kTileBytes, lane);
-      WarpTiles<P>(base, kt0, kt1, a, xrow, in, lane, acc);
-    }
+    if (active) WarpTiles<P, D>(base, kt0, kt1, xrow, in, lane, acc);
 #pragma unroll
     for (int p = 0; p < P; ++p) {
 #pragma unroll
@@ -183,24 +189,23 @@ static_assert(lay::kOperandExp == -7, "BlockProduct scales by 2^7");
 // one for a decode step's few.
 constexpr int kWide = 4;
 static_assert(kWide * kPassRows == kNvfp4WidePassRows, "gemv_nvfp4.h's wide pass");
-constexpr int MinBlocks(int p) { return p == 1 ? kMinBlocks : 2; }
 
 // Block x: kWarps / ks row tiles; all rows of x in passes of 8 P. Waits for the kernels before it
 // first: the weights may have been packed just before (a load, or the harness).
-template <int P>
-__global__ void __launch_bounds__(kThreads, MinBlocks(P))
+template <int P, int D, int MB>
+__global__ void __launch_bounds__(kThreads, MB)
     GemvNvfp4Kernel(const __nv_bfloat16* __restrict__ x, int rows, int in, const uint8_t* __restrict__ packed,
                     int out, int ks, __nv_bfloat16* __restrict__ y) {
   PdlLaunchDependents();
   PdlWait();
-  BlockProduct<P>(
+  BlockProduct<P, D>(
       packed, in, out, ks, rows, [&](int v) { return x + static_cast<int64_t>(v) * in; },
       [&](int row, int v, float value) { y[static_cast<int64_t>(v) * out + row] = __float2bfloat16(value); });
 }
 
 // Block (x = kWarps / ks row tiles, y = a group): the group's pairs in passes of 8 P.
-template <int P>
-__global__ void __launch_bounds__(kThreads, MinBlocks(P))
+template <int P, int D, int MB>
+__global__ void __launch_bounds__(kThreads, MB)
     MoeGemvNvfp4Kernel(const uint8_t* const* __restrict__ weights, MoePairs p, const __nv_bfloat16* __restrict__ x,
                        bool gather_x, int in, int out, int ks, __nv_bfloat16* __restrict__ y, bool scatter_y,
                        __nv_bfloat16* __restrict__ y_shared) {
@@ -210,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(P))
   if (g >= *p.n_groups) return;
   const int start = p.group_start[g], count = p.group_count[g];
   const uint8_t* packed = weights[p.group_expert[g]];
-  BlockProduct<P>(
+  BlockProduct<P, D>(
       packed, in, out, ks, count,
       [&](int v) {
         const int j = start + v;
@@ -220,6 +225,24 @@ __global__ void __launch_bounds__(kThreads, MinBlocks(P))
         MoePairOutRow(p, start + v, scatter_y, y, y_shared, out)[row] = __float2bfloat16(value);
       });
 }
+
+// The forms built for one pass of 8 rows (Nvfp4GemvShape's depth and min_blocks); the first is
+// the default. The wide pass has one (2 tiles in flight, 2 blocks an SM).
+struct Form {
+  int depth, min_blocks;
+};
+constexpr Form kForms[] = {{2, 3}, {2, 2}, {3, 2}, {4, 2}};
+constexpr int kNumForms = sizeof(kForms) / sizeof(kForms[0]);
+#define FERRY_NVFP4_FORMS(K) {K<1, 2, 3>, K<1, 2, 2>, K<1, 3, 2>, K<1, 4, 2>}
+
+int FormIndex(const Nvfp4GemvShape& s) {
+  for (int i = 0; i < kNumForms; ++i) {
+    if (kForms[i].depth == s.depth && kForms[i].min_blocks == s.min_blocks) return i;
+  }
+  return -1;
+}
+int g_form = 0;  // kForms[g_form] is g_shape's
+static_assert(kForms[0].depth == 2 && kForms[0].min_blocks == 3, "Nvfp4GemvShape's default");
 
 // One thread a word of the packed tiles of row tiles [rt0, rt0 + n_row_tiles): the 512 code words
 // of a tile, then its 64 scale-code words; word 0 of column tile 0 also writes the row tile's
@@ -264,9 +287,37 @@ __global__ void PackNvfp4Kernel(const uint8_t* __restrict__ codes, const uint8_t
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+using GemvKernel = void (*)(const __nv_bfloat16*, int, int, const uint8_t*, int, int, __nv_bfloat16*);
+using MoeKernel = void (*)(const uint8_t* const*, MoePairs, const __nv_bfloat16*, bool, int, int, int,
+                           __nv_bfloat16*, bool, __nv_bfloat16*);
+const GemvKernel kGemvForms[kNumForms] = FERRY_NVFP4_FORMS(GemvNvfp4Kernel);
+const MoeKernel kMoeForms[kNumForms] = FERRY_NVFP4_FORMS(MoeGemvNvfp4Kernel);
+
 }  // namespace
 
 int64_t Nvfp4PackedBytes(int64_t out, int64_t in) { return lay::PackedBytes(out, in); }
+
+std::vector<Nvfp4GemvShape> Nvfp4GemvForms() {
+  std::vector<Nvfp4GemvShape> forms;
+  const Nvfp4GemvShape base;
+  for (const Form& f : kForms) forms.push_back({base.gemv_warp_target, base.moe_warp_target, f.depth, f.min_blocks});
+  return forms;
+}
+
+absl::Status SetNvfp4GemvShape(const Nvfp4GemvShape& shape) {
+  const int i = FormIndex(shape);
+  if (i < 0 || shape.gemv_warp_target < 1 || shape.moe_warp_target < 1) {
+    std::string built;
+    for (const Form& f : kForms) absl::StrAppend(&built, built.empty() ? "" : ", ", f.depth, ":", f.min_blocks);
+    return absl::InvalidArgumentError(absl::StrCat("SetNvfp4GemvShape: depth ", shape.depth, ", min_blocks ",
+                                                   shape.min_blocks, ", warp targets ", shape.gemv_warp_target, " / ",
+                                                   shape.moe_warp_target, " (built, depth:blocks: ", built,
+                                                   "; targets >= 1)"));
+  }
+  g_shape = shape;
+  g_form = i;
+  return absl::OkStatus();
+}
 
 absl::Status PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global_scale, int64_t rows, int64_t in,
                        uint8_t* packed, int64_t out, int64_t row0, void* stream) {
@@ -299,9 +350,9 @@ absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_
   if (x == nullptr || packed == nullptr || y == nullptr || !Aligned16(x) || !Aligned16(packed)) {
     return absl::InvalidArgumentError("GemvNvfp4: null x, packed or y, or x / packed not 16-byte aligned");
   }
-  const int ks = KSplit(in, out, kWarpTarget), per_block = kWarps / ks;
+  const int ks = KSplit(in, out, g_shape.gemv_warp_target), per_block = kWarps / ks;
   const int64_t blocks = (lay::RowTiles(out) + per_block - 1) / per_block;
-  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(rows > kPassRows ? GemvNvfp4Kernel<kWide> : GemvNvfp4Kernel<1>,
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(rows > kPassRows ? GemvNvfp4Kernel<kWide, 2, 2> : kGemvForms[g_form],
                                              dim3(static_cast<unsigned>(blocks)), kThreads, 0,
                                              static_cast<cudaStream_t>(stream),
                                              reinterpret_cast<const __nv_bfloat16*>(x), static_cast<int>(rows),
@@ -325,11 +376,11 @@ absl::Status MoeGemvNvfp4(const uint8_t* const* weights, const MoePairs& p, int6
     return absl::InvalidArgumentError("MoeGemvNvfp4: null weights, x, y, groups or (with scatter_y) y_shared");
   }
   if (!Aligned16(x)) return absl::InvalidArgumentError("MoeGemvNvfp4: x is not 16-byte aligned");
-  const int ks = KSplit(in, out, kWarpTarget), per_block = kWarps / ks;
+  const int ks = KSplit(in, out, g_shape.moe_warp_target), per_block = kWarps / ks;
   const dim3 grid(static_cast<unsigned>((lay::RowTiles(out) + per_block - 1) / per_block),
                   static_cast<unsigned>(max_groups));
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(
-      max_group_pairs > kPassRows ? MoeGemvNvfp4Kernel<kWide> : MoeGemvNvfp4Kernel<1>, grid, kThreads, 0,
+      max_group_pairs > kPassRows ? MoeGemvNvfp4Kernel<kWide, 2, 2> : kMoeForms[g_form], grid, kThreads, 0,
       static_cast<cudaStream_t>(stream), weights, p,
       reinterpret_cast<const __nv_bfloat16*>(x), gather_x, static_cast<int>(in), static_cast<int>(out), ks,
       reinterpret_cast<__nv_bfloat16*>(y), scatter_y, reinterpret_cast<__nv_bfloat16*>(y_shared)));

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/cuda/gemv.h"
@@ -33,6 +34,22 @@ inline constexpr int64_t kNvfp4PassRows = 8;
 inline constexpr int64_t kNvfp4WidePassRows = 32;
 
 int64_t Nvfp4PackedBytes(int64_t out, int64_t in);
+
+// The decode products' launch shape, for benchmarks comparing shapes (the defaults are what the
+// engine runs): warps wanted over one matrix, which sets how many warps share a row tile's columns
+// from the shape alone (a lone GemvNvfp4 must fill the device by itself; a MoE launch runs many
+// matrices at once), tiles a warp keeps in flight, and blocks an SM holds (registers capped to
+// fit). Set before launching, from one thread. INVALID_ARGUMENT for a form not built (the message
+// lists them).
+struct Nvfp4GemvShape {
+  int64_t gemv_warp_target = 4096;
+  int64_t moe_warp_target = 512;
+  int depth = 2;
+  int min_blocks = 3;
+};
+absl::Status SetNvfp4GemvShape(const Nvfp4GemvShape& shape);
+// Every form built (the default's warp target), the default first.
+std::vector<Nvfp4GemvShape> Nvfp4GemvForms();
 
 // Packs rows [row0, row0 + rows) of the packed matrix [out, in] at `packed` from a ModelOpt NVFP4
 // weight of `rows` rows on the device: codes [rows, in / 2] (element 2i in the low nibble), E4M3

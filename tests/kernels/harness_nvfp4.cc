@@ -322,6 +322,32 @@ void AddNvfp4Cases(std::vector<Case>* cases) {
                                    " in=", s.in, " out=", s.out, s.shared ? " shared" : "", s.bad_id ? " bad-id" : ""),
                       [s](std::mt19937& rng) { return MoeCase(rng, s); }});
   }
+  // Every other launch form the benchmarks may pick (depths, blocks an SM, both kernels' splits)
+  // on decode-sized products: the same contract, the same checks.
+  const std::vector<cu::Nvfp4GemvShape> forms = cu::Nvfp4GemvForms();
+  for (size_t i = 1; i < forms.size(); ++i) {
+    cu::Nvfp4GemvShape f = forms[i];
+    f.gemv_warp_target = f.moe_warp_target = 1 << (3 + 2 * i);  // 32, 128, 512: other splits too
+    const std::string form = absl::StrCat(" form ", f.depth, ":", f.min_blocks, " target ", f.moe_warp_target);
+    auto shaped = [f](const std::function<Result()>& run) -> Result {
+      Result r;
+      if (const absl::Status set = cu::SetNvfp4GemvShape(f); !set.ok()) {
+        r.error = std::string(set.message());
+        return r;
+      }
+      r = run();
+      if (const absl::Status back = cu::SetNvfp4GemvShape(cu::Nvfp4GemvShape{}); !back.ok()) {
+        r.error = std::string(back.message());
+      }
+      return r;
+    };
+    cases->push_back({absl::StrCat("gemv_nvfp4 rows=3 in=2048 out=1040", form), [shaped](std::mt19937& rng) {
+                        return shaped([&] { return GemvCase(rng, 3, 2048, 1040, true, true); });
+                      }});
+    const MoeShape m{8, 8, 64, 1024, 512, true, true};
+    cases->push_back({absl::StrCat("moe_gemv_nvfp4 rows=8 k=8 experts=64 in=1024 out=512 shared bad-id", form),
+                      [shaped, m](std::mt19937& rng) { return shaped([&] { return MoeCase(rng, m); }); }});
+  }
 }
 
 }  // namespace ferry::harness
