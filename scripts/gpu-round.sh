@@ -8,7 +8,7 @@
 # Steps, each under its own time cap (seconds, in brackets): scripts/gpu-check-golden.sh (harness
 # seed 1, model checks, goldens, tensor parallelism incl. NCCL) [420], the NVFP4 harness cases at
 # seed 2 [120], scripts/gpu-serve-check.sh [180], ferry-bench-roofline --sections=experts [90],
-# and, when a ferry-bench-roofline-old is on PATH (an earlier commit's build), the models section
+# the whole decode steps with NVFP4 experts and dense MLPs [200], and, when a ferry-bench-roofline-old is on PATH (an earlier commit's build), the models section
 # of both alternating three times [480]. Every log goes into one archive, "$OUT/round.tgz" (the
 # device tool brings back at most 8 files); a summary of each step is printed. Exit status: 0
 # when every check step passed.
@@ -36,6 +36,10 @@ grep -E "DIFFERENT|FAILED|moved|^gpu-serve-check" "$logs/serve.txt" | tail -6
 step "experts (2d, 2g)"
 timeout 90 ferry-bench-roofline --sections=experts > "$logs/experts.txt" 2>&1
 grep -E "NOT MET|met$|targets met" "$logs/experts.txt" | tail -6
+step "whole steps with NVFP4 experts and dense MLPs"
+timeout 200 ferry-bench-roofline --sections models --batches 1,8 --prefill_tokens= --decode_contexts 4096 \
+  --expert_formats nvfp4 > "$logs/models-nvfp4.txt" 2>&1
+grep -E "NVFP4 experts decode b[18] ctx4k \|" "$logs/models-nvfp4.txt" | awk -F'|' '{printf "%s median %s\n", $2, $5}'
 if command -v ferry-bench-roofline-old >/dev/null 2>&1; then
   step "models A/B"
   args=(--sections models --batches 1,8 --prefill_tokens= --decode_contexts 4096)
