@@ -1,31 +1,41 @@
 #!/usr/bin/env bash
-# Every GPU check and the decode benchmarks in one call of the device tool (a device round costs
-# minutes to start; a session has 30 minutes of device time). Run from the repository root on the
-# GPU machine with a device bundle (../shared/DEVICE.md), e.g. packed as .bundle/dev.tar.xz:
+# The GPU checks and the decode benchmarks, in parts that each fit one call of the device tool
+# (at most 10 minutes a call; a device round costs minutes to start, a session has 30 minutes of
+# device time). Run from the repository root on the GPU machine with a device bundle
+# (../shared/DEVICE.md), e.g. packed as .bundle/dev.tar.xz:
 #
-#   [ -d .device ] || tar -xJf .bundle/dev.tar.xz; source .device/env.sh && scripts/gpu-round.sh
+#   [ -d .device ] || tar -xJf .bundle/dev.tar.xz; source .device/env.sh && scripts/gpu-round.sh PART...
 #
-# Steps, each under its own time cap (seconds, in brackets): scripts/gpu-check-golden.sh (harness
-# seed 1, model checks, goldens, tensor parallelism incl. NCCL) [420], the NVFP4 harness cases at
-# seed 2 [120], scripts/gpu-serve-check.sh [180], ferry-bench-roofline --sections=experts [90],
-# the whole decode steps with NVFP4 experts and dense MLPs [200], and, when a ferry-bench-roofline-old is on PATH (an earlier commit's build), the models section
-# of both alternating three times [480]. Every log goes into one archive, "$OUT/round.tgz" (the
-# device tool brings back at most 8 files); a summary of each step is printed. Exit status: 0
-# when every check step passed.
+# Parts (each step under its own time cap, seconds in brackets): golden: scripts/gpu-check-golden.sh
+# (harness seed 1, model checks, goldens, tensor parallelism incl. NCCL) [420]; serve: the NVFP4
+# harness cases at seed 2 [120] and scripts/gpu-serve-check.sh [180]; bench:
+# ferry-bench-roofline --sections=experts [90] and the whole decode steps with NVFP4 experts and
+# dense MLPs [200]; ab: when a ferry-bench-roofline-old is on PATH (an earlier commit's build), the
+# models section of both alternating three times [480]. No part named: all of them (more than one
+# call's limit). Every log goes into one archive, "$OUT/round.tgz" (the device tool brings back at
+# most 8 files); a summary of each step is printed. Exit status: 0 when every check step passed.
 set -uo pipefail
 out=${OUT:-$(mktemp -d /tmp/gpu-round.XXXXXX)}
 logs=$(mktemp -d /tmp/gpu-round-logs.XXXXXX)
 here=$(dirname "${BASH_SOURCE[0]}")
 t0=$(date +%s)
 status=0
+parts=" ${*:-golden serve bench ab} "
+want() { [[ "$parts" == *" $1 "* ]]; }
+for p in $parts; do
+  case "$p" in golden | serve | bench | ab) ;; *) echo "gpu-round: unknown part '$p' (golden, serve, bench, ab)" >&2; exit 2 ;; esac
+done
 step() { echo "== $1 ($(( $(date +%s) - t0 )) s)"; }
 nvidia-smi -L
+if want golden; then
 step "gpu-check-golden"
 mkdir -p "$logs/golden"
 timeout 420 env OUT="$logs/golden" "$here/gpu-check-golden.sh" > "$logs/golden.txt" 2>&1 || status=1
 grep -h -E "^(golden:|gpu-check|kernels:)" "$logs/golden.txt" "$logs/golden/kernel-check.txt" 2>/dev/null | sort | uniq -c
 grep -h -E "FAIL" "$logs/golden/kernel-check.txt" 2>/dev/null | head -5
 grep -h -E "^gpu-check-ranks:" "$logs/golden/ranks.txt" 2>/dev/null
+fi
+if want serve; then
 step "nvfp4 harness, seed 2"
 timeout 120 ferry-kernel-check --seed 2 --filter nvfp4 > "$logs/nvfp4-seed2.txt" 2>&1 || status=1
 tail -1 "$logs/nvfp4-seed2.txt"
@@ -33,6 +43,8 @@ step "gpu-serve-check"
 mkdir -p "$logs/serve"
 timeout 180 env OUT="$logs/serve" "$here/gpu-serve-check.sh" > "$logs/serve.txt" 2>&1 || status=1
 grep -E "DIFFERENT|FAILED|moved|^gpu-serve-check" "$logs/serve.txt" | tail -6
+fi
+if want bench; then
 step "experts (2d, 2g)"
 timeout 90 ferry-bench-roofline --sections=experts > "$logs/experts.txt" 2>&1
 grep -E "NOT MET|met$|targets met" "$logs/experts.txt" | tail -6
@@ -40,7 +52,8 @@ step "whole steps with NVFP4 experts and dense MLPs"
 timeout 200 ferry-bench-roofline --sections models --batches 1,8 --prefill_tokens= --decode_contexts 4096 \
   --expert_formats nvfp4 > "$logs/models-nvfp4.txt" 2>&1
 grep -E "NVFP4 experts decode b[18] ctx4k \|" "$logs/models-nvfp4.txt" | awk -F'|' '{printf "%s median %s\n", $2, $5}'
-if command -v ferry-bench-roofline-old >/dev/null 2>&1; then
+fi
+if want ab && command -v ferry-bench-roofline-old >/dev/null 2>&1; then
   step "models A/B"
   args=(--sections models --batches 1,8 --prefill_tokens= --decode_contexts 4096)
   for i in 1 2 3; do
