@@ -70,21 +70,27 @@ def text_tensors(t):
                 yield x + "weights_proj.weight", (t["index_n_heads"], D), None, 0, True
                 yield x + "index_kpool_compress_gate", (Di, D), None, 0, False
                 yield x + "index_kpool_compress_ape", (t["index_kpool"], Di), None, 0, False
-        m = p + "mlp."
+        yield from mlp_tensors(t, i, p + "mlp.")
 
-        def mlp(q, inter):
-            yield q + "gate_proj.weight", (inter, D), 0, inter, True
-            yield q + "up_proj.weight", (inter, D), 0, inter, True
-            yield q + "down_proj.weight", (D, inter), 1, inter, True
 
-        if t["mlp_layer_types"][i] == "dense":
-            yield from mlp(m, t["intermediate_size"])
-        else:
-            yield m + "gate.weight", (t["n_routed_experts"], D), None, 0, False  # a parameter, not a Linear
-            yield m + "gate.e_score_correction_bias", (t["n_routed_experts"],), None, 0, False
-            for e in range(t["n_routed_experts"]):
-                yield from mlp(f"{m}experts.{e}.", t["moe_intermediate_size"])
-            yield from mlp(m + "shared_experts.", t["moe_intermediate_size"] * t["n_shared_experts"])
+def mlp_tensors(t, i, m):
+    """Layer i's MLP tensors under prefix m (both families): a dense SwiGLU, or the router, the
+    routed experts and the shared expert. (name, shape, split axis, split units, is a Linear)."""
+    D = t["hidden_size"]
+
+    def mlp(q, inter):
+        yield q + "gate_proj.weight", (inter, D), 0, inter, True
+        yield q + "up_proj.weight", (inter, D), 0, inter, True
+        yield q + "down_proj.weight", (D, inter), 1, inter, True
+
+    if t["mlp_layer_types"][i] == "dense":
+        yield from mlp(m, t["intermediate_size"])
+    else:
+        yield m + "gate.weight", (t["n_routed_experts"], D), None, 0, False  # a parameter, not a Linear
+        yield m + "gate.e_score_correction_bias", (t["n_routed_experts"],), None, 0, False
+        for e in range(t["n_routed_experts"]):
+            yield from mlp(f"{m}experts.{e}.", t["moe_intermediate_size"])
+        yield from mlp(m + "shared_experts.", t["moe_intermediate_size"] * t["n_shared_experts"])
 
 
 def weights_per_rank(cfg, ranks):

@@ -99,21 +99,7 @@ def dsa_tensors(t):
             yield a + "indexer.k_norm.weight", (Di,), None, 0, False
             yield a + "indexer.k_norm.bias", (Di,), None, 0, False
             yield a + "indexer.weights_proj.weight", (Hi, D), None, 0, True
-        m = p + "mlp."
-
-        def mlp(q, inter):
-            yield q + "gate_proj.weight", (inter, D), 0, inter, True
-            yield q + "up_proj.weight", (inter, D), 0, inter, True
-            yield q + "down_proj.weight", (D, inter), 1, inter, True
-
-        if t["mlp_layer_types"][i] == "dense":
-            yield from mlp(m, t["intermediate_size"])
-        else:
-            yield m + "gate.weight", (t["n_routed_experts"], D), None, 0, False
-            yield m + "gate.e_score_correction_bias", (t["n_routed_experts"],), None, 0, False
-            for e in range(t["n_routed_experts"]):
-                yield from mlp(f"{m}experts.{e}.", t["moe_intermediate_size"])
-            yield from mlp(m + "shared_experts.", t["moe_intermediate_size"] * t["n_shared_experts"])
+        yield from plan_reference.mlp_tensors(t, i, p + "mlp.")
 
 
 def recipe_nvfp4(name, linear):
