@@ -117,10 +117,10 @@ constexpr float ValueMultiplier(float s, float g) { return s == 0.0f ? 0.0f : 1.
 constexpr uint8_t E2M1Code(float x) {
   const bool neg = x < 0.0f;
   const float a = neg ? -x : x;
-  constexpr float kBounds[7] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-  uint8_t code = 0;
-  while (code < 7 && a > kBounds[code]) ++code;
-  if (code < 7 && a == kBounds[code] && code % 2 == 1) ++code;  // a tie goes to the even code
+  // Between neighbouring magnitudes the midpoint goes to the even code: <= where the lower
+  // neighbour's code is even (0.25, 1.25, 2.5, 5), < where the upper one's is (0.75, 1.75, 3.5).
+  const uint8_t code = a <= 0.25f ? 0 : a < 0.75f ? 1 : a <= 1.25f ? 2 : a < 1.75f ? 3
+                     : a <= 2.5f ? 4 : a < 3.5f ? 5 : a <= 5.0f ? 6 : 7;
   return static_cast<uint8_t>((neg ? 8 : 0) | code);
 }
 // The value of an E2M1 code times 2 (an integer: 0, 1, 2, 3, 4, 6, 8, 12, signed).

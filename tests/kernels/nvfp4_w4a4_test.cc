@@ -9,6 +9,7 @@
 
 #include "common/dtype.h"
 #include "common/nvfp4.h"
+#include "kernels/nvfp4_mma_layout.h"
 #include "tests/catch.h"
 #include "tests/kernels/nvfp4_random.h"
 
@@ -36,6 +37,16 @@ std::vector<uint8_t> PackRow(const std::vector<float>& v) {
 }
 
 constexpr float kGrid[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.5f, -1, -1.5f, -2, -3, -4, -6, 0};
+
+TEST_CASE("w4a4 quantize: the shared E2M1 rounding is common nvfp4's", "[nvfp4][w4a4]") {
+  // Every multiple of 1/64 in [-8, 8] (the midpoints 0.25 ... 5 among them) except -0, whose code
+  // the device formula leaves positive (either decodes to a zero product).
+  for (int i = -512; i <= 512; ++i) {
+    const float v = static_cast<float>(i) / 64.0f;
+    INFO("value " << v);
+    CHECK(w4a4::E2M1Code(v) == F32ToE2M1(v));
+  }
+}
 
 TEST_CASE("w4a4 quantize: grid values times the block scale come back exactly", "[nvfp4][w4a4]") {
   // input_scale 0.25: global 4; amax 3 gives the scale 4 * 3 / 6 = 2 (E4M3 0x40), each value
