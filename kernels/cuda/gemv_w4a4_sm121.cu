@@ -107,6 +107,22 @@ __global__ void __launch_bounds__(32 * kGemvWarps)
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// GemvW4A4Kernel's body exists only in sm_121a code; elsewhere it would run as a no-op (a 90a
+// build with 121a in the list also makes 90a code for it), so the launch checks the device.
+absl::Status RequireSm121(const char* what) {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    return absl::InternalError(absl::StrFormat("%s: cannot read the device's compute capability", what));
+  }
+  if (major != 12 || minor != 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: the block-scaled FP4 mma needs an sm_121 device (GB10); device %d is sm_%d%d", what, device, major, minor));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Launched(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return absl::OkStatus();
@@ -147,6 +163,7 @@ absl::Status GemvW4A4(const uint8_t* codes, const uint8_t* scales, int64_t rows,
   if (!Aligned16(codes) || !Aligned16(scales) || !Aligned16(packed)) {
     return absl::InvalidArgumentError("GemvW4A4: codes, scales and packed must be 16-byte aligned");
   }
+  if (absl::Status s = RequireSm121("GemvW4A4"); !s.ok()) return s;
   const int64_t blocks = (l::RowTiles(out) + kGemvWarps - 1) / kGemvWarps;
   GemvW4A4Kernel<<<static_cast<unsigned>(blocks), 32 * kGemvWarps, 0, static_cast<cudaStream_t>(stream)>>>(
       codes, scales, static_cast<int>(rows), static_cast<int>(in), packed, static_cast<int>(out), input_scale, y);

@@ -24,7 +24,8 @@ namespace ferry::kernels::cuda {
 // (element 2i in the low nibble), E4M3 scales [rows, w4a4::PaddedCols(in) / 16], padding columns
 // zero codes under scale 0; input_scale: the weight's checkpoint input_scale (float32, > 0). Byte
 // for byte cpu::QuantizeActivationsNvfp4 (stride PaddedCols(in)) of the bf16 values as float32.
-// REQUIRES: rows >= 1, in a positive multiple of 16, both <= INT32_MAX; x finite; codes and
+// Plain code (cvt.rn.satfinite e4m3, no FP4 instruction): runs on every target the file is built
+// for. REQUIRES: rows >= 1, in a positive multiple of 16, both <= INT32_MAX; x finite; codes and
 // scales 16-byte aligned, disjoint from x. Errors: INVALID_ARGUMENT with the numbers.
 absl::Status QuantizeActivationsW4A4(const uint16_t* x, int64_t rows, int64_t in, float input_scale, uint8_t* codes,
                                      uint8_t* scales, void* stream = nullptr);
@@ -37,7 +38,8 @@ absl::Status QuantizeActivationsW4A4(const uint16_t* x, int64_t rows, int64_t in
 // row and the shape only. CPU twin: cpu::LinearW4A4 (same order; whether the GB10's tensor cores
 // round each group's addition as the twin does is to be measured). REQUIRES: 1 <= rows <= 8, in
 // a positive multiple of 16, out >= 1, both <= INT32_MAX; packed, codes, scales 16-byte
-// aligned; y aliases none of them. Errors: INVALID_ARGUMENT with the numbers, nothing launched.
+// aligned; y aliases none of them. Errors: INVALID_ARGUMENT with the numbers, FAILED_PRECONDITION
+// on a device other than sm_121 (the kernel's body exists only in sm_121a code); nothing launched.
 absl::Status GemvW4A4(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t in, const uint8_t* packed,
                       int64_t out, float input_scale, uint16_t* y, void* stream = nullptr);
 
