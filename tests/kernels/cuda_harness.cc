@@ -69,6 +69,9 @@ std::vector<Case> AllCases() {
   AddFp8Cases(&cases);
   AddQuantizeCases(&cases);
   AddNvfp4Cases(&cases);
+#ifdef FERRY_CUDA_SM121A
+  AddW4A4Cases(&cases);  // the GB10 kernels exist only in sm_121a builds
+#endif
   return cases;
 }
 

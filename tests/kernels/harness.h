@@ -145,6 +145,7 @@ void AddMoeCases(std::vector<Case>* cases);        // harness_moe.cc
 void AddFp8Cases(std::vector<Case>* cases);        // harness_fp8.cc
 void AddQuantizeCases(std::vector<Case>* cases);   // harness_quantize.cc
 void AddNvfp4Cases(std::vector<Case>* cases);      // harness_nvfp4.cc
+void AddW4A4Cases(std::vector<Case>* cases);       // harness_w4a4.cc (121a builds only)
 // One run of host-side checks (no device needed): each failed check is printed and counted.
 class HostChecks {
  public:
