@@ -14,10 +14,10 @@
 // Architectures: the bf16 mma.sync path is sm_80+ code and is built for every FERRY_CUDA_ARCHS
 // target (sm_90a and sm_121 alike). The GB10's (sm_121) block-scaled FP4 tensor-core MMA
 // (mma.sync ... kind::mxf4nvf4.block_scale, e2m1 x e2m1 with ue4m3 scales) multiplies FP4
-// activations too, so it would serve NVFP4's W4A4 numerics (activations quantized with the
-// checkpoint's input_scale), not these (bf16 activations, exact): it needs its own contract and
-// CPU twin, and assembles only for the arch-specific target (nvcc: -gencode
-// arch=compute_121a,code=sm_121a, __CUDA_ARCH_FEAT_SM121_ALL; plain sm_121 refuses it).
+// activations too, so it serves NVFP4's W4A4 numerics (activations quantized with the
+// checkpoint's input_scale), not these (bf16 activations, exact): that is gemv_w4a4_sm121.h, its
+// own contract and CPU twin, built only for the arch-specific target (FERRY_CUDA_ARCHS with 121a;
+// plain sm_121 refuses the instruction) and not yet chosen by the loader.
 #pragma once
 
 #include <cstdint>
