@@ -43,26 +43,30 @@
 
 #include <cstdint>
 
+#include "kernels/nvfp4_layout.h"
+
 namespace ferry::kernels::w4a4 {
 
 inline constexpr int kMmaM = 16, kMmaN = 8, kMmaK = 64;
 inline constexpr int kGroup = 16;  // K values a scale
-inline constexpr int64_t kTileRows = 16;
-inline constexpr int64_t kTileCols = 256;
+// The tile geometry is the bf16-operand layout's (nvfp4_layout.h): 16 x 256, 2304 bytes, a
+// float32 global scale a row tile after the tiles; only the bytes' order inside a tile differs.
+using nvfp4::kTileBytes;
+using nvfp4::kTileCodeBytes;
+using nvfp4::kTileCols;
+using nvfp4::kTileRows;
+using nvfp4::ColTiles;
+using nvfp4::PackedBytes;
+using nvfp4::RowScaleOffset;
+using nvfp4::RowTiles;
 inline constexpr int kTileSteps = 4;  // mma steps a tile
-inline constexpr int64_t kTileCodeBytes = 2048;
-inline constexpr int64_t kTileBytes = 2304;
 inline constexpr float kE2M1Max = 6.0f;
 inline constexpr float kE4M3Max = 448.0f;
 static_assert(kTileCodeBytes == kTileSteps * 32 * 16, "16 code bytes a lane a step");
 static_assert(kTileBytes == kTileCodeBytes + 16 * 16, "16 scale slots of 16 bytes");
 static_assert(kTileCols == kTileSteps * kMmaK, "4 steps of 64 columns");
 
-constexpr int64_t RowTiles(int64_t out) { return (out + kTileRows - 1) / kTileRows; }
-constexpr int64_t ColTiles(int64_t in) { return (in + kTileCols - 1) / kTileCols; }
 constexpr int64_t PaddedCols(int64_t in) { return ColTiles(in) * kTileCols; }
-constexpr int64_t RowScaleOffset(int64_t out, int64_t in) { return RowTiles(out) * ColTiles(in) * kTileBytes; }
-constexpr int64_t PackedBytes(int64_t out, int64_t in) { return (RowScaleOffset(out, in) + RowTiles(out) * 4 + 15) / 16 * 16; }
 
 // Fragment maps of the instruction (see the top of the file). Pos: row and column of the matrix
 // (A: row, K; B: K, column; D: row, column).

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "kernels/nvfp4_layout.h"
 #include "kernels/nvfp4_mma_layout.h"
 
 namespace ferry::kernels::cpu {
@@ -67,21 +68,6 @@ void LinearW4A4(const float* x, int64_t rows, int64_t in, float input_scale, con
                       y);
 }
 
-namespace {
-
-// The code at (r, c) of a ModelOpt weight of `rows` rows and the scale byte of its group, both 0
-// outside it; the scale's sign folded into the code, a zero scale zeroing it.
-uint8_t ScaleAt(const uint8_t* scales, int64_t rows, int64_t in, int64_t r, int64_t c) {
-  return r >= 0 && r < rows && c < in ? scales[r * (in / l::kGroup) + c / l::kGroup] : 0;
-}
-uint8_t CodeAt(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t in, int64_t r, int64_t c) {
-  const uint8_t s = ScaleAt(scales, rows, in, r, c);
-  if ((s & 0x7f) == 0) return 0;
-  const uint8_t code = (codes[r * (in / 2) + c / 2] >> (4 * (c % 2))) & 0x0f;
-  return (s & 0x80) != 0 ? code ^ 0x08 : code;
-}
-
-}  // namespace
 
 void PackW4A4(const uint8_t* codes, const uint8_t* scales, float global_scale, int64_t rows, int64_t in,
               uint8_t* packed, int64_t out, int64_t row0) {
@@ -98,7 +84,7 @@ void PackW4A4(const uint8_t* codes, const uint8_t* scales, float global_scale, i
             uint32_t word = 0;
             for (int i = 0; i < 8; ++i) {
               const l::Pos p = l::TileCodeSource(step, lane, reg, i);
-              word |= static_cast<uint32_t>(CodeAt(codes, scales, rows, in, r_base + p.row, c_base + p.col)) << (4 * i);
+              word |= static_cast<uint32_t>(nvfp4::InputCode(codes, scales, rows, in, r_base + p.row, c_base + p.col)) << (4 * i);
             }
             std::memcpy(tile + l::CodeWordOffset(step, lane, reg), &word, 4);
           }
@@ -106,7 +92,7 @@ void PackW4A4(const uint8_t* codes, const uint8_t* scales, float global_scale, i
         for (int slot = 0; slot < 16; ++slot) {
           for (int b = 0; b < 4; ++b) {
             const l::Pos p = l::TileScaleSource(slot, step, b);
-            const uint8_t s = ScaleAt(scales, rows, in, r_base + p.row, c_base + p.col) & 0x7f;  // UE4M3
+            const uint8_t s = nvfp4::InputScale(scales, rows, in, r_base + p.row, c_base + p.col) & 0x7f;  // UE4M3
             tile[l::kTileCodeBytes + 16 * slot + 4 * step + b] = s;
           }
         }
