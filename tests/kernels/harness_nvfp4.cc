@@ -285,6 +285,14 @@ int RunNvfp4HostChecks() {
   checks.Refused(cu::MoeGemvNvfp4(table, some, 4, 1, x, true, 16, 8, y, true, nullptr), "y_shared",
           "MoeGemvNvfp4 scattered without y_shared");
   checks.Expect(cu::MoeGemvNvfp4(table, none, 0, 1, x, true, 16, 8, y, false, nullptr).ok(), "MoeGemvNvfp4 of no groups");
+  cu::Nvfp4GemvShape unbuilt;
+  unbuilt.depth = 5;
+  checks.Refused(cu::SetNvfp4GemvShape(unbuilt), "depth 5", "SetNvfp4GemvShape a form not built");
+  cu::Nvfp4GemvShape no_warps;
+  no_warps.moe_warp_target = 0;
+  checks.Refused(cu::SetNvfp4GemvShape(no_warps), "targets >= 1", "SetNvfp4GemvShape a target of 0");
+  checks.Expect(cu::Nvfp4GemvForms().size() >= 2 && cu::SetNvfp4GemvShape(cu::Nvfp4GemvForms()[0]).ok(),
+                "SetNvfp4GemvShape the default form");
   return checks.Finish("nvfp4");
 }
 
