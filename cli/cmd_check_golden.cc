@@ -381,7 +381,8 @@ int RunCheckGolden() {
     }
 #endif
     auto model = LoadModelOn(device, dir, precision, /*fp8_experts=*/true,
-                             model::TensorParallel{rank, static_cast<int>(world), comm});
+                             model::TensorParallel{rank, static_cast<int>(world), comm}, /*nvfp4_experts=*/true,
+                             absl::GetFlag(FLAGS_nvfp4_numerics));
     if (!model.ok()) {
       fprintf(stderr, "ferry check-golden: rank %d: %s\n", rank, std::string(model.status().message()).c_str());
       return 2;

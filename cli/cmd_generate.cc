@@ -166,7 +166,8 @@ int RunGenerate() {
     prompt = std::move(*ids);
   }
   auto model = LoadModelOn(absl::GetFlag(FLAGS_device), dir, absl::GetFlag(FLAGS_precision),
-                           absl::GetFlag(FLAGS_fp8_experts), {}, absl::GetFlag(FLAGS_nvfp4_experts));
+                           absl::GetFlag(FLAGS_fp8_experts), {}, absl::GetFlag(FLAGS_nvfp4_experts),
+                           absl::GetFlag(FLAGS_nvfp4_numerics));
   if (!model.ok()) {
     fprintf(stderr, "ferry generate: %s\n", std::string(model.status().message()).c_str());
     return 2;

@@ -2,14 +2,22 @@
 // another form.
 //   nvfp4     every MLP and expert projection (`*.mlp.*_proj.weight`; the router stays) as NVIDIA's
 //             ModelOpt writes NVFP4 (common/nvfp4.h: per-16 E4M3 scales chosen as ModelOpt
-//             chooses them, a global scale a tensor; no input_scale, which needs calibration data),
-//             every other tensor as stored; config.json gains quantization_config and
-//             hf_quant_config.json is written, both naming the linear modules left unquantized.
+//             chooses them, a global scale a tensor), every other tensor as stored; config.json
+//             gains quantization_config and hf_quant_config.json is written, both naming the
+//             linear modules left unquantized. With calibration prompts (--calibration text,
+//             --calibration_ids token ids; cli/calibrate.h) each projection also gets its
+//             input_scale and the config says NVFP4 with static activation scales (what W4A4
+//             kernels need: vLLM's and TensorRT-LLM's on Blackwell, Ferry's --nvfp4_numerics
+//             w4a4); a projection calibration did not reach (an MTP layer's) stays bf16. Without
+//             calibration the config says W4A16_NVFP4 (weights only, no input scales).
 //   bf16, f32 every floating-point weight decoded (FP8 and NVFP4 included) into that dtype, e.g.
 //             to hold a quantized model to a float32 run over its own dequantized weights.
 // Every other file of IN (tokenizer, chat template, generation config) is copied. Shards of up to
 // 5 GB, with model.safetensors.index.json when there are several.
+#include <cmath>
 #include <cstdio>
+#include <map>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -21,6 +29,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "cli/calibrate.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/dtype.h"
@@ -28,6 +37,7 @@
 #include "common/version.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/checkpoint/safetensors.h"
+#include "model/families/calibration.h"
 
 namespace ferry::cli {
 namespace {
@@ -117,14 +127,41 @@ int Fail(const std::string& why) {
 
 int RunQuantize(const std::vector<std::string>& args) {
   const std::string format = absl::GetFlag(FLAGS_format);
+  const std::string calib_text = absl::GetFlag(FLAGS_calibration), calib_ids = absl::GetFlag(FLAGS_calibration_ids);
   if (args.size() != 2 || (format != "nvfp4" && format != "bf16" && format != "f32")) {
-    fprintf(stderr, "usage: ferry quantize --format nvfp4|bf16|f32 IN_DIR OUT_DIR (got --format '%s' and %zu paths)\n",
+    fprintf(stderr,
+            "usage: ferry quantize --format nvfp4|bf16|f32 [--calibration FILE | --calibration_ids FILE] IN_DIR OUT_DIR "
+            "(got --format '%s' and %zu paths)\n",
             format.c_str(), args.size());
     return 2;
   }
+  if (!calib_text.empty() && !calib_ids.empty()) return Fail("give --calibration or --calibration_ids, not both");
+  const bool calibrate = !calib_text.empty() || !calib_ids.empty();
+  if (calibrate && format != "nvfp4") return Fail(absl::StrCat("calibration sets NVFP4 input scales; --format is ", format));
   const std::string in = args[0], out = args[1];
   auto ck = model::Checkpoint::Open(in);
   if (!ck.ok()) return Fail(std::string(ck.status().message()));
+  // The largest |x| at each MLP projection's input over the prompts (before OUT is created).
+  std::map<model::MlpSite, float> amax;
+  if (calibrate) {
+    auto prompts = ReadCalibrationPrompts(calib_ids.empty() ? calib_text : calib_ids, !calib_ids.empty(), in);
+    if (!prompts.ok()) return Fail(std::string(prompts.status().message()));
+    int64_t tokens = 0;
+    for (const auto& p : *prompts) tokens += static_cast<int64_t>(p.size());
+    fprintf(stderr, "ferry quantize: calibrating on %zu prompts, %lld tokens (CPU, float32)\n", prompts->size(),
+            static_cast<long long>(tokens));
+    auto reference = model::LoadCausalLM(in);
+    if (!reference.ok()) return Fail(std::string(reference.status().message()));
+    auto measured = model::CalibrateMlpInputs(**reference, *prompts);
+    if (!measured.ok()) return Fail(std::string(measured.status().message()));
+    amax = std::move(*measured);
+  }
+  // The activation scale of projection `name`, 0 when calibration did not reach it.
+  auto input_scale = [&](const std::string& name) {
+    const std::optional<model::MlpSite> site = model::ParseMlpProjection(name);
+    auto it = site ? amax.find(*site) : amax.end();
+    return it == amax.end() || !std::isfinite(it->second) ? 0.0f : Nvfp4GlobalScale(it->second);
+  };
   std::error_code ec;
   if (fs::exists(out) && !fs::is_empty(out, ec)) return Fail(absl::StrCat(out, " exists and is not empty"));
   fs::create_directories(out, ec);
@@ -134,7 +171,7 @@ int RunQuantize(const std::vector<std::string>& args) {
   const DType dense = format == "f32" ? DType::kF32 : DType::kBF16;
   ShardWriter shards(out);
   nlohmann::json excluded = nlohmann::json::array();
-  int64_t quantized = 0, decoded = 0, copied = 0;
+  int64_t quantized = 0, decoded = 0, copied = 0, uncalibrated = 0;
   for (const std::string& name : ck->TensorNames()) {
     const model::TensorInfo& t = *ck->Find(name);
     // FP8 block scales and NVFP4 scales go with their weight.
@@ -146,8 +183,11 @@ int RunQuantize(const std::vector<std::string>& args) {
     std::vector<int64_t> shape = t.shape;
     if (t.dtype == DType::kU8 && shape.size() == 2) shape[1] *= 2;
     const bool is_float = IsFloatWeightType(t.dtype) || t.dtype == DType::kU8;
+    const bool projection = nvfp4 && is_float && MlpProjection(name, model::TensorInfo{name, t.dtype, shape, 0, 0});
+    const float act_scale = projection && calibrate ? input_scale(name) : 0.0f;
+    if (projection && calibrate && !(act_scale > 0.0f)) ++uncalibrated;  // stays bf16, excluded below
     absl::Status st;
-    if (nvfp4 && is_float && MlpProjection(name, model::TensorInfo{name, t.dtype, shape, 0, 0})) {
+    if (projection && (!calibrate || act_scale > 0.0f)) {
       auto w = ck->LoadF32(name, shape);
       if (!w.ok()) return Fail(std::string(w.status().message()));
       const Nvfp4Weight q = QuantizeNvfp4(*w, shape[0], shape[1]);
@@ -157,6 +197,10 @@ int RunQuantize(const std::vector<std::string>& args) {
                          Bytes(q.scales.data(), q.scales.size())});
       }
       if (st.ok()) st = shards.Add({name + "_scale_2", DType::kF32, {}, Bytes(&q.global_scale, sizeof(float))});
+      if (st.ok() && calibrate) {
+        st = shards.Add({name.substr(0, name.size() - 7) + ".input_scale", DType::kF32, {},
+                         Bytes(&act_scale, sizeof(float))});
+      }
       ++quantized;
     } else if (is_float && (!nvfp4 || t.dtype == DType::kF8E4M3 || t.dtype == DType::kU8)) {
       // Decoded: every weight for bf16/f32; for nvfp4 only what is quantized in another way.
@@ -177,7 +221,8 @@ int RunQuantize(const std::vector<std::string>& args) {
       }
       ++copied;
     }
-    if (nvfp4 && t.shape.size() == 2 && absl::EndsWith(name, ".weight") && !MlpProjection(name, t)) {
+    const bool left_bf16 = !MlpProjection(name, t) || (projection && calibrate && !(act_scale > 0.0f));
+    if (nvfp4 && t.shape.size() == 2 && absl::EndsWith(name, ".weight") && left_bf16) {
       excluded.push_back(name.substr(0, name.size() - 7));
     }
     if (!st.ok()) return Fail(std::string(st.message()));
@@ -197,9 +242,19 @@ int RunQuantize(const std::vector<std::string>& args) {
   nlohmann::json config = ck->config_json();
   config.erase("quantization_config");
   if (nvfp4) {
-    const nlohmann::json q = {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", kNvfp4Group},
-                              {"exclude_modules", excluded}};
-    config["quantization_config"] = q;
+    // Calibrated: ModelOpt's NVFP4 (static activation scales, as its config_groups state);
+    // otherwise the weight-only form vLLM reads as W4A16_NVFP4.
+    nlohmann::json q = {{"quant_method", "modelopt"},
+                        {"quant_algo", calibrate ? "NVFP4" : "W4A16_NVFP4"},
+                        {"group_size", kNvfp4Group},
+                        {"kv_cache_quant_algo", nullptr},
+                        {"exclude_modules", excluded}};
+    const nlohmann::json fp4 = {{"num_bits", 4}, {"type", "float"}, {"group_size", kNvfp4Group}, {"dynamic", false}};
+    nlohmann::json group = {{"targets", {"Linear"}}, {"weights", fp4}};
+    if (calibrate) group["input_activations"] = fp4;
+    nlohmann::json config_q = q;
+    config_q["config_groups"] = {{"group_0", group}};
+    config["quantization_config"] = config_q;
     std::ofstream hq(out + "/hf_quant_config.json");
     hq << nlohmann::json{{"producer", {{"name", "ferry"}, {"version", VersionString()}}}, {"quantization", q}}.dump(2)
        << "\n";
@@ -207,9 +262,11 @@ int RunQuantize(const std::vector<std::string>& args) {
     config["torch_dtype"] = format == "f32" ? "float32" : "bfloat16";
   }
   std::ofstream(out + "/config.json") << config.dump(2) << "\n";
-  printf("ferry quantize: %s -> %s (%s): %lld weights quantized, %lld decoded, %lld copied\n", in.c_str(), out.c_str(),
-         format.c_str(), static_cast<long long>(quantized), static_cast<long long>(decoded),
-         static_cast<long long>(copied));
+  printf("ferry quantize: %s -> %s (%s%s): %lld weights quantized, %lld decoded, %lld copied", in.c_str(), out.c_str(),
+         format.c_str(), calibrate ? ", input scales calibrated" : "", static_cast<long long>(quantized),
+         static_cast<long long>(decoded), static_cast<long long>(copied));
+  if (uncalibrated > 0) printf(", %lld projections calibration did not reach left bf16", static_cast<long long>(uncalibrated));
+  printf("\n");
   return 0;
 }
 

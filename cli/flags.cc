@@ -41,6 +41,12 @@ ABSL_FLAG(bool, ignore_eos, false, "generate: do not stop at the model's end-of-
 ABSL_FLAG(std::string, config, "", "plan: a config.json to read instead of --model DIR's");
 ABSL_FLAG(std::string, format, "",
           "quantize: nvfp4 (MLP and expert projections as ModelOpt NVFP4), bf16 or f32 (every weight decoded)");
+ABSL_FLAG(std::string, calibration, "",
+          "quantize --format nvfp4: a text file of calibration prompts, one a line, encoded with IN's tokenizer: "
+          "each MLP projection gets its input_scale (static activation scales, for W4A4 kernels)");
+ABSL_FLAG(std::string, calibration_ids, "",
+          "quantize --format nvfp4: calibration prompts as token ids, one prompt a line (for checkpoints without "
+          "a tokenizer)");
 ABSL_FLAG(std::string, gpus, "",
           "serve --device cuda: the GPUs of the ranks, comma-separated (rank r on the (r mod n)-th; several ranks may "
           "share one); empty: rank modulo the visible GPUs");

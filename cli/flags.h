@@ -27,6 +27,8 @@ ABSL_DECLARE_FLAG(bool, ignore_eos);
 // plan
 ABSL_DECLARE_FLAG(std::string, config);
 ABSL_DECLARE_FLAG(std::string, format);
+ABSL_DECLARE_FLAG(std::string, calibration);
+ABSL_DECLARE_FLAG(std::string, calibration_ids);
 ABSL_DECLARE_FLAG(int64_t, ranks);
 ABSL_DECLARE_FLAG(std::string, gpus);
 ABSL_DECLARE_FLAG(std::string, logits_out);

@@ -11,19 +11,24 @@ namespace ferry::cli {
 
 absl::StatusOr<std::unique_ptr<model::CausalLM>> LoadModelOn(const std::string& device, const std::string& dir,
                                                              const std::string& precision, bool fp8_experts,
-                                                             const model::TensorParallel& tp, bool nvfp4_experts) {
+                                                             const model::TensorParallel& tp, bool nvfp4_experts,
+                                                             const std::string& nvfp4_name) {
   if (precision != "bf16" && precision != "f32") {
     return absl::InvalidArgumentError(absl::StrCat("--precision ", precision, ": expected bf16 or f32"));
   }
-  if (device == "cpu") return model::LoadCausalLM(dir, tp);
+  absl::StatusOr<model::Nvfp4Numerics> nvfp4 = model::ParseNvfp4Numerics(nvfp4_name);
+  if (!nvfp4.ok()) return absl::InvalidArgumentError(absl::StrCat("--nvfp4_numerics: ", nvfp4.status().message()));
+  if (device == "cpu") return model::LoadCausalLM(dir, tp, {}, *nvfp4);
   if (device == "cuda") {
 #ifdef FERRY_WITH_CUDA
     model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
     opts.fp8_experts = fp8_experts;
     opts.nvfp4_experts = nvfp4_experts;
+    opts.nvfp4_numerics = *nvfp4;
     return model::cuda::LoadCausalLMCuda(dir, tp, {}, opts);
 #else
     (void)nvfp4_experts;
+    (void)nvfp4;
     return absl::UnimplementedError("--device cuda: this ferry was built without CUDA (nvcc was not found when "
                                     "CMake configured it)");
 #endif

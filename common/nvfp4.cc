@@ -32,7 +32,7 @@ Nvfp4Weight QuantizeNvfp4(std::span<const float> w, int64_t rows, int64_t cols) 
   Nvfp4Weight q;
   float amax = 0.0f;
   for (float v : w) amax = std::max(amax, std::fabs(v));
-  q.global_scale = amax / (kE2M1Max * 448.0f);
+  q.global_scale = Nvfp4GlobalScale(amax);
   if (q.global_scale == 0.0f) q.global_scale = 1.0f;  // an all-zero tensor: any scale decodes it
   const int64_t groups = cols / kNvfp4Group;
   q.packed.assign(static_cast<size_t>(rows * cols / 2), 0);

@@ -23,6 +23,10 @@ namespace ferry {
 inline constexpr int64_t kNvfp4Group = 16;
 inline constexpr float kE2M1Max = 6.0f;
 
+// A tensor's global scale from its largest magnitude, as ModelOpt sets weight_scale_2 and
+// input_scale: amax / (6 * 448) (the largest E2M1 value times the largest E4M3 one).
+inline float Nvfp4GlobalScale(float amax) { return amax / (kE2M1Max * 448.0f); }
+
 // The value of a 4-bit E2M1 code (its low nibble).
 float E2M1ToF32(uint8_t code);
 // The E2M1 code nearest `x` (ties to the even code; beyond +-6: +-6).

@@ -75,7 +75,9 @@ absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(
   const std::string device = absl::GetFlag(FLAGS_device), precision = absl::GetFlag(FLAGS_precision);
   const std::string wanted = absl::GetFlag(FLAGS_dataplane);
   FERRY_RETURN_IF_ERROR(CheckDataPlane(wanted, device));
-  if (device == "cpu") return model::LoadCausalLM(path, tp, cache);
+  absl::StatusOr<model::Nvfp4Numerics> nvfp4 = model::ParseNvfp4Numerics(absl::GetFlag(FLAGS_nvfp4_numerics));
+  if (!nvfp4.ok()) return absl::InvalidArgumentError(absl::StrCat("--nvfp4_numerics: ", nvfp4.status().message()));
+  if (device == "cpu") return model::LoadCausalLM(path, tp, cache, *nvfp4);
   if (device != "cuda") return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": use cpu or cuda"));
 #ifdef FERRY_WITH_CUDA
   if (precision != "bf16" && precision != "f32") {
@@ -96,6 +98,7 @@ absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(
   model::cuda::CudaLoadOptions opts(precision == "f32" ? model::cuda::Precision::kF32 : model::cuda::Precision::kBf16);
   opts.fp8_experts = absl::GetFlag(FLAGS_fp8_experts);
   opts.nvfp4_experts = absl::GetFlag(FLAGS_nvfp4_experts);
+  opts.nvfp4_numerics = *nvfp4;
   return model::cuda::LoadCausalLMCuda(path, tp, cache, opts);
 #else
   (void)precision;

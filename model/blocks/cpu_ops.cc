@@ -199,7 +199,13 @@ absl::Status CpuOps::FfnAdd(const Ffn& f, const ModelConfig& c, const float* a, 
       return tap.log->Decide(DecisionSite::kMoeExperts, tap.layer, n, k, experts);
     };
   }
-  FERRY_RETURN_IF_ERROR(FfnForward(f, a, rows, D, c.swiglu_limit, y, decide));
+  MlpInputTap observe;
+  if (tap.ffn_inputs != nullptr) {
+    observe = [&](int64_t expert, MlpInput input, const float* in, int64_t n, int64_t cols) {
+      tap.ffn_inputs->See(tap.layer, expert, input, in, n, cols);
+    };
+  }
+  FERRY_RETURN_IF_ERROR(FfnForward(f, a, rows, D, c.swiglu_limit, y, decide, observe));
   if (assign) {
     std::copy_n(y, rows * D, x);
   } else {

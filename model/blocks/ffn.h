@@ -2,10 +2,10 @@
 // the shared expert) and the sigmoid-routed MoE.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <span>
-
-#include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,19 +16,57 @@
 
 namespace ferry::model {
 
-// gate/up [inter, hidden], down [hidden, inter] (PyTorch Linear layout).
+// An NVFP4 projection kept as stored for W4A4 numerics (kernels/cpu/nvfp4_w4a4.h): this rank's
+// codes [out, in / 2] and E4M3 group scales [out, in / 16], the weight's global scale, and the
+// activation scale its input is quantized under.
+struct Nvfp4Projection {
+  std::vector<uint8_t> codes, scales;
+  float global_scale = 1.0f;
+  float input_scale = 0.0f;
+  int64_t out = 0, in = 0;
+};
+
+// gate/up [inter, hidden], down [hidden, inter] (PyTorch Linear layout): float32, or, when w4a4,
+// the three projections kept in NVFP4 (gate4, up4, down4) and run with W4A4 numerics.
 struct MlpWeights {
   Weight gate, up, down;
-  int64_t inter() const { return gate.rows; }
+  bool w4a4 = false;
+  Nvfp4Projection gate4, up4, down4;
+  int64_t inter() const { return w4a4 ? gate4.out : gate.rows; }
 };
 
 // Loads `gate_proj`, `up_proj`, `down_proj` under the loader's prefix; under tensor parallelism
-// this rank's slice of the intermediate dimension (gate/up rows, down columns).
+// this rank's slice of the intermediate dimension (gate/up rows, down columns). With kW4A4, an
+// MLP whose three projections are stored NVFP4 is kept in NVFP4 (w4a4); one with a bf16 or FP8
+// projection loads as float32 (W4A4 applies only where the checkpoint quantized all three).
+// Errors: the loader's; with kW4A4, FAILED_PRECONDITION for an NVFP4 projection without an
+// input_scale (a weight-only checkpoint: run it with kW4A16) and INVALID_ARGUMENT for a
+// tensor-parallel slice of down_proj's columns that is not a multiple of 16.
 absl::StatusOr<MlpWeights> LoadMlp(const WeightLoader& w, int64_t hidden, int64_t inter,
-                                   const TensorParallel& tp = {});
+                                   const TensorParallel& tp = {}, Nvfp4Numerics numerics = Nvfp4Numerics::kW4A16);
+
+// Which input of an MLP's projections a forward shows an FfnObserver.
+enum class MlpInput { kGateUp, kDown };
+
+// Sees the inputs of a layer's MLP projections as a forward computes them: what activation
+// calibration (ferry quantize's input scales) measures. `expert` is the routed expert's id,
+// kDenseMlp for a dense layer's MLP, kSharedExpert for the shared expert. While an observer is
+// attached, an MoE layer also shows every routed expert every row of the step (as calibration
+// tools route all tokens to all experts, so that no expert goes unmeasured); the layer's output
+// is unchanged. x is [rows, cols] float32, valid for the call only.
+class FfnObserver {
+ public:
+  static constexpr int64_t kDenseMlp = -1, kSharedExpert = -2;
+  virtual ~FfnObserver() = default;
+  virtual void See(int64_t layer, int64_t expert, MlpInput input, const float* x, int64_t rows, int64_t cols) = 0;
+};
+// An observer bound to one layer (FfnForward's argument): null function when none is attached.
+using MlpInputTap = std::function<void(int64_t expert, MlpInput input, const float* x, int64_t rows, int64_t cols)>;
 
 // y[rows, hidden] = down(SwiGlu(gate x, up x; limit)), limit 0 = no clamp. y must not alias x.
-void MlpForward(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y);
+// `tap` (optional) sees x and the SwiGlu output as input `expert`'s.
+void MlpForward(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
+                const MlpInputTap& tap = {}, int64_t expert = FfnObserver::kDenseMlp);
 
 // Router `gate.weight` [E, hidden], `gate.e_score_correction_bias` [E], experts E.{gate,up,down},
 // and `shared_experts` (inter = moe_intermediate_size * n_shared_experts; absent when 0).
@@ -43,7 +81,8 @@ struct MoeWeights {
 
 // Experts are not divided between ranks: every rank holds its intermediate slice of every
 // expert, so routing (replicated) stays global.
-absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp = {});
+absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp = {},
+                                   Nvfp4Numerics numerics = Nvfp4Numerics::kW4A16);
 
 // What a decision log does with a step's routing (model/golden/decision_log.h): it sees the experts
 // [rows, k] (ascending in each row) and may overwrite them (a replay); true when it did.
@@ -52,10 +91,11 @@ using RouteDecision = std::function<absl::StatusOr<bool>(int64_t rows, int64_t k
 // y[rows, hidden] (this rank's partial sum under tensor parallelism) = sum over each row's routed experts, ascending by expert id, of
 // weight * expert(x), then + shared(x). Each row's result is independent of the other rows.
 // y must not alias x. `decide` (optional) may pin the routing: pinned experts are weighted as the
-// router would weight them (PinnedRouteWeights). Errors: `decide`'s, and INVALID_ARGUMENT
-// for a pinned expert id outside [0, n_experts) or repeated in a row.
+// router would weight them (PinnedRouteWeights). `tap` (optional) sees the projections' inputs
+// as FfnObserver says. Errors: `decide`'s, and INVALID_ARGUMENT for a pinned expert id outside
+// [0, n_experts) or repeated in a row.
 absl::Status MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                        const RouteDecision& decide = {});
+                        const RouteDecision& decide = {}, const MlpInputTap& tap = {});
 
 // A layer's FFN: the dense MLP or the MoE, as config.mlp_types says.
 struct FfnWeights {
@@ -66,11 +106,11 @@ struct FfnWeights {
 
 // Loads layer `layer`'s FFN under the loader's prefix ("...mlp.").
 absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, int64_t layer,
-                                   const TensorParallel& tp = {});
+                                   const TensorParallel& tp = {}, Nvfp4Numerics numerics = Nvfp4Numerics::kW4A16);
 
 // y[rows, hidden] = the layer's FFN of x (this rank's partial sum under tensor parallelism); an MoE
-// layer's routing goes through `decide` as MoeForward says.
+// layer's routing goes through `decide` as MoeForward says; `tap` as MoeForward and MlpForward say.
 absl::Status FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                        const RouteDecision& decide = {});
+                        const RouteDecision& decide = {}, const MlpInputTap& tap = {});
 
 }  // namespace ferry::model

@@ -104,7 +104,7 @@ absl::StatusOr<QuantizationScheme> QuantizationScheme::Parse(const nlohmann::jso
     return absl::OkStatus();
   };
   auto format_of_algo = [&](const std::string& algo, WeightFormat* f) {
-    if (algo == "NVFP4") *f = WeightFormat::kNvfp4;
+    if (algo == "NVFP4" || algo == "W4A16_NVFP4") *f = WeightFormat::kNvfp4;
     else if (algo == "FP8") *f = WeightFormat::kFp8Tensor;
     else return false;
     return true;
@@ -112,7 +112,7 @@ absl::StatusOr<QuantizationScheme> QuantizationScheme::Parse(const nlohmann::jso
 
   const std::string method = text(q, "quant_method"), algo = text(q, "quant_algo");
   s.method_ = algo.empty() ? method : absl::StrCat(algo, method.empty() ? "" : absl::StrCat(" (", method, ")"));
-  if (algo == "NVFP4") {
+  if (algo == "NVFP4" || algo == "W4A16_NVFP4") {
     FERRY_RETURN_IF_ERROR(group_of_16(q));
     s.nvfp4_ = true;
     s.base_ = WeightFormat::kNvfp4;
@@ -170,6 +170,14 @@ absl::StatusOr<QuantizationScheme> QuantizationScheme::Parse(const nlohmann::jso
     }
   }
   return s;
+}
+
+const char* Nvfp4NumericsName(Nvfp4Numerics n) { return n == Nvfp4Numerics::kW4A4 ? "w4a4" : "w4a16"; }
+
+absl::StatusOr<Nvfp4Numerics> ParseNvfp4Numerics(const std::string& name) {
+  if (name == "w4a16") return Nvfp4Numerics::kW4A16;
+  if (name == "w4a4") return Nvfp4Numerics::kW4A4;
+  return absl::InvalidArgumentError(absl::StrCat("NVFP4 numerics '", name, "': expected w4a16 or w4a4"));
 }
 
 WeightFormat QuantizationScheme::FormatOf(absl::string_view module, int64_t cols) const {

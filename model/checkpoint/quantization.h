@@ -6,6 +6,7 @@
 //   quant_method "fp8" (the GLM-5 / DeepSeek FP8 releases): every Linear weight F8_E4M3 with a
 //     float32 scale per weight_block_size block ([128, 128] by default);
 //   quant_algo "NVFP4" (ModelOpt): every Linear weight NVFP4 (common/nvfp4.h), group_size 16;
+//     "W4A16_NVFP4" the same weights without activation scales (weight-only);
 //   quant_algo "FP8" (ModelOpt): every Linear weight F8_E4M3 with one float32 scale;
 //   quant_algo "MIXED_PRECISION" (ModelOpt): the modules quantized_layers names, each in its
 //     entry's quant_algo (NVFP4 or FP8), every other Linear weight bf16;
@@ -40,6 +41,18 @@ const char* WeightFormatName(WeightFormat f);
 // holds it ("model.visual" and "model.visual*" both name "model.visual.blocks.0.mlp.up_proj";
 // "model.layers.1.self_attn*" names nothing of layer 10).
 bool ModuleMatches(absl::string_view pattern, absl::string_view module);
+
+// How a model runs the weights a checkpoint stores in NVFP4.
+//  kW4A16 (default): weights dequantized exactly to float32, activations as computed (float32 on
+//    the CPU, bf16 on CUDA): NVFP4's weight-only numerics.
+//  kW4A4: the MLP and expert projections stored in NVFP4 with an input_scale run as the FP4
+//    tensor cores of a GB10 or a Blackwell GPU run them (vLLM's and TensorRT-LLM's numerics for
+//    ModelOpt NVFP4 releases): each input row quantized to NVFP4 under the projection's input
+//    scale (gate and up share the larger of their two), the product summed a group at a time.
+enum class Nvfp4Numerics { kW4A16, kW4A4 };
+// "w4a16" / "w4a4"; ParseNvfp4Numerics: INVALID_ARGUMENT naming the value otherwise.
+const char* Nvfp4NumericsName(Nvfp4Numerics n);
+absl::StatusOr<Nvfp4Numerics> ParseNvfp4Numerics(const std::string& name);
 
 class QuantizationScheme {
  public:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/checkpoint/quantization.h"
 #include "model/checkpoint/weights.h"
 
 namespace ferry::model::cuda {
@@ -38,6 +39,9 @@ struct CudaLoadOptions {
   // decoded exactly in registers) and run through MoeGemvNvfp4 / GemvNvfp4 at every batch size.
   // false upcasts them to bf16 (weights rounded to bf16, as the loader does for every other format).
   bool nvfp4_experts = true;
+  // kW4A4 (model/checkpoint/quantization.h) needs the GB10's FP4 tensor cores; the loader
+  // refuses it on every device until the W4A4 kernels are wired (load_cuda.cc).
+  Nvfp4Numerics nvfp4_numerics = Nvfp4Numerics::kW4A16;
 };
 
 class DeviceBuffer {

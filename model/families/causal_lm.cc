@@ -83,18 +83,18 @@ absl::Status ValidateCacheOptions(const CacheOptions& o) {
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp,
-                                                       const CacheOptions& cache) {
+                                                       const CacheOptions& cache, Nvfp4Numerics nvfp4) {
   FERRY_RETURN_IF_ERROR(ValidateCacheOptions(cache));
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
     case Family::kGlmMoeDsa: {
-      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsa::Load(ck, cfg, tp, cache));
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsa::Load(ck, cfg, tp, cache, nvfp4));
       break;
     }
     case Family::kGlm5Next: {
-      FERRY_ASSIGN_OR_RETURN(model, Glm5Next::Load(ck, cfg, tp, cache));
+      FERRY_ASSIGN_OR_RETURN(model, Glm5Next::Load(ck, cfg, tp, cache, nvfp4));
       break;
     }
   }

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/sampler.h"
 #include "model/checkpoint/config.h"
+#include "model/checkpoint/quantization.h"
 #include "model/parallel/tensor_parallel.h"
 
 namespace ferry::model {
@@ -20,6 +21,7 @@ namespace ferry::model {
 // caller; a family's Forward() appends to it.
 class SplitRows;
 class DecisionLog;
+class FfnObserver;
 
 class SequenceState {
  public:
@@ -163,6 +165,10 @@ class CausalLM {
   // recorded, compared, or replayed and pinned), until detached with nullptr. Not owned.
   void set_decision_log(DecisionLog* log) { decisions_ = log; }
   DecisionLog* decision_log() const { return decisions_; }
+  // Every later Forward() shows `observer` its MLP inputs (model/blocks/ffn.h: activation
+  // calibration); nullptr detaches. The CPU backend only; the CUDA models ignore it.
+  void set_ffn_observer(FfnObserver* observer) { ffn_inputs_ = observer; }
+  FfnObserver* ffn_observer() const { return ffn_inputs_; }
 
   // Runs one step over the segments. Each segment's rows see their own conversation's earlier
   // tokens and the earlier tokens of the same segment (causal); segments never see each other,
@@ -174,12 +180,15 @@ class CausalLM {
  private:
   int64_t weight_bytes_ = 0;
   DecisionLog* decisions_ = nullptr;
+  FfnObserver* ffn_inputs_ = nullptr;
 };
 
 // Opens the checkpoint at `dir`, parses its config and loads the matching family: this rank's
-// tensor-parallel shard when tp.world > 1 (every rank then runs Forward() in lockstep).
+// tensor-parallel shard when tp.world > 1 (every rank then runs Forward() in lockstep). `nvfp4`:
+// how NVFP4 weights compute (model/blocks/ffn.h).
 absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, const TensorParallel& tp = {},
-                                                       const CacheOptions& cache = {});
+                                                       const CacheOptions& cache = {},
+                                                       Nvfp4Numerics nvfp4 = Nvfp4Numerics::kW4A16);
 
 // Shared validation of Forward()'s input (empty segments, token range, duplicates).
 absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t vocab);

@@ -145,6 +145,7 @@ struct DsaStepContext {
   TensorParallel tp;
   OwnerSplitStats* split_stats = nullptr;
   DecisionLog* decisions = nullptr;  // null: off
+  FfnObserver* ffn_inputs = nullptr;  // null: off (CausalLM::set_ffn_observer)
 };
 
 // CausalLM::Forward's contract, with ForwardWithHidden's hidden states when `hidden` is non-null
@@ -251,7 +252,7 @@ absl::StatusOr<ForwardOutput> DsaStep(Ops& ops, const DsaStepContext& ctx, const
   bool have_selection = false;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const auto& Ly = w.layers[l];
-    const DecisionTap tap{ctx.decisions, static_cast<int64_t>(l)};
+    const DecisionTap tap{ctx.decisions, static_cast<int64_t>(l), ctx.ffn_inputs};
     if (layer_inputs != nullptr) {
       const std::vector<float>& in = (*layer_inputs)[l];
       if (static_cast<int64_t>(in.size()) != R * D) {

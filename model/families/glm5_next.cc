@@ -11,7 +11,7 @@
 namespace ferry::model {
 
 absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, const ModelConfig& c,
-                                                         const TensorParallel& tp, const CacheOptions& cache) {
+                                                         const TensorParallel& tp, const CacheOptions& cache, Nvfp4Numerics nvfp4) {
   FERRY_RETURN_IF_ERROR(CheckNextConfig(c, ck.config_path(), cache.page_size));
   std::unique_ptr<Glm5Next> m(new Glm5Next(c, tp));
   // A token's rows at an MLA layer: the latent row (latent arena) and, on full indexer layers,
@@ -33,7 +33,7 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
   auto vocab = [&c](const WeightLoader& w, const std::string& name) {
     return w.Matrix(name, c.vocab_size, c.hidden_size);
   };
-  auto ffn = [&c, &tp](const WeightLoader& w, int64_t layer) { return LoadFfn(w, c, layer, tp); };
+  auto ffn = [&c, &tp, nvfp4](const WeightLoader& w, int64_t layer) { return LoadFfn(w, c, layer, tp, nvfp4); };
   FERRY_RETURN_IF_ERROR(LoadNextWeights<CpuOps>(ck, c, tp, same, floats, vocab, same, same, ffn, &m->weights_));
   return m;
 }
@@ -56,7 +56,7 @@ absl::StatusOr<ForwardOutput> Glm5Next::ForwardWithOptions(std::span<const Forwa
                                                            std::vector<std::vector<float>>* hidden,
                                                            int64_t kda_chunk) {
   NextStepContext ctx{&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log(), &kda_layout_,
-                      kda_chunk};
+                      kda_chunk, ffn_observer()};
   return NextStep(ops_, ctx, weights_, segments, hidden);
 }
 

@@ -6,7 +6,7 @@
 namespace ferry::model {
 
 absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck, const ModelConfig& c,
-                                                           const TensorParallel& tp, const CacheOptions& cache) {
+                                                           const TensorParallel& tp, const CacheOptions& cache, Nvfp4Numerics nvfp4) {
   std::unique_ptr<GlmMoeDsa> m(new GlmMoeDsa(c, tp));
   m->latent_arena_ = std::make_shared<PageArena>(DsaLatentRegions(c), cache.page_size, cache.capacity_pages);
   m->keys_arena_ = std::make_shared<PageArena>(DsaKeyRegions(c), cache.page_size, cache.capacity_pages);
@@ -18,7 +18,7 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck,
   auto vocab = [&c](const WeightLoader& w, const std::string& name) {
     return w.Matrix(name, c.vocab_size, c.hidden_size);
   };
-  auto ffn = [&c, &tp](const WeightLoader& w, int64_t layer) { return LoadFfn(w, c, layer, tp); };
+  auto ffn = [&c, &tp, nvfp4](const WeightLoader& w, int64_t layer) { return LoadFfn(w, c, layer, tp, nvfp4); };
   FERRY_RETURN_IF_ERROR(LoadDsaWeights<CpuOps>(ck, c, tp, upload, floats, vocab, ffn, &m->weights_));
   return m;
 }
@@ -38,7 +38,8 @@ absl::StatusOr<ForwardOutput> GlmMoeDsa::Forward(std::span<const ForwardSegment>
 
 absl::StatusOr<ForwardOutput> GlmMoeDsa::ForwardWithHidden(std::span<const ForwardSegment> segments,
                                                            std::vector<std::vector<float>>* hidden) {
-  const DsaStepContext ctx{&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log()};
+  const DsaStepContext ctx{&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log(),
+                             ffn_observer()};
   return DsaStep(ops_, ctx, weights_, segments, hidden, nullptr);
 }
 

@@ -31,7 +31,8 @@ class GlmMoeDsa final : public CausalLM {
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
   static absl::StatusOr<std::unique_ptr<GlmMoeDsa>> Load(const Checkpoint& ck, const ModelConfig& c,
                                                          const TensorParallel& tp = {},
-                                                         const CacheOptions& cache = {});
+                                                         const CacheOptions& cache = {},
+                                                         Nvfp4Numerics nvfp4 = Nvfp4Numerics::kW4A16);
 
   const ModelConfig& config() const override { return config_; }
   // The key arena (replicated part); the latent arena is latent_arena().

@@ -147,6 +147,7 @@ struct NextStepContext {
   DecisionLog* decisions = nullptr;  // null: off
   const KdaStateLayout* kda_layout = nullptr;
   int64_t kda_chunk = 64;  // the KDA chunk length of multi-token segments (0: token by token)
+  FfnObserver* ffn_inputs = nullptr;  // null: off (CausalLM::set_ffn_observer)
 };
 
 // CausalLM::Forward's contract, with the hidden states when `hidden` is non-null: [0] the
@@ -282,7 +283,7 @@ absl::StatusOr<ForwardOutput> NextStep(Ops& ops, const NextStepContext& ctx, con
   bool have_selection = false;
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const NextLayer<Ops>& Ly = w.layers[l];
-    const DecisionTap tap{ctx.decisions, static_cast<int64_t>(l)};
+    const DecisionTap tap{ctx.decisions, static_cast<int64_t>(l), ctx.ffn_inputs};
     FERRY_RETURN_IF_ERROR(ops.MhcIn(Ly.hc_attn, c, h, R, Ly.input_norm.template as<T>(), mix, u, a));
     if (Ly.kda) {
       FERRY_RETURN_IF_ERROR(ops.Kda(Ly.linear, static_cast<int64_t>(l), c, a, R, kda_rows, kda_scratch, y));

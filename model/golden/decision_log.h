@@ -38,6 +38,8 @@
 
 namespace ferry::model {
 
+class FfnObserver;  // model/blocks/ffn.h
+
 enum class DecisionSite : int {
   kIndexerTopK = 0,  // indexer top-k: token ids (glm_moe_dsa) or pool ids (glm5_next) a row keeps
   kMoeExperts = 1,   // MoE router: the top_k expert ids of a row
@@ -156,9 +158,11 @@ void PinnedRouteWeights(const float* logits, std::span<const int32_t> experts, c
                         float* weights);
 
 // Which log and which layer a decision site reports to; log == nullptr: off (every serving path).
+// The CPU backend also shows ffn_inputs the layer's MLP inputs (calibration).
 struct DecisionTap {
   DecisionLog* log = nullptr;
   int64_t layer = -1;
+  FfnObserver* ffn_inputs = nullptr;  // sees the layer's MLP inputs (model/blocks/ffn.h); null: none
 };
 
 }  // namespace ferry::model

@@ -9,10 +9,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/families/causal_lm.h"
@@ -183,11 +185,17 @@ TEST_CASE("weight_bytes: an FP8 checkpoint's files are the accounting at one ran
 TEST_CASE("weight_bytes: ferry quantize --format nvfp4 writes what the accounting counts", "[weight_bytes]") {
   for (const char* m : {"glm-dsa-tiny", "glm5next-tiny"}) {
     TempDir tmp;
-    const std::string out = tmp.File("nvfp4");
-    const std::string cmd = std::string(FERRY_CLI) + " quantize --format nvfp4 " + kData + "/" + m + " " + out +
-                            " > " + tmp.File("log") + " 2>&1";
-    INFO(cmd);
-    REQUIRE(std::system(cmd.c_str()) == 0);
+    const std::string out = tmp.File("nvfp4"), calibrated = tmp.File("calibrated");
+    std::ofstream(tmp.File("ids")) << "1 2 3 4 5\n9,8,7\n";
+    for (const std::string& cmd :
+         {absl::StrCat(FERRY_CLI, " quantize --format nvfp4 ", kData, "/", m, " ", out, " > ", tmp.File("log"), " 2>&1"),
+          absl::StrCat(FERRY_CLI, " quantize --format nvfp4 --calibration_ids ", tmp.File("ids"), " ", kData, "/", m,
+                       " ", calibrated, " > ", tmp.File("log"), " 2>&1")}) {
+      INFO(cmd);
+      REQUIRE(std::system(cmd.c_str()) == 0);
+    }
+    // With input scales: 4 more bytes a quantized projection, which the accounting counts.
+    CheckFilesAtOneRank(calibrated);
     CheckFilesAtOneRank(out);
     CheckLoaderValues(out, 2);
     // At 4 ranks an expert's down projection keeps 32 / 4 = 8 columns a rank: not whole groups.
