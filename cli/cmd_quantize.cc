@@ -141,6 +141,8 @@ int RunQuantize(const std::vector<std::string>& args) {
   const std::string in = args[0], out = args[1];
   auto ck = model::Checkpoint::Open(in);
   if (!ck.ok()) return Fail(std::string(ck.status().message()));
+  std::error_code ec;
+  if (fs::exists(out) && !fs::is_empty(out, ec)) return Fail(absl::StrCat(out, " exists and is not empty"));
   // The largest |x| at each MLP projection's input over the prompts (before OUT is created).
   std::map<model::MlpSite, float> amax;
   if (calibrate) {
@@ -148,8 +150,8 @@ int RunQuantize(const std::vector<std::string>& args) {
     if (!prompts.ok()) return Fail(std::string(prompts.status().message()));
     int64_t tokens = 0;
     for (const auto& p : *prompts) tokens += static_cast<int64_t>(p.size());
-    fprintf(stderr, "ferry quantize: calibrating on %zu prompts, %lld tokens (CPU, float32)\n", prompts->size(),
-            static_cast<long long>(tokens));
+    fprintf(stderr, "ferry quantize: calibration: %zu prompts, %lld tokens (CPU reference, float32)\n",
+            prompts->size(), static_cast<long long>(tokens));
     auto reference = model::LoadCausalLM(in);
     if (!reference.ok()) return Fail(std::string(reference.status().message()));
     auto measured = model::CalibrateMlpInputs(**reference, *prompts);
@@ -162,8 +164,6 @@ int RunQuantize(const std::vector<std::string>& args) {
     auto it = site ? amax.find(*site) : amax.end();
     return it == amax.end() || !std::isfinite(it->second) ? 0.0f : Nvfp4GlobalScale(it->second);
   };
-  std::error_code ec;
-  if (fs::exists(out) && !fs::is_empty(out, ec)) return Fail(absl::StrCat(out, " exists and is not empty"));
   fs::create_directories(out, ec);
   if (ec) return Fail(absl::StrCat("cannot create ", out, ": ", ec.message()));
 
