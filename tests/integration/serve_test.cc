@@ -4,11 +4,14 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <fstream>
 #include <latch>
 #include <random>
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 #include "cli/client.h"
@@ -17,6 +20,7 @@
 #include "model/golden/golden.h"
 #include "tests/catch.h"
 #include "tests/integration/serve_client.h"
+#include "tests/testing/files.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/workload.h"
 
@@ -199,6 +203,42 @@ TEST_CASE("serve: seeded sampling with log-probabilities gives the in-process to
       }
     }
   }
+}
+
+TEST_CASE("serve: --nvfp4-numerics w4a4 gives a calibrated NVFP4 checkpoint's in-process W4A4 tokens - and refuses a "
+          "weight-only one naming why",
+          "[serve]") {
+  testing::TempDir tmp;
+  const std::string calibrated = tmp.File("calibrated"), weights_only = tmp.File("weights-only");
+  std::ofstream(tmp.File("ids")) << "5 6 7 8 9 10 11\n100 3 250 17\n";
+  for (const std::string& cmd :
+       {absl::StrCat(testing::BinDir(), "/ferry quantize --format nvfp4 --calibration-ids ", tmp.File("ids"), " ", kDsa,
+                     " ", calibrated, " > ", tmp.File("log"), " 2>&1"),
+        absl::StrCat(testing::BinDir(), "/ferry quantize --format nvfp4 ", kDsa, " ", weights_only, " > ",
+                     tmp.File("log"), " 2>&1")}) {
+    INFO(cmd);
+    REQUIRE(std::system(cmd.c_str()) == 0);
+  }
+  Server server(calibrated, 2, {"--nvfp4-numerics", "w4a4"});
+  INFO(server.process().Log());
+  REQUIRE(server.serving());
+  auto local = model::LoadCausalLM(calibrated, {}, {}, model::Nvfp4Numerics::kW4A4);
+  REQUIRE(local.ok());
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> prompt;
+    for (int k = 0; k < 6 + 5 * i; ++k) prompt.push_back(static_cast<int32_t>(3 + (k * 29 + i * 11) % 380));
+    model::GenerateOptions opt;
+    opt.max_tokens = 8;
+    opt.ignore_eos = true;
+    auto alone = model::Generate(**local, prompt, opt);
+    REQUIRE(alone.ok());
+    auto got = Run(server.address(), Greedy(prompt, 8));
+    REQUIRE(got.ok());
+    CHECK(std::vector<int32_t>(got->token_ids().begin(), got->token_ids().end()) == alone->tokens);
+  }
+  Server refused(weights_only, 1, {"--nvfp4-numerics", "w4a4"});
+  CHECK_FALSE(refused.serving());
+  CHECK(refused.process().Log().find("without an input_scale") != std::string::npos);
 }
 
 TEST_CASE("serve: top_logprobs outside 0 to 20 or without logprobs is refused with the numbers", "[serve]") {
