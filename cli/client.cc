@@ -24,6 +24,7 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
     case grpc::StatusCode::ALREADY_EXISTS: return absl::AlreadyExistsError(msg);
     case grpc::StatusCode::CANCELLED: return absl::CancelledError(msg);
     case grpc::StatusCode::FAILED_PRECONDITION: return absl::FailedPreconditionError(msg);
+    case grpc::StatusCode::NOT_FOUND: return absl::NotFoundError(msg);
     default: return absl::InternalError(absl::StrCat("gRPC status ", s.error_code(), ": ", msg));
   }
 }

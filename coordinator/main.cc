@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <thread>
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "coordinator/api_service.h"
 #include "coordinator/control_service.h"
+#include "coordinator/health_service.h"
 #include "coordinator/metrics.h"
 #include "coordinator/openai_api.h"
 #include "coordinator/options.h"
@@ -269,7 +270,9 @@ int main(int argc, char** argv) {
 
   control.SetStepDeadline(std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_step_timeout) * 1000) + 5000));
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // Health is HealthService (NOT_SERVING until the workers are up), not gRPC's built-in one.
+  grpc::EnableDefaultHealthCheckService(false);
+  coordinator::HealthService health({ferry::v1::Ferry::service_full_name()});
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   // Two servers: the public API (and health) on --port, the control service the workers register
   // on on --control-port, so each can be reached, firewalled and watched on its own.
@@ -286,10 +289,10 @@ int main(int argc, char** argv) {
   // peer does not answer within as long (a stopped or cut-off worker loses its control stream:
   // dead); workers ping it as often (their --keepalive-s), which it permits.
   const int keepalive_ms = static_cast<int>(absl::GetFlag(FLAGS_keepalive_s) * 1000);
-  auto build = [&](const std::string& where, grpc::Service* service, int* bound) {
+  auto build = [&](const std::string& where, std::initializer_list<grpc::Service*> services, int* bound) {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(where, grpc::InsecureServerCredentials(), bound);
-    builder.RegisterService(service);
+    for (grpc::Service* service : services) builder.RegisterService(service);
     builder.SetMaxReceiveMessageSize(static_cast<int>(receive_limit));
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
@@ -304,22 +307,17 @@ int main(int argc, char** argv) {
     return builder.BuildAndStart();
   };
   int bound_port = 0, bound_control = 0;
-  std::unique_ptr<grpc::Server> server = build(address, &api, &bound_port);
+  std::unique_ptr<grpc::Server> server = build(address, {&api, &health}, &bound_port);
   if (!server || bound_port == 0) {
     fprintf(stderr, "ferry-coordinator: cannot listen on %s (port taken?)\n", address.c_str());
     return 2;
   }
-  std::unique_ptr<grpc::Server> control_server = build(control_address, &control, &bound_control);
+  std::unique_ptr<grpc::Server> control_server = build(control_address, {&control}, &bound_control);
   if (!control_server || bound_control == 0) {
     fprintf(stderr, "ferry-coordinator: cannot listen on %s for the control service (port taken?)\n",
             control_address.c_str());
     return 2;
   }
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
-  // The public service by name as well as the server as a whole (""): every later
-  // SetServingStatus(bool) moves both.
-  health->SetServingStatus(ferry::v1::Ferry::service_full_name(), false);
-  health->SetServingStatus(false);
   FERRY_LOG(INFO) << "listening on " << address << " (API), " << control_address << " (control); waiting for "
                   << world << " worker rank(s)";
 
@@ -352,7 +350,7 @@ int main(int argc, char** argv) {
         scheduler.Configure(opts);
         scheduler.Start();
         accepting = true;
-        health->SetServingStatus(true);
+        health.SetServing(true);
         started = true;
         FERRY_LOG(INFO) << "serving " << model::FamilyName(config->family) << " on " << world << " rank(s): context "
                         << opts.max_context << ", --parallel " << opts.max_running << ", " << opts.max_batch_tokens
@@ -373,7 +371,7 @@ int main(int argc, char** argv) {
       // Keep answering (health NOT_SERVING, UNAVAILABLE for new requests) until told to stop.
       failed = true;
       accepting = false;
-      health->SetServingStatus(false);
+      health.SetServing(false);
       const std::string why = dead_rank >= 0 ? absl::StrCat("rank ", dead_rank, " is dead: ", death)
                                              : scheduler.Snapshot().failure;
       FERRY_LOG(ERROR) << "not serving any more: " << why;
@@ -385,7 +383,8 @@ int main(int argc, char** argv) {
   }
   if (g_signal != 0) FERRY_LOG(INFO) << "signal " << g_signal << ": shutting down";
   accepting = false;
-  health->SetServingStatus(false);
+  health.SetServing(false);
+  health.Shutdown();  // ends Watch streams, which the server's Shutdown would wait for
   scheduler.Stop("the server is shutting down");
   control.Shutdown("the coordinator is shutting down");
   http.reset();  // every HTTP request has ended with the scheduler's stop

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "cli/client.h"
 #include "ferry/v1/ferry.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/catch.h"
 #include "tests/integration/serve_client.h"
 #include "tests/testing/files.h"
@@ -367,6 +368,76 @@ TEST_CASE("serve: a stopped coordinator is found by the workers' keepalive - the
   CHECK(log.find("exited with status 4: it lost the coordinator") != std::string::npos);
   CHECK(secs < 25);  // keepalive 1 s: the workers notice within seconds; serve then stops everyone
   for (pid_t p : {w0, w1, coordinator}) CHECK((kill(p, 0) == -1 && errno == ESRCH));
+}
+
+TEST_CASE("coordinator: health is NOT_SERVING from its first answer until the workers are up - and Watch streams "
+          "the change",
+          "[serve]") {
+  const int port = testing::FreePortRun(2);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  const std::string control = "127.0.0.1:" + std::to_string(port + 1);
+  const std::string bin = testing::BinDir();
+  const std::string coord_log = testing::TempLog("ferry-coord"), w0_log = testing::TempLog("ferry-w0");
+  testing::Process coord({bin + "/ferry-coordinator", "--model", kDsa, "--ranks", "1", "--port", std::to_string(port),
+                          "--control-port", std::to_string(port + 1), "--metrics-port", "0", "--http-port", "0"},
+                         coord_log);
+  INFO(coord.Log());
+  // Asked as fast as it answers from the moment it starts: never SERVING without a worker (the
+  // built-in gRPC service said SERVING for "" until the coordinator first set it).
+  int answers = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < until) {
+    for (const char* service : {"", "ferry.v1.Ferry"}) {
+      auto s = cli::CheckServing(address, std::chrono::milliseconds(100), service);
+      if (!s.ok()) continue;  // not listening yet
+      ++answers;
+      INFO("service '" << service << "' after " << answers << " answers");
+      REQUIRE_FALSE(*s);
+    }
+  }
+  CHECK(answers > 0);
+  auto unknown = cli::CheckServing(address, std::chrono::seconds(5), "no.such.Service");
+  CHECK(unknown.status().code() == absl::StatusCode::kNotFound);
+
+  // A Watch opened now sees NOT_SERVING, then SERVING once the worker registers.
+  auto stub = grpc::health::v1::Health::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext watch_ctx;
+  grpc::health::v1::HealthCheckRequest req;
+  std::vector<int> seen;
+  std::atomic<bool> watch_done{false};
+  std::thread watcher([&] {
+    auto reader = stub->Watch(&watch_ctx, req);
+    grpc::health::v1::HealthCheckResponse resp;
+    while (reader->Read(&resp)) {
+      seen.push_back(resp.status());
+      if (resp.status() == grpc::health::v1::HealthCheckResponse::SERVING) break;
+    }
+    watch_done = true;
+  });
+  testing::Process w0({bin + "/ferry-worker", "--coordinator", control, "--rank", "0", "--world", "1"}, w0_log);
+  CHECK(Eventually([&] { return watch_done.load(); }, 30000));
+  if (!watch_done) watch_ctx.TryCancel();
+  watcher.join();
+  REQUIRE(seen.size() >= 2);
+  CHECK(seen.front() == grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  CHECK(seen.back() == grpc::health::v1::HealthCheckResponse::SERVING);
+  auto serving = cli::CheckServing(address, std::chrono::seconds(5));
+  REQUIRE(serving.ok());
+  CHECK(*serving);
+  // An open Watch does not hold the coordinator up at SIGTERM.
+  grpc::ClientContext open_ctx;
+  auto open_watch = stub->Watch(&open_ctx, req);
+  grpc::health::v1::HealthCheckResponse first;
+  REQUIRE(open_watch->Read(&first));
+  coord.Signal(SIGTERM);
+  int status = 0;
+  REQUIRE(coord.Wait(std::chrono::seconds(10), &status));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  while (open_watch->Read(&first)) {
+  }
+  int w0_status = 0;
+  CHECK(w0.Wait(std::chrono::seconds(10), &w0_status));
 }
 
 TEST_CASE("coordinator: a dead worker turns health NOT_SERVING and fails requests instead of hanging",
