@@ -25,7 +25,7 @@
   X(std::string, nvfp4_numerics, "w4a16",                                                                   \
     "How NVFP4 MLP and expert weights compute: w4a16 (weights exact, activations as computed) or w4a4 "     \
     "(activations quantized to NVFP4 under the checkpoint's input scales, as FP4 tensor cores run them; "    \
-    "cpu, or cuda on a GB10 built for 121a)")                                                                \
+    "cpu, or cuda in bf16)")                                                                                 \
   X(double, memory_gib, 0,                                                                                  \
     "Memory a rank may use, weights included, GiB (0: the host's available memory over the ranks); plan: "  \
     "the device's memory a rank, of which --reserve-gib is kept back")                                      \

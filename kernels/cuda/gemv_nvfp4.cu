@@ -5,6 +5,8 @@
 // sub-passes share a decode in the wide form) in float32 on the tensor cores: the work a weight
 // costs does not grow with the rows of a pass.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <string>
 
@@ -16,6 +18,7 @@
 #include "kernels/cuda/moe_pairs.cuh"
 #include "kernels/cuda/pdl.cuh"
 #include "kernels/nvfp4_layout.h"
+#include "kernels/nvfp4_mma_layout.h"
 
 namespace ferry::kernels::cuda {
 namespace {
@@ -287,6 +290,32 @@ __global__ void PackNvfp4Kernel(const uint8_t* __restrict__ codes, const uint8_t
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// One thread a group of 16 (RoundActivationsW4A4): the scale and codes as the W4A4 quantizer
+// (gemv_w4a4_sm121.cu's QuantizeKernel, the CPU twin) makes them, written back decoded. No
+// fast-math: the divisions are IEEE and nothing contracts into an FMA.
+__global__ void RoundActivationsW4A4Kernel(const __nv_bfloat16* x, int64_t groups, float input_scale,
+                                           __nv_bfloat16* y) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= groups) return;
+  const __nv_bfloat16* v = x + idx * lay::kGroup;
+  float f[lay::kGroup];
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < lay::kGroup; ++i) {
+    f[i] = __bfloat162float(v[i]);
+    amax = fmaxf(amax, fabsf(f[i]));
+  }
+  const float g = 1.0f / input_scale;
+  const __nv_fp8_storage_t sc = __nv_cvt_float_to_fp8(w4a4::ScaleTarget(amax, g), __NV_SATFINITE, __NV_E4M3);
+  const float sf = __half2float(__half(__nv_cvt_fp8_to_halfraw(sc, __NV_E4M3)));
+  const float r = w4a4::ValueMultiplier(sf, g);
+  __nv_bfloat16* out = y + idx * lay::kGroup;
+#pragma unroll
+  for (int i = 0; i < lay::kGroup; ++i) {
+    out[i] = __float2bfloat16_rn(static_cast<float>(w4a4::E2M1Twice(w4a4::E2M1Code(f[i] * r))) * 0.5f * sf);
+  }
+}
+
 using GemvKernel = void (*)(const __nv_bfloat16*, int, int, const uint8_t*, int, int, __nv_bfloat16*);
 using MoeKernel = void (*)(const uint8_t* const*, MoePairs, const __nv_bfloat16*, bool, int, int, int,
                            __nv_bfloat16*, bool, __nv_bfloat16*);
@@ -358,6 +387,24 @@ absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_
                                              reinterpret_cast<const __nv_bfloat16*>(x), static_cast<int>(rows),
                                              static_cast<int>(in), packed, static_cast<int>(out), ks,
                                              reinterpret_cast<__nv_bfloat16*>(y)));
+  return absl::OkStatus();
+}
+
+absl::Status RoundActivationsW4A4(const uint16_t* x, int64_t rows, int64_t in, float input_scale, uint16_t* y,
+                                  void* stream) {
+  if (rows < 1 || rows > INT32_MAX || in < 16 || in % 16 != 0 || in > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("RoundActivationsW4A4: rows ", rows, ", in ", in,
+                                                   " (need rows >= 1, in a positive multiple of 16)"));
+  }
+  if (!(input_scale > 0.0f) || input_scale > 3.4e38f) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RoundActivationsW4A4: input_scale ", input_scale, " must be finite and > 0"));
+  }
+  if (x == nullptr || y == nullptr) return absl::InvalidArgumentError("RoundActivationsW4A4: null x or y");
+  const int64_t groups = rows * (in / lay::kGroup), blocks = (groups + 255) / 256;
+  RoundActivationsW4A4Kernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(
+      reinterpret_cast<const __nv_bfloat16*>(x), groups, input_scale, reinterpret_cast<__nv_bfloat16*>(y));
+  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }
 

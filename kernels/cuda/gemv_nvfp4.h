@@ -95,4 +95,16 @@ absl::Status MoeGemvNvfp4(const uint8_t* const* weights, const MoePairs& p, int6
                           int64_t max_group_pairs, const uint16_t* x, bool gather_x, int64_t in, int64_t out,
                           uint16_t* y, bool scatter_y, uint16_t* y_shared, void* stream = nullptr);
 
+// W4A4 numerics through the products above (--nvfp4-numerics w4a4 on any GPU): y [rows, in]
+// (bf16) = x rounded to NVFP4 a group of 16 at a time under the activation scale `input_scale`
+// (kernels/nvfp4_mma_layout.h's recipe, the CPU twin's cpu::QuantizeActivationsNvfp4), each
+// value written as e2m1 x its group's E4M3 scale, without the 1 / input_scale factor: exact in
+// bf16 (at most 6 significant bits). A product over such rows and weights packed with global
+// scale input_scale x weight_scale_2 is then the W4A4 product: every term exact, float32 sums
+// (in the tensor cores' order, not the twin's), one bf16 rounding. y may be x. REQUIRES: rows
+// >= 1, in a positive multiple of 16, both <= INT32_MAX; input_scale finite and > 0; x finite.
+// Errors: INVALID_ARGUMENT with the numbers, nothing launched.
+absl::Status RoundActivationsW4A4(const uint16_t* x, int64_t rows, int64_t in, float input_scale, uint16_t* y,
+                                  void* stream = nullptr);
+
 }  // namespace ferry::kernels::cuda

@@ -3,8 +3,10 @@
 // block-scaled FP4 tensor cores (mma.sync m16n8k64 kind::mxf4nvf4.block_scale.scale_vec::4X,
 // e2m1 x e2m1 with ue4m3 scales). These are NVFP4's W4A4 numerics, as vLLM and TensorRT-LLM run
 // ModelOpt NVFP4 checkpoints on Blackwell, not gemv_nvfp4.h's (bf16 activations, exact weights):
-// the activations lose precision here. Which devices and layers take this path is not decided;
-// nothing calls it yet.
+// the activations lose precision here. The model's W4A4 numerics (--nvfp4-numerics w4a4) run on
+// every GPU through gemv_nvfp4.h (RoundActivationsW4A4, then the NVFP4 products: the same terms);
+// nothing calls this native path yet. Decode on a GB10 is bandwidth bound, so it gains there only
+// at prefill-sized products, which this rows <= 8 form does not cover.
 //
 // Built only when FERRY_CUDA_ARCHS holds 121a (kernels/CMakeLists.txt): the instruction exists
 // only in sm_121a code (nvcc -gencode arch=compute_121a,code=sm_121a). CPU twin:

@@ -139,6 +139,23 @@ absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, 
                                              c.moe_intermediate_size * c.n_shared_experts, tp, numerics));
     m.has_shared = true;
   }
+  // W4A4: one activation scale a projection for the whole layer (the largest of its MLPs'), so a
+  // token's input is quantized once for every expert it goes to, as grouped FP4 MoE kernels do.
+  float gate_up = 0.0f, down = 0.0f;
+  auto each_w4a4 = [&](const auto& fn) {
+    for (MlpWeights& ex : m.experts) {
+      if (ex.w4a4) fn(ex);
+    }
+    if (m.has_shared && m.shared.w4a4) fn(m.shared);
+  };
+  each_w4a4([&](MlpWeights& x) {
+    gate_up = std::max(gate_up, x.gate4.input_scale);
+    down = std::max(down, x.down4.input_scale);
+  });
+  each_w4a4([&](MlpWeights& x) {
+    x.gate4.input_scale = x.up4.input_scale = gate_up;
+    x.down4.input_scale = down;
+  });
   m.routing.n_experts = E;
   m.routing.top_k = c.num_experts_per_tok;
   m.routing.n_group = c.n_group;

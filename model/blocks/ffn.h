@@ -80,7 +80,9 @@ struct MoeWeights {
 };
 
 // Experts are not divided between ranks: every rank holds its intermediate slice of every
-// expert, so routing (replicated) stays global.
+// expert, so routing (replicated) stays global. With kW4A4 every MLP of the layer kept in NVFP4
+// quantizes its gate/up input under the largest gate/up input scale among them, and its down
+// input under the largest down input scale (one quantization of a token for all its experts).
 absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, const TensorParallel& tp = {},
                                    Nvfp4Numerics numerics = Nvfp4Numerics::kW4A16);
 

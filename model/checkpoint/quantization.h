@@ -48,7 +48,9 @@ bool ModuleMatches(absl::string_view pattern, absl::string_view module);
 //  kW4A4: the MLP and expert projections stored in NVFP4 with an input_scale run as the FP4
 //    tensor cores of a GB10 or a Blackwell GPU run them (vLLM's and TensorRT-LLM's numerics for
 //    ModelOpt NVFP4 releases): each input row quantized to NVFP4 under the projection's input
-//    scale (gate and up share the larger of their two), the product summed a group at a time.
+//    scale (gate and up share the larger of their two; in an MoE layer every expert, the shared
+//    one included, shares the largest of the layer's, as grouped FP4 MoE kernels quantize a
+//    token once for all its experts), the product summed a group at a time.
 enum class Nvfp4Numerics { kW4A16, kW4A4 };
 // "w4a16" / "w4a4"; ParseNvfp4Numerics: INVALID_ARGUMENT naming the value otherwise.
 const char* Nvfp4NumericsName(Nvfp4Numerics n);

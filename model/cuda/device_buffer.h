@@ -39,8 +39,9 @@ struct CudaLoadOptions {
   // decoded exactly in registers) and run through MoeGemvNvfp4 / GemvNvfp4 at every batch size.
   // false upcasts them to bf16 (weights rounded to bf16, as the loader does for every other format).
   bool nvfp4_experts = true;
-  // kW4A4 (model/checkpoint/quantization.h) needs the GB10's FP4 tensor cores; the loader
-  // refuses it on every device until the W4A4 kernels are wired (load_cuda.cc).
+  // How NVFP4 MLPs compute (model/checkpoint/quantization.h). kW4A4 (bf16, NVFP4 kept): each
+  // input rounded to NVFP4 (kernels::cuda::RoundActivationsW4A4) before the NVFP4 products, on
+  // any GPU; the GB10's native FP4 mma (gemv_w4a4_sm121.h) is not used by the model yet.
   Nvfp4Numerics nvfp4_numerics = Nvfp4Numerics::kW4A16;
 };
 

@@ -69,14 +69,14 @@ absl::Status LoadFp8Matrix(const WeightLoader& w, const std::string& name, int64
 // (LoadStacked / LoadMatrix). With `staging` (an expert, FP8 wanted and possible): kept in FP8
 // when the checkpoint stores all three matrices so and the shard falls on whole scale blocks
 // (dst->fp8). With `staging4` (an expert, NVFP4 wanted): kept in NVFP4 the same way
-// (LoadMlpNvfp4, dst->nvfp4).
+// (LoadMlpNvfp4, dst->nvfp4), with W4A4 numerics under `w4a4`'s scales when given.
 absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, Precision p, const TensorParallel& tp,
                          CudaMlp* dst, int64_t* bytes, DeviceBuffer* staging = nullptr,
-                         DeviceBuffer* staging4 = nullptr) {
+                         DeviceBuffer* staging4 = nullptr, const W4a4Scales* w4a4 = nullptr) {
   FERRY_RETURN_IF_ERROR(CheckDivisible(w.prefix() + " intermediate size", inter, tp.world));
   if (staging4 != nullptr) {
     bool kept = false;
-    FERRY_RETURN_IF_ERROR(LoadMlpNvfp4(w, hidden, inter, tp, dst, staging4, &kept));
+    FERRY_RETURN_IF_ERROR(LoadMlpNvfp4(w, hidden, inter, tp, dst, staging4, &kept, w4a4));
     if (kept) {
       *bytes += dst->gate_up4.bytes() + dst->down4.bytes();
       return absl::OkStatus();
@@ -107,14 +107,21 @@ absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, P
 }
 
 // y [rows, hidden] = down(SwiGLU(x gate_up^T)) through gu [rows, 2I] and h [rows, I]. An MLP
-// kept in NVFP4 (bf16 only) runs its two products through GemvNvfp4 at every row count.
+// kept in NVFP4 (bf16 only) runs its two products through GemvNvfp4 at every row count; with
+// W4A4 numerics each input is rounded to NVFP4 first (x into y, which the down product then
+// overwrites; h in place). y must not alias x.
 template <typename T>
 absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, float limit, T* gu, T* h, T* y) {
   const int64_t I = m.inter();
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (m.nvfp4) {
+      if (m.w4a4) {
+        FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(x, rows, hidden, m.w4a4_gate_up, y));
+        x = y;
+      }
       FERRY_RETURN_IF_ERROR(cu::GemvNvfp4(x, rows, hidden, m.gate_up4.packed.as<const uint8_t>(), 2 * I, gu));
       FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
+      if (m.w4a4) FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(h, rows, I, m.w4a4_down, h));
       return cu::GemvNvfp4(h, rows, I, m.down4.packed.as<const uint8_t>(), hidden, y);
     }
   }
@@ -237,8 +244,12 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
     // NVFP4 (as ModelOpt's releases store the dense layers' MLPs) stays packed like the experts.
     DeviceBuffer staging4;
     const bool try_nvfp4 = p == Precision::kBf16 && opts.nvfp4_experts;
+    W4a4Scales scales;
+    if (try_nvfp4 && opts.nvfp4_numerics == Nvfp4Numerics::kW4A4) {
+      FERRY_ASSIGN_OR_RETURN(scales, MlpW4a4Scales(w, D, c.intermediate_size));
+    }
     FERRY_RETURN_IF_ERROR(LoadMlpCuda(w, D, c.intermediate_size, p, tp, &f.mlp, bytes, nullptr,
-                                      try_nvfp4 ? &staging4 : nullptr));
+                                      try_nvfp4 ? &staging4 : nullptr, scales.gate_up > 0 ? &scales : nullptr));
     return f;
   }
   const int64_t E = c.n_routed_experts;
@@ -256,11 +267,28 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
                        D % 16 == 0 && MI % 16 == 0;
   // NVFP4 experts stay packed in bf16 (MoeGemvNvfp4: in % 16, whole 16-row tiles a shard).
   const bool try_nvfp4 = p == Precision::kBf16 && opts.nvfp4_experts;
+  // W4A4: the layer's largest activation scales, for every expert and the shared one (a token is
+  // rounded once for all its experts; model/blocks/ffn.h).
+  W4a4Scales largest;
+  const bool joins = c.n_shared_experts == 1;
+  if (try_nvfp4 && opts.nvfp4_numerics == Nvfp4Numerics::kW4A4) {
+    for (int64_t e = -1; e < E; ++e) {
+      const bool shared = e < 0;
+      if (shared && c.n_shared_experts == 0) continue;
+      FERRY_ASSIGN_OR_RETURN(const W4a4Scales s,
+                             MlpW4a4Scales(w.Sub(shared ? std::string("shared_experts.") : absl::StrCat("experts.", e, ".")),
+                                           D, c.moe_intermediate_size * (shared ? c.n_shared_experts : 1)));
+      largest.gate_up = std::max(largest.gate_up, s.gate_up);
+      largest.down = std::max(largest.down, s.down);
+    }
+  }
+  const W4a4Scales* w4a4 = largest.gate_up > 0 ? &largest : nullptr;
   DeviceBuffer staging, staging4;
   for (int64_t e = 0; e < E; ++e) {
     CudaMlp& ex = f.experts[static_cast<size_t>(e)];
     FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub(absl::StrCat("experts.", e, ".")), D, c.moe_intermediate_size, p, tp,
-                                      &ex, bytes, try_fp8 ? &staging : nullptr, try_nvfp4 ? &staging4 : nullptr));
+                                      &ex, bytes, try_fp8 ? &staging : nullptr, try_nvfp4 ? &staging4 : nullptr,
+                                      w4a4));
     if (e == 0) {
       f.fp8_experts = ex.fp8;
       f.nvfp4_experts = ex.nvfp4;
@@ -278,10 +306,10 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   if (f.has_shared) {
     // In FP8 or NVFP4 with the routed experts when one expert wide (it joins their launches).
     const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
-    const bool joins = c.n_shared_experts == 1;
+    // W4A4 keeps a wider one in NVFP4 too (it runs apart, MlpRun), as the CPU reference does.
     FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub("shared_experts."), D, inter, p, tp, &f.shared, bytes,
                                       f.fp8_experts && joins ? &staging : nullptr,
-                                      f.nvfp4_experts && joins ? &staging4 : nullptr));
+                                      f.nvfp4_experts && (joins || w4a4 != nullptr) ? &staging4 : nullptr, w4a4));
   }
   if (f.nvfp4_experts) FERRY_RETURN_IF_ERROR(MakeNvfp4Tables(&f));
   if (p == Precision::kBf16 && !f.fp8_experts && !f.nvfp4_experts) {

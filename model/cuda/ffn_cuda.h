@@ -43,6 +43,11 @@ struct CudaMlp {
   // down4 [hidden, inter] (ffn_nvfp4.h).
   bool nvfp4 = false;
   Nvfp4Matrix gate_up4, down4;
+  // NVFP4 with W4A4 numerics (Nvfp4Numerics::kW4A4): gate_up4 and down4 packed with global scale
+  // input scale x weight_scale_2, each input rounded to NVFP4 first (RoundActivationsW4A4) under
+  // w4a4_gate_up / w4a4_down (model/blocks/ffn.h's choice of scales).
+  bool w4a4 = false;
+  float w4a4_gate_up = 0.0f, w4a4_down = 0.0f;
   int64_t inter() const { return fp8 ? down8.in : nvfp4 ? down4.in : down.cols; }
 };
 

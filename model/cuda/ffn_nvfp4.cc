@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -37,8 +38,26 @@ absl::Status PackFromHost(const uint8_t* codes, const uint8_t* scales, float glo
 
 }  // namespace
 
+absl::StatusOr<W4a4Scales> MlpW4a4Scales(const WeightLoader& w, int64_t hidden, int64_t inter) {
+  W4a4Scales s;
+  FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor gate, w.Nvfp4Matrix("gate_proj.weight", inter, hidden));
+  FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor up, w.Nvfp4Matrix("up_proj.weight", inter, hidden));
+  FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor down, w.Nvfp4Matrix("down_proj.weight", hidden, inter));
+  if (gate.packed == nullptr || up.packed == nullptr || down.packed == nullptr) return s;
+  for (const auto& [name, t] : {std::pair{"gate_proj", &gate}, {"up_proj", &up}, {"down_proj", &down}}) {
+    if (t->input_scale == 0.0f) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          w.prefix(), name, " is NVFP4 without an input_scale (a weight-only checkpoint): W4A4 numerics quantize "
+          "activations under it; run this checkpoint with w4a16"));
+    }
+  }
+  s.gate_up = std::max(gate.input_scale, up.input_scale);
+  s.down = down.input_scale;
+  return s;
+}
+
 absl::Status LoadMlpNvfp4(const WeightLoader& w, int64_t hidden, int64_t inter, const TensorParallel& tp,
-                          CudaMlp* dst, DeviceBuffer* staging, bool* kept) {
+                          CudaMlp* dst, DeviceBuffer* staging, bool* kept, const W4a4Scales* w4a4) {
   *kept = false;
   FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor gate, w.Nvfp4Matrix("gate_proj.weight", inter, hidden));
   if (gate.packed == nullptr) return absl::OkStatus();
@@ -51,22 +70,37 @@ absl::Status LoadMlpNvfp4(const WeightLoader& w, int64_t hidden, int64_t inter, 
   // The shard: rows [r0, r1) of gate and up (stacked at a 16-row tile), columns [r0, r1) of down
   // (whole 16-column groups).
   const int64_t r0 = tp.Begin(inter), n = tp.Local(inter);
-  if (n % 16 != 0 || r0 % 16 != 0 || hidden % 16 != 0) return absl::OkStatus();
+  if (n % 16 != 0 || r0 % 16 != 0 || hidden % 16 != 0) {
+    if (w4a4 == nullptr) return absl::OkStatus();  // upcast: W4A16 numerics
+    return absl::InvalidArgumentError(absl::StrCat(
+        w.prefix(), ": this rank's rows [", r0, ", ", r0 + n, ") of ", inter, " at tensor-parallel width ", tp.world,
+        " do not fall on NVFP4 groups of 16 (W4A4 numerics keep the weights as stored)"));
+  }
+  // W4A4: the activation scale joins each matrix's global scale (the product's alpha).
+  const float gu_scale = w4a4 != nullptr ? w4a4->gate_up : 1.0f, down_scale = w4a4 != nullptr ? w4a4->down : 1.0f;
   const int64_t code_row = hidden / 2, scale_row = hidden / 16;
   FERRY_ASSIGN_OR_RETURN(dst->gate_up4.packed,
                          DeviceBuffer::Alloc(static_cast<size_t>(cu::Nvfp4PackedBytes(2 * n, hidden))));
-  FERRY_RETURN_IF_ERROR(PackFromHost(gate.packed + r0 * code_row, gate.scales + r0 * scale_row, gate.global_scale, n,
-                                     hidden, dst->gate_up4.packed.as<uint8_t>(), 2 * n, 0, staging));
-  FERRY_RETURN_IF_ERROR(PackFromHost(up.packed + r0 * code_row, up.scales + r0 * scale_row, up.global_scale, n, hidden,
-                                     dst->gate_up4.packed.as<uint8_t>(), 2 * n, n, staging));
+  auto global = [&](float weight_scale, float act_scale) { return w4a4 != nullptr ? act_scale * weight_scale : weight_scale; };
+  FERRY_RETURN_IF_ERROR(PackFromHost(gate.packed + r0 * code_row, gate.scales + r0 * scale_row,
+                                     global(gate.global_scale, gu_scale), n, hidden,
+                                     dst->gate_up4.packed.as<uint8_t>(), 2 * n, 0, staging));
+  FERRY_RETURN_IF_ERROR(PackFromHost(up.packed + r0 * code_row, up.scales + r0 * scale_row,
+                                     global(up.global_scale, gu_scale), n, hidden, dst->gate_up4.packed.as<uint8_t>(),
+                                     2 * n, n, staging));
   std::vector<uint8_t> codes(static_cast<size_t>(hidden * n / 2)), scales(static_cast<size_t>(hidden * n / 16));
   for (int64_t r = 0; r < hidden; ++r) {
     std::memcpy(codes.data() + r * n / 2, down.packed + r * (inter / 2) + r0 / 2, static_cast<size_t>(n / 2));
     std::memcpy(scales.data() + r * n / 16, down.scales + r * (inter / 16) + r0 / 16, static_cast<size_t>(n / 16));
   }
   FERRY_ASSIGN_OR_RETURN(dst->down4.packed, DeviceBuffer::Alloc(static_cast<size_t>(cu::Nvfp4PackedBytes(hidden, n))));
-  FERRY_RETURN_IF_ERROR(PackFromHost(codes.data(), scales.data(), down.global_scale, hidden, n,
+  FERRY_RETURN_IF_ERROR(PackFromHost(codes.data(), scales.data(), global(down.global_scale, down_scale), hidden, n,
                                      dst->down4.packed.as<uint8_t>(), hidden, 0, staging));
+  if (w4a4 != nullptr) {
+    dst->w4a4 = true;
+    dst->w4a4_gate_up = gu_scale;
+    dst->w4a4_down = down_scale;
+  }
   dst->gate_up4.out = 2 * n;
   dst->gate_up4.in = hidden;
   dst->down4.out = hidden;
@@ -102,14 +136,22 @@ absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a,
   const cu::MoePairs p{s.group_expert, s.group_start, s.group_count, s.n_groups, s.order, s.src_row};
   const auto* up = f.nvfp4_gate_up_table.as<const uint8_t* const>();
   const auto* down = f.nvfp4_down_table.as<const uint8_t* const>();
+  const CudaMlp& ex0 = f.experts.front();
+  const bool w4a4 = ex0.w4a4;  // the layer's experts share format and scales (LoadFfnCuda)
   for (int64_t r0 = 0; r0 < R; r0 += piece) {
     const int64_t n = std::min(piece, R - r0);
     const uint16_t* an = a + r0 * D;
     uint16_t* yn = y + r0 * D;
     FERRY_RETURN_IF_ERROR(cu::MoeGroupPairs(s.experts + r0 * K, n, K, E, fused, p, s.error));
-    const int64_t groups = cu::MoeMaxGroups(n, K, E, fused);
-    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(up, p, groups, n, an, /*gather_x=*/true, D, 2 * MI, s.gu, false, nullptr));
-    FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, n * K + (fused ? n : 0), MI, 2 * MI, c.swiglu_limit, s.h));
+    const int64_t groups = cu::MoeMaxGroups(n, K, E, fused), pairs = n * K + (fused ? n : 0);
+    const uint16_t* xn = an;
+    if (w4a4) {  // a's rows rounded once for every expert (into yn, free until the down product)
+      FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(an, n, D, ex0.w4a4_gate_up, yn));
+      xn = yn;
+    }
+    FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(up, p, groups, n, xn, /*gather_x=*/true, D, 2 * MI, s.gu, false, nullptr));
+    FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, pairs, MI, 2 * MI, c.swiglu_limit, s.h));
+    if (w4a4) FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(s.h, pairs, MI, ex0.w4a4_down, s.h));
     FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(down, p, groups, n, s.h, /*gather_x=*/false, MI, D, s.slots, true, yn));
     if (f.has_shared && !fused) FERRY_RETURN_IF_ERROR(shared_apart(an, n, yn));
     FERRY_RETURN_IF_ERROR(act::MoeCombine(s.slots, s.route_w + r0 * K, f.has_shared ? yn : nullptr, n, K, D,

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "model/cuda/ffn_cuda.h"
 
 namespace ferry::model::cuda {
@@ -16,11 +17,22 @@ namespace ferry::model::cuda {
 // checkpoint stores all three so and the shard falls on whole 16-row tiles and 16-column groups:
 // dst->gate_up4 (gate rows then up rows, each with its tensor's global scale) and dst->down4,
 // dst->nvfp4 = *kept = true. Otherwise *kept = false and nothing is loaded (the caller upcasts).
-// `staging` is reusable device memory for the stored bytes before packing.
-// Errors: INVALID_ARGUMENT naming the MLP when gate_proj is NVFP4 but up_proj or down_proj is not;
-// the checkpoint's (Nvfp4Data) and the allocator's as they come.
+// `staging` is reusable device memory for the stored bytes before packing. With `w4a4` (W4A4
+// numerics: activation scales for gate/up and down, > 0) each matrix is packed with its global
+// scale times its input's scale and dst->w4a4 is set; a shard off whole tiles is then an error.
+// Errors: INVALID_ARGUMENT naming the MLP when gate_proj is NVFP4 but up_proj or down_proj is not
+// (or, with w4a4, its shard is not whole 16-row tiles); the checkpoint's (Nvfp4Data) and the
+// allocator's as they come.
+struct W4a4Scales {
+  float gate_up = 0.0f, down = 0.0f;
+};
 absl::Status LoadMlpNvfp4(const WeightLoader& w, int64_t hidden, int64_t inter, const TensorParallel& tp,
-                          CudaMlp* dst, DeviceBuffer* staging, bool* kept);
+                          CudaMlp* dst, DeviceBuffer* staging, bool* kept, const W4a4Scales* w4a4 = nullptr);
+
+// The activation scales W4A4 numerics give the MLP under `w` (model/blocks/ffn.h): gate/up the
+// larger of their input scales, down its own; {0, 0} when the MLP is not stored in NVFP4.
+// FAILED_PRECONDITION naming the projection when one is NVFP4 without an input_scale.
+absl::StatusOr<W4a4Scales> MlpW4a4Scales(const WeightLoader& w, int64_t hidden, int64_t inter);
 
 // f->nvfp4_gate_up_table / nvfp4_down_table from f's experts (all NVFP4) and its shared expert
 // at [n_experts] when it is NVFP4 and one expert wide (else null there).
@@ -30,7 +42,9 @@ absl::Status MakeNvfp4Tables(CudaFfn* f);
 // a [R, hidden], in pieces of up to kMoeMaxPairs / top_k rows, each MoeGroupPairs, MoeGemvNvfp4
 // (gate_up over the pairs' rows of a), SwiGlu, MoeGemvNvfp4 (down into the slots, the shared
 // expert's rows into y), MoeCombine. A shared expert outside the tables runs as
-// shared_apart(a rows, rows, y rows) after the routed ones. y [R, hidden] is scratch.
+// shared_apart(a rows, rows, y rows) after the routed ones. y [R, hidden] is scratch. W4A4
+// experts (CudaMlp::w4a4) round each piece of a (into y, before the down product writes there)
+// and the SwiGlu output to NVFP4 first, under the layer's scales.
 using SharedRun = std::function<absl::Status(const uint16_t* a, int64_t rows, uint16_t* y)>;
 absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
                       const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign, const SharedRun& shared_apart);

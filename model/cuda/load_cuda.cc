@@ -19,12 +19,11 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
     return absl::FailedPreconditionError("no CUDA device: the CUDA backend needs a GPU (use --device cpu)");
   }
   FERRY_RETURN_IF_ERROR(ValidateCacheOptions(cache));
-  if (opts.nvfp4_numerics != Nvfp4Numerics::kW4A16) {
-    // The GB10's W4A4 kernels (kernels/cuda/gemv_w4a4_sm121.h) are checked in host form only; no
-    // model path calls them yet. The CPU backend computes these numerics (--device cpu).
-    return absl::UnimplementedError(absl::StrCat("--nvfp4_numerics ", Nvfp4NumericsName(opts.nvfp4_numerics),
-                                                 " runs on --device cpu only for now; on CUDA NVFP4 weights compute "
-                                                 "as w4a16 (exact weights, bf16 activations)"));
+  if (opts.nvfp4_numerics == Nvfp4Numerics::kW4A4 && (precision != Precision::kBf16 || !opts.nvfp4_experts)) {
+    // W4A4 rounds bf16 activations for the NVFP4 products; float32 or upcast weights have neither.
+    return absl::InvalidArgumentError(absl::StrCat("--nvfp4_numerics w4a4 runs with --precision bf16 and the NVFP4 "
+                                                   "weights kept (--nvfp4_experts); got --precision ",
+                                                   PrecisionName(precision), opts.nvfp4_experts ? "" : ", upcast"));
   }
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));

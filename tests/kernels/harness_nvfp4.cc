@@ -1,7 +1,8 @@
 // ferry-kernel-check cases for the NVFP4 decode products (kernels/cuda/gemv_nvfp4.h): PackNvfp4
 // byte for byte against cpu::PackNvfp4; GemvNvfp4 and MoeGemvNvfp4 against cpu::LinearNvfp4, by
 // norm and element by element, and bit for bit against the same row run alone (batch invariance);
-// the ops' host-side argument checks.
+// RoundActivationsW4A4 bit for bit against the W4A4 quantizer's twin; the ops' host-side argument
+// checks.
 //
 // Tolerance: the device and the twin multiply the same exact weights (the decode is exact:
 // tests/kernels/nvfp4_test.cc holds the layout to common/nvfp4 without a device) by the same bf16
@@ -23,9 +24,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/nvfp4.h"
 #include "kernels/cpu/nvfp4.h"
+#include "kernels/cpu/nvfp4_w4a4.h"
 #include "kernels/cuda/gemv_nvfp4.h"
 #include "kernels/cuda/ops.h"
 #include "kernels/nvfp4_layout.h"
+#include "kernels/nvfp4_mma_layout.h"
 #include "tests/kernels/harness.h"
 #include "tests/kernels/harness_moe.h"
 #include "tests/kernels/nvfp4_random.h"
@@ -255,6 +258,53 @@ Result MoeCase(std::mt19937& rng, const MoeShape& s) {
 
 }  // namespace
 
+// RoundActivationsW4A4 against the CPU twin (cpu::QuantizeActivationsNvfp4, each code times its
+// group's E4M3 scale, exact in bf16): bit for bit, into a new buffer and in place. `scale_of_amax`
+// places the activation scale against the rows' largest magnitude (1: as calibration sets it;
+// below 1 clips the largest groups at 448 scales, above it pushes small groups into subnormal
+// scales).
+Result RoundCase(std::mt19937& rng, int64_t rows, int64_t in, float scale_of_amax) {
+  Result r;
+  Device dev(&r.error);
+  std::vector<uint16_t> xb;
+  std::vector<float> xf;
+  RandomBf16(static_cast<size_t>(rows * in), 1.0f, 0.0f, rng, &xb, &xf);
+  for (size_t i = 0; i < xb.size(); i += 53) {  // groups of many magnitudes
+    xf[i] *= static_cast<float>(1 << (i % 11));
+    xb[i] = F32ToBf16(xf[i]);
+    xf[i] = Bf16ToF32(xb[i]);
+  }
+  float amax = 0.0f;
+  for (float v : xf) amax = std::max(amax, std::fabs(v));
+  const float input_scale = Nvfp4GlobalScale(amax) * scale_of_amax;
+  std::vector<uint8_t> codes(static_cast<size_t>(rows * in / 2)), scales(static_cast<size_t>(rows * in / 16));
+  cpu::QuantizeActivationsNvfp4(xf.data(), rows, in, input_scale, codes.data(), scales.data(), in);
+  std::vector<uint16_t> want(xb.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const int code = codes[i / 2] >> (4 * (i % 2)) & 0x0f;
+    want[i] = F32ToBf16(static_cast<float>(kernels::w4a4::E2M1Twice(static_cast<uint8_t>(code))) * 0.5f *
+                        F8E4M3ToF32(scales[i / 16]));
+  }
+  uint16_t* d_x = dev.Upload(xb);
+  uint16_t* y = dev.Poisoned<uint16_t>(xb.size());
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::RoundActivationsW4A4(d_x, rows, in, input_scale, y));
+  HARNESS_CHECK_OK(cu::RoundActivationsW4A4(d_x, rows, in, input_scale, d_x));  // in place
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<uint16_t> got = dev.Download(y, xb.size()), in_place = dev.Download(d_x, xb.size());
+  if (!r.error.empty()) return r;
+  long differ = 0, differ_in_place = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    differ += got[i] != want[i] && !(Bf16ToF32(got[i]) == 0.0f && Bf16ToF32(want[i]) == 0.0f);
+    differ_in_place += in_place[i] != got[i];
+  }
+  if (differ > 0) r.note += absl::StrCat(" ", differ, " values differ from the twin's rounding");
+  if (differ_in_place > 0) r.note += absl::StrCat(" ", differ_in_place, " differ rounded in place");
+  r.mismatched = differ + differ_in_place;
+  r.rel_err = RelErr(ToF32(got), ToF32(want), &r.unwritten);
+  return r;
+}
+
 int RunNvfp4HostChecks() {
   HostChecks checks;
   // 7 row tiles x 2 column tiles of 2304 bytes, then 7 floats, rounded up to 16.
@@ -285,6 +335,10 @@ int RunNvfp4HostChecks() {
   checks.Refused(cu::MoeGemvNvfp4(table, some, 4, 1, x, true, 16, 8, y, true, nullptr), "y_shared",
           "MoeGemvNvfp4 scattered without y_shared");
   checks.Expect(cu::MoeGemvNvfp4(table, none, 0, 1, x, true, 16, 8, y, false, nullptr).ok(), "MoeGemvNvfp4 of no groups");
+  checks.Refused(cu::RoundActivationsW4A4(x, 0, 16, 1.0f, y), "rows 0", "RoundActivationsW4A4 no rows");
+  checks.Refused(cu::RoundActivationsW4A4(x, 2, 24, 1.0f, y), "in 24", "RoundActivationsW4A4 in % 16 != 0");
+  checks.Refused(cu::RoundActivationsW4A4(x, 2, 16, 0.0f, y), "finite and > 0", "RoundActivationsW4A4 scale 0");
+  checks.Refused(cu::RoundActivationsW4A4(x, 2, 16, NAN, y), "finite and > 0", "RoundActivationsW4A4 scale NaN");
   cu::Nvfp4GemvShape unbuilt;
   unbuilt.depth = 5;
   checks.Refused(cu::SetNvfp4GemvShape(unbuilt), "depth 5", "SetNvfp4GemvShape a form not built");
@@ -329,6 +383,15 @@ void AddNvfp4Cases(std::vector<Case>* cases) {
     cases->push_back({absl::StrCat("moe_gemv_nvfp4 rows=", s.rows, " k=", s.top_k, " experts=", s.n_experts,
                                    " in=", s.in, " out=", s.out, s.shared ? " shared" : "", s.bad_id ? " bad-id" : ""),
                       [s](std::mt19937& rng) { return MoeCase(rng, s); }});
+  }
+  struct RoundShape {
+    int64_t rows, in;
+    float scale_of_amax;
+  };
+  for (const RoundShape& s : {RoundShape{1, 6144, 1.0f}, RoundShape{8, 2048, 1.0f}, RoundShape{5, 272, 0.25f},
+                              RoundShape{3, 4096, 64.0f}}) {
+    cases->push_back({absl::StrCat("round_activations_w4a4 rows=", s.rows, " in=", s.in, " scale x", s.scale_of_amax),
+                      [s](std::mt19937& rng) { return RoundCase(rng, s.rows, s.in, s.scale_of_amax); }});
   }
   // Every other launch form the benchmarks may pick (depths, blocks an SM, both kernels' splits)
   // on decode-sized products: the same contract, the same checks.

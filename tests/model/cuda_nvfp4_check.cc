@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -20,6 +22,8 @@
 #include "model/cuda/glm5_next_cuda.h"
 #include "model/cuda/glm_moe_dsa_cuda.h"
 #include "model/golden/decision_log.h"
+#include "model/families/calibration.h"
+#include "model/families/causal_lm.h"
 #include "model/golden/golden.h"
 
 namespace ferry::model {
@@ -30,7 +34,10 @@ std::string Bytes(const void* p, size_t n) { return std::string(static_cast<cons
 // Writes `ck` to `out` with every MLP projection (routed and shared experts, dense layers' MLPs, as
 // ModelOpt's releases quantize them) whose name does not contain `leave` (when not empty) in NVFP4
 // (common/nvfp4's quantization) and every other tensor as float32.
-absl::Status WriteNvfp4Experts(const Checkpoint& ck, const std::string& out, const std::string& leave = "") {
+// With `amax` (calibration's largest |x| a projection input), each quantized projection also gets
+// its input_scale, and the config says static activation scales.
+absl::Status WriteNvfp4Experts(const Checkpoint& ck, const std::string& out, const std::string& leave = "",
+                               const std::map<MlpSite, float>* amax = nullptr) {
   std::vector<TensorBytes> tensors;
   for (const std::string& name : ck.TensorNames()) {
     const std::vector<int64_t> shape = ck.Find(name)->shape;
@@ -47,19 +54,32 @@ absl::Status WriteNvfp4Experts(const Checkpoint& ck, const std::string& out, con
     tensors.push_back({name + "_scale", DType::kF8E4M3, {shape[0], shape[1] / kNvfp4Group},
                        Bytes(q.scales.data(), q.scales.size())});
     tensors.push_back({name + "_scale_2", DType::kF32, {}, Bytes(&q.global_scale, sizeof(float))});
+    if (amax != nullptr) {
+      const std::optional<MlpSite> site = ParseMlpProjection(name);
+      if (!site || amax->count(*site) == 0) return absl::NotFoundError("calibration did not reach " + name);
+      const float s = Nvfp4GlobalScale(amax->at(*site));
+      tensors.push_back({name.substr(0, name.size() - 7) + ".input_scale", DType::kF32, {}, Bytes(&s, sizeof(float))});
+    }
   }
   std::filesystem::create_directories(out);
   FERRY_RETURN_IF_ERROR(WriteSafetensors(out + "/model.safetensors", tensors, {{"format", "pt"}}));
   nlohmann::json config = ck.config_json();
   config["quantization_config"] = {{"quant_method", "modelopt"}, {"quant_algo", "NVFP4"}, {"group_size", 16}};
+  if (amax != nullptr) {
+    const nlohmann::json fp4 = {{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", false}};
+    config["quantization_config"]["config_groups"] = {
+        {"group_0", {{"targets", {"Linear"}}, {"weights", fp4}, {"input_activations", fp4}}}};
+  }
   std::ofstream(out + "/config.json") << config.dump(1) << "\n";
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<CausalLM>> Load(const Checkpoint& ck, const ModelConfig& c, cuda::Precision p,
-                                               bool nvfp4_experts) {
+                                               bool nvfp4_experts,
+                                               Nvfp4Numerics numerics = Nvfp4Numerics::kW4A16) {
   cuda::CudaLoadOptions opts(p);
   opts.nvfp4_experts = nvfp4_experts;
+  opts.nvfp4_numerics = numerics;
   if (c.family == Family::kGlmMoeDsa) {
     FERRY_ASSIGN_OR_RETURN(auto m, cuda::GlmMoeDsaCuda::Load(ck, c, CacheOptions{16, -1}, opts));
     return std::unique_ptr<CausalLM>(std::move(m));
@@ -142,10 +162,54 @@ absl::Status Check(const std::string& dir, int* bad) {
   return absl::OkStatus();
 }
 
+// W4A4 numerics: the checkpoint calibrated on its golden prompts (CPU reference), quantized with
+// input scales, run on the device in bf16 with --nvfp4-numerics w4a4 (RoundActivationsW4A4
+// before the NVFP4 products) against the CPU reference's W4A4 run (the FP4 tensor cores' twin)
+// with its decisions replayed. The bound is the pinned bf16 one doubled: bf16 activations move
+// some values across a rounding boundary of the FP4 grid, which the float32 run does not.
+absl::Status CheckW4a4(const std::string& dir, int* bad) {
+  FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
+  FERRY_ASSIGN_OR_RETURN(std::vector<GoldenPrompt> goldens, ReadGolden(dir + "/golden.safetensors"));
+  std::vector<std::vector<int32_t>> prompts;
+  for (const GoldenPrompt& g : goldens) prompts.push_back(g.ids);
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> source, LoadCausalLM(dir));
+  FERRY_ASSIGN_OR_RETURN(const auto amax, CalibrateMlpInputs(*source, prompts));
+  char tmpl[] = "/tmp/ferry-w4a4-check-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp failed");
+  const std::string tmp = tmpl;
+  FERRY_RETURN_IF_ERROR(WriteNvfp4Experts(ck, tmp, "", &amax));
+  FERRY_ASSIGN_OR_RETURN(Checkpoint qck, Checkpoint::Open(tmp));
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> twin, LoadCausalLM(tmp, {}, {}, Nvfp4Numerics::kW4A4));
+  FERRY_ASSIGN_OR_RETURN(auto device, Load(qck, cfg, cuda::Precision::kBf16, true, Nvfp4Numerics::kW4A4));
+  const bool refused = !Load(qck, cfg, cuda::Precision::kF32, true, Nvfp4Numerics::kW4A4).ok();
+  *bad += !refused;
+  const double tol = 2 * PinnedBf16Tolerance(cfg.family);
+  float worst = 0;
+  DecisionLog tape;
+  for (const GoldenPrompt& g : goldens) {
+    FERRY_ASSIGN_OR_RETURN(ForwardOutput want, Prefill(*twin, g.ids, &tape, DecisionLog::Mode::kRecord));
+    FERRY_ASSIGN_OR_RETURN(ForwardOutput got, Prefill(*device, g.ids, &tape, DecisionLog::Mode::kReplay));
+    const float m = MaxAbs(got.logits, want.logits);
+    printf("  %s (%zu tokens): W4A4 device bf16 against the CPU twin, max |logit error| %.3f\n", g.name.c_str(),
+           g.ids.size(), m);
+    worst = std::max(worst, m);
+  }
+  *bad += !(worst <= tol);
+  printf("nvfp4 w4a4: worst max |logit error| %.3f (bound %.2f), float32 refused: %s: %s\n", worst, tol,
+         refused ? "yes" : "no", *bad == 0 ? "ok" : "FAILED");
+  std::filesystem::remove_all(tmp);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int Nvfp4Main(const std::string& dir) {
   int bad = 0;
+  if (absl::Status st = CheckW4a4(dir, &bad); !st.ok()) {
+    printf("nvfp4 w4a4: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
   if (absl::Status st = Check(dir, &bad); !st.ok()) {
     printf("nvfp4 experts: %s\n", std::string(st.message()).c_str());
     return 1;

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/nvfp4.h"
 #include "kernels/cpu/nvfp4_w4a4.h"
 #include "kernels/cpu/ops.h"
@@ -243,6 +244,25 @@ TEST_CASE("w4a4: an MLP kept in NVFP4 is the W4A4 products of its stored weights
   kernels::cpu::LinearW4A4(g.data(), rows, inter, down->input_scale, down->packed, down->scales, down->global_scale,
                            hidden, want.data());
   CHECK(MaxDiff(y, want) == 0.0f);
+  // In an MoE layer every expert (and the shared one) shares the layer's largest scales.
+  auto cfg = ParseModelConfig(ck->config_json(), ck->config_path());
+  REQUIRE(cfg.ok());
+  auto moe = LoadMoe(WeightLoader(*ck, "model.layers.1.mlp."), *cfg, {}, Nvfp4Numerics::kW4A4);
+  REQUIRE(moe.ok());
+  float want_gu = 0.0f, want_d = 0.0f;
+  for (int64_t e = -1; e < cfg->n_routed_experts; ++e) {
+    const std::string at = e < 0 ? "model.layers.1.mlp.shared_experts." : absl::StrCat("model.layers.1.mlp.experts.", e, ".");
+    for (const char* p : {"gate_proj", "up_proj"}) {
+      want_gu = std::max(want_gu, ck->Nvfp4Data(at + p + ".weight", {inter, hidden})->input_scale);
+    }
+    want_d = std::max(want_d, ck->Nvfp4Data(at + "down_proj.weight", {hidden, inter})->input_scale);
+  }
+  for (const MlpWeights* x : {&moe->experts[0], &moe->experts[9], &moe->shared}) {
+    REQUIRE(x->w4a4);
+    CHECK(x->gate4.input_scale == want_gu);
+    CHECK(x->up4.input_scale == want_gu);
+    CHECK(x->down4.input_scale == want_d);
+  }
   // Against the exact weights with float32 activations: the activations' quantization error.
   MlpForward(*exact, x.data(), rows, hidden, 0.0f, ref.data());
   const float e = RelativeRms(y, ref);
