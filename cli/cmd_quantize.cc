@@ -14,6 +14,7 @@
 //             to hold a quantized model to a float32 run over its own dequantized weights.
 // Every other file of IN (tokenizer, chat template, generation config) is copied. Shards of up to
 // 5 GB, with model.safetensors.index.json when there are several.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -34,6 +35,7 @@
 #include "cli/flags.h"
 #include "common/dtype.h"
 #include "common/nvfp4.h"
+#include "common/status.h"
 #include "common/version.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/checkpoint/safetensors.h"
@@ -118,6 +120,29 @@ model::TensorBytes FloatTensor(const std::string& name, DType dtype, const std::
   return t;
 }
 
+// The largest magnitude the global scale of weight `name` (values `w`) is set from: for an MLP's
+// gate_proj or up_proj the larger of the two tensors' (ModelOpt exports them with one global
+// scale, which vLLM's fused gate_up decodes both with), else w's own. `cache` keeps a pair's.
+absl::StatusOr<float> GateUpAmax(const model::Checkpoint& ck, const std::string& name, const std::vector<float>& w,
+                                 std::map<std::string, float>* cache) {
+  float own = 0.0f;
+  for (float v : w) own = std::max(own, std::fabs(v));
+  const bool gate = absl::EndsWith(name, ".gate_proj.weight"), up = absl::EndsWith(name, ".up_proj.weight");
+  if (!gate && !up) return own;
+  const std::string prefix = name.substr(0, name.size() - (gate ? 17 : 15));
+  if (auto it = cache->find(prefix); it != cache->end()) return std::max(it->second, own);
+  const std::string partner = prefix + (gate ? ".up_proj.weight" : ".gate_proj.weight");
+  const model::TensorInfo* p = ck.Find(partner);
+  if (p == nullptr) return own;
+  std::vector<int64_t> shape = p->shape;
+  if (p->dtype == DType::kU8 && shape.size() == 2) shape[1] *= 2;
+  FERRY_ASSIGN_OR_RETURN(const std::vector<float> other, ck.LoadF32(partner, shape));
+  float amax = own;
+  for (float v : other) amax = std::max(amax, std::fabs(v));
+  (*cache)[prefix] = amax;
+  return amax;
+}
+
 int Fail(const std::string& why) {
   fprintf(stderr, "ferry quantize: %s\n", why.c_str());
   return 1;
@@ -172,12 +197,14 @@ int RunQuantize(const std::vector<std::string>& args) {
   ShardWriter shards(out);
   nlohmann::json excluded = nlohmann::json::array();
   int64_t quantized = 0, decoded = 0, copied = 0, uncalibrated = 0;
+  std::map<std::string, float> gate_up_amax;  // an MLP's prefix -> the larger of gate's and up's
   for (const std::string& name : ck->TensorNames()) {
     const model::TensorInfo& t = *ck->Find(name);
-    // FP8 block scales and NVFP4 scales go with their weight.
+    // The source's scales (FP8 blocks, ModelOpt FP8 or NVFP4) go with their weights, which every
+    // format here quantizes anew or decodes.
     if (absl::EndsWith(name, "_scale_inv") || absl::EndsWith(name, ".weight_scale") ||
         absl::EndsWith(name, ".weight_scale_2") || absl::EndsWith(name, ".input_scale")) {
-      if (!nvfp4 || ck->nvfp4() || absl::EndsWith(name, "_scale_inv")) continue;
+      continue;
     }
     // The weight's real shape: an NVFP4 weight is stored packed.
     std::vector<int64_t> shape = t.shape;
@@ -190,7 +217,9 @@ int RunQuantize(const std::vector<std::string>& args) {
     if (projection && (!calibrate || act_scale > 0.0f)) {
       auto w = ck->LoadF32(name, shape);
       if (!w.ok()) return Fail(std::string(w.status().message()));
-      const Nvfp4Weight q = QuantizeNvfp4(*w, shape[0], shape[1]);
+      auto amax = GateUpAmax(*ck, name, *w, &gate_up_amax);
+      if (!amax.ok()) return Fail(std::string(amax.status().message()));
+      const Nvfp4Weight q = QuantizeNvfp4(*w, shape[0], shape[1], *amax);
       st = shards.Add({name, DType::kU8, {shape[0], shape[1] / 2}, Bytes(q.packed.data(), q.packed.size())});
       if (st.ok()) {
         st = shards.Add({name + "_scale", DType::kF8E4M3, {shape[0], shape[1] / kNvfp4Group},
@@ -254,6 +283,7 @@ int RunQuantize(const std::vector<std::string>& args) {
     if (calibrate) group["input_activations"] = fp4;
     nlohmann::json config_q = q;
     config_q["config_groups"] = {{"group_0", group}};
+    config_q["ignore"] = excluded;  // the key config.json readers (vLLM's among them) take
     config["quantization_config"] = config_q;
     std::ofstream hq(out + "/hf_quant_config.json");
     hq << nlohmann::json{{"producer", {{"name", "ferry"}, {"version", VersionString()}}}, {"quantization", q}}.dump(2)

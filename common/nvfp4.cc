@@ -28,10 +28,12 @@ uint8_t F32ToE2M1(float x) {
   return static_cast<uint8_t>((std::signbit(x) ? 8 : 0) | code);
 }
 
-Nvfp4Weight QuantizeNvfp4(std::span<const float> w, int64_t rows, int64_t cols) {
+Nvfp4Weight QuantizeNvfp4(std::span<const float> w, int64_t rows, int64_t cols, float amax) {
   Nvfp4Weight q;
-  float amax = 0.0f;
-  for (float v : w) amax = std::max(amax, std::fabs(v));
+  if (amax < 0.0f) {
+    amax = 0.0f;
+    for (float v : w) amax = std::max(amax, std::fabs(v));
+  }
   q.global_scale = Nvfp4GlobalScale(amax);
   if (q.global_scale == 0.0f) q.global_scale = 1.0f;  // an all-zero tensor: any scale decodes it
   const int64_t groups = cols / kNvfp4Group;

@@ -33,13 +33,15 @@ float E2M1ToF32(uint8_t code);
 uint8_t F32ToE2M1(float x);
 
 // One weight quantized: packed codes [rows, cols / 2], group scales [rows, cols / 16] (E4M3
-// bytes) and the global scale. REQUIRES: cols % 16 == 0, every value finite.
+// bytes) and the global scale, Nvfp4GlobalScale of `amax` (< 0: the weight's own largest
+// magnitude; ModelOpt gives the gate and up projections of one MLP the larger of their two).
+// REQUIRES: cols % 16 == 0, every value finite, amax < 0 or >= every |value|.
 struct Nvfp4Weight {
   std::vector<uint8_t> packed;
   std::vector<uint8_t> scales;
   float global_scale = 1.0f;
 };
-Nvfp4Weight QuantizeNvfp4(std::span<const float> w, int64_t rows, int64_t cols);
+Nvfp4Weight QuantizeNvfp4(std::span<const float> w, int64_t rows, int64_t cols, float amax = -1.0f);
 
 // Decodes columns [c0, c1) of row r of an NVFP4 weight with `cols` columns into out[0, c1 - c0).
 void DequantNvfp4Row(const uint8_t* packed, const uint8_t* scales, float global_scale, int64_t cols, int64_t r,

@@ -46,7 +46,7 @@ grpc::Status HealthService::Watch(grpc::ServerContext* ctx, const grpc::health::
                                   grpc::ServerWriter<HealthCheckResponse>* writer) {
   std::unique_lock<std::mutex> lock(mu_);
   uint64_t seen = version_ + 1;  // differs: the first pass sends the status now
-  while (!shutdown_ && !ctx->IsCancelled()) {
+  while (true) {
     if (seen != version_) {
       seen = version_;
       HealthCheckResponse resp;
@@ -56,6 +56,7 @@ grpc::Status HealthService::Watch(grpc::ServerContext* ctx, const grpc::health::
       lock.lock();
       if (!sent) break;  // the caller went away
     }
+    if (shutdown_ || ctx->IsCancelled()) break;  // after one answer at least
     // Wakes on a change or Shutdown(); the timeout notices a cancelled caller.
     changed_.wait_for(lock, std::chrono::milliseconds(100));
   }

@@ -316,6 +316,8 @@ int main(int argc, char** argv) {
   if (!control_server || bound_control == 0) {
     fprintf(stderr, "ferry-coordinator: cannot listen on %s for the control service (port taken?)\n",
             control_address.c_str());
+    health.Shutdown();  // the API server already answers: end any Watch before it stops
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     return 2;
   }
   FERRY_LOG(INFO) << "listening on " << address << " (API), " << control_address << " (control); waiting for "

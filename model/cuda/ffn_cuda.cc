@@ -306,10 +306,11 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   if (f.has_shared) {
     // In FP8 or NVFP4 with the routed experts when one expert wide (it joins their launches).
     const int64_t inter = c.moe_intermediate_size * c.n_shared_experts;
-    // W4A4 keeps a wider one in NVFP4 too (it runs apart, MlpRun), as the CPU reference does.
+    // W4A4 keeps it in NVFP4 however wide and whatever the routed experts are (it then runs apart,
+    // MlpRun), as the CPU reference does.
     FERRY_RETURN_IF_ERROR(LoadMlpCuda(w.Sub("shared_experts."), D, inter, p, tp, &f.shared, bytes,
                                       f.fp8_experts && joins ? &staging : nullptr,
-                                      f.nvfp4_experts && (joins || w4a4 != nullptr) ? &staging4 : nullptr, w4a4));
+                                      (f.nvfp4_experts && joins) || w4a4 != nullptr ? &staging4 : nullptr, w4a4));
   }
   if (f.nvfp4_experts) FERRY_RETURN_IF_ERROR(MakeNvfp4Tables(&f));
   if (p == Precision::kBf16 && !f.fp8_experts && !f.nvfp4_experts) {

@@ -26,6 +26,9 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
                                                    PrecisionName(precision), opts.nvfp4_experts ? "" : ", upcast"));
   }
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  if (opts.nvfp4_numerics == Nvfp4Numerics::kW4A4 && !ck.nvfp4()) {
+    FERRY_LOG(WARNING) << dir << " stores no NVFP4 weights: --nvfp4-numerics w4a4 changes nothing";
+  }
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {

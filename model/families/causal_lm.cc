@@ -99,6 +99,9 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLM(const std::string& dir, c
     }
   }
   model->set_weight_bytes(ck.loaded_bytes());
+  if (nvfp4 == Nvfp4Numerics::kW4A4 && !ck.nvfp4()) {
+    FERRY_LOG(WARNING) << dir << " stores no NVFP4 weights: --nvfp4-numerics w4a4 changes nothing";
+  }
   FERRY_LOG(INFO) << "loaded " << FamilyName(cfg.family) << " from " << dir << ": " << cfg.num_layers
                   << " layers, hidden " << cfg.hidden_size << ", vocab " << cfg.vocab_size
                   << (tp.world > 1 ? absl::StrCat(", tensor-parallel rank ", tp.rank, " of ", tp.world) : "");

@@ -35,16 +35,19 @@ std::string Bytes(const void* p, size_t n) { return std::string(static_cast<cons
 // ModelOpt's releases quantize them) whose name does not contain `leave` (when not empty) in NVFP4
 // (common/nvfp4's quantization) and every other tensor as float32.
 // With `amax` (calibration's largest |x| a projection input), each quantized projection also gets
-// its input_scale, and the config says static activation scales.
+// its input_scale, and the config says static activation scales; a projection calibration did not
+// reach (a vision tower's MLP) stays float32, as ferry quantize leaves it.
 absl::Status WriteNvfp4Experts(const Checkpoint& ck, const std::string& out, const std::string& leave = "",
                                const std::map<MlpSite, float>* amax = nullptr) {
   std::vector<TensorBytes> tensors;
   for (const std::string& name : ck.TensorNames()) {
     const std::vector<int64_t> shape = ck.Find(name)->shape;
     FERRY_ASSIGN_OR_RETURN(std::vector<float> v, ck.LoadF32(name, shape));
+    const std::optional<MlpSite> site = ParseMlpProjection(name);
     const bool expert = absl::StrContains(name, ".mlp.") && absl::EndsWith(name, "_proj.weight") &&
                         shape.size() == 2 && shape[1] % kNvfp4Group == 0 &&
-                        (leave.empty() || !absl::StrContains(name, leave));
+                        (leave.empty() || !absl::StrContains(name, leave)) &&
+                        (amax == nullptr || (site && amax->count(*site) > 0));
     if (!expert) {
       tensors.push_back({name, DType::kF32, shape, Bytes(v.data(), v.size() * sizeof(float))});
       continue;
@@ -55,8 +58,6 @@ absl::Status WriteNvfp4Experts(const Checkpoint& ck, const std::string& out, con
                        Bytes(q.scales.data(), q.scales.size())});
     tensors.push_back({name + "_scale_2", DType::kF32, {}, Bytes(&q.global_scale, sizeof(float))});
     if (amax != nullptr) {
-      const std::optional<MlpSite> site = ParseMlpProjection(name);
-      if (!site || amax->count(*site) == 0) return absl::NotFoundError("calibration did not reach " + name);
       const float s = Nvfp4GlobalScale(amax->at(*site));
       tensors.push_back({name.substr(0, name.size() - 7) + ".input_scale", DType::kF32, {}, Bytes(&s, sizeof(float))});
     }
@@ -178,6 +179,10 @@ absl::Status CheckW4a4(const std::string& dir, int* bad) {
   char tmpl[] = "/tmp/ferry-w4a4-check-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) return absl::UnavailableError("mkdtemp failed");
   const std::string tmp = tmpl;
+  struct Remove {
+    std::string dir;
+    ~Remove() { std::filesystem::remove_all(dir); }
+  } remove{tmp};
   FERRY_RETURN_IF_ERROR(WriteNvfp4Experts(ck, tmp, "", &amax));
   FERRY_ASSIGN_OR_RETURN(Checkpoint qck, Checkpoint::Open(tmp));
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CausalLM> twin, LoadCausalLM(tmp, {}, {}, Nvfp4Numerics::kW4A4));
@@ -198,7 +203,6 @@ absl::Status CheckW4a4(const std::string& dir, int* bad) {
   *bad += !(worst <= tol);
   printf("nvfp4 w4a4: worst max |logit error| %.3f (bound %.2f), float32 refused: %s: %s\n", worst, tol,
          refused ? "yes" : "no", *bad == 0 ? "ok" : "FAILED");
-  std::filesystem::remove_all(tmp);
   return absl::OkStatus();
 }
 
@@ -206,9 +210,9 @@ absl::Status CheckW4a4(const std::string& dir, int* bad) {
 
 int Nvfp4Main(const std::string& dir) {
   int bad = 0;
-  if (absl::Status st = CheckW4a4(dir, &bad); !st.ok()) {
+  if (absl::Status st = CheckW4a4(dir, &bad); !st.ok()) {  // reported; the NVFP4 checks still run
     printf("nvfp4 w4a4: %s\n", std::string(st.message()).c_str());
-    return 1;
+    ++bad;
   }
   if (absl::Status st = Check(dir, &bad); !st.ok()) {
     printf("nvfp4 experts: %s\n", std::string(st.message()).c_str());

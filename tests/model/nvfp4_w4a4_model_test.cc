@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/nvfp4.h"
 #include "kernels/cpu/nvfp4_w4a4.h"
@@ -166,6 +167,22 @@ TEST_CASE("w4a4: a calibrated checkpoint stores ModelOpt's input scales and runs
       ++scales;
     }
     CHECK(scales > 0);
+    // gate and up of one MLP share a global scale (vLLM decodes the fused pair with one).
+    int64_t pairs = 0;
+    for (const std::string& t : ck->TensorNames()) {
+      if (!absl::EndsWith(t, ".gate_proj.weight_scale_2")) continue;
+      const std::string up = t.substr(0, t.size() - 25) + ".up_proj.weight_scale_2";
+      auto g = ck->LoadF32(t, {});
+      auto u = ck->LoadF32(up, {});
+      REQUIRE((g.ok() && u.ok()));
+      CHECK((*g)[0] == (*u)[0]);
+      ++pairs;
+    }
+    CHECK(pairs > 0);
+    // config.json names the modules left bf16 under both keys readers take.
+    const auto& q = ck->config_json()["quantization_config"];
+    CHECK(q["ignore"] == q["exclude_modules"]);
+    CHECK(q["quant_algo"] == "NVFP4");
     auto plain = Checkpoint::Open(weights_only);
     REQUIRE(plain.ok());
     CHECK_FALSE(plain->quantization().input_scales());
