@@ -295,6 +295,8 @@ bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 // fast-math: the divisions are IEEE and nothing contracts into an FMA.
 __global__ void RoundActivationsW4A4Kernel(const __nv_bfloat16* x, int64_t groups, float input_scale,
                                            __nv_bfloat16* y) {
+  PdlLaunchDependents();  // the product after it waits for all of this grid in its PdlWait
+  PdlWait();              // x comes from the kernel before
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= groups) return;
   const __nv_bfloat16* v = x + idx * lay::kGroup;
@@ -402,9 +404,10 @@ absl::Status RoundActivationsW4A4(const uint16_t* x, int64_t rows, int64_t in, f
   }
   if (x == nullptr || y == nullptr) return absl::InvalidArgumentError("RoundActivationsW4A4: null x or y");
   const int64_t groups = rows * (in / lay::kGroup), blocks = (groups + 255) / 256;
-  RoundActivationsW4A4Kernel<<<static_cast<unsigned>(blocks), 256, 0, static_cast<cudaStream_t>(stream)>>>(
-      reinterpret_cast<const __nv_bfloat16*>(x), groups, input_scale, reinterpret_cast<__nv_bfloat16*>(y));
-  FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
+  FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RoundActivationsW4A4Kernel, dim3(static_cast<unsigned>(blocks)), 256, 0,
+                                             static_cast<cudaStream_t>(stream),
+                                             reinterpret_cast<const __nv_bfloat16*>(x), groups, input_scale,
+                                             reinterpret_cast<__nv_bfloat16*>(y)));
   return absl::OkStatus();
 }
 
