@@ -60,10 +60,10 @@ for model in glm-dsa-tiny glm5next-tiny; do
       fi
     done
     # The coordinator's /metrics at M, the CUDA worker's (rank 0) at M + 1.
-    if scrape "$metrics" | grep -q '^ferry:'; then echo "$model $precision: coordinator /metrics answers"; else
+    if grep -q '^ferry:' <<<"$(scrape "$metrics")"; then echo "$model $precision: coordinator /metrics answers"; else
       echo "$model $precision: coordinator /metrics FAILED"; status=1; fi
     wm=$(scrape "$((metrics + 1))" 2>&1)
-    if echo "$wm" | grep -q '^ferry_worker:step_tokens_total'; then
+    if grep -q '^ferry_worker:step_tokens_total' <<<"$wm"; then
       echo "$model $precision: CUDA worker /metrics answers ($(echo "$wm" | grep -m1 '^ferry_worker:step_tokens_total'))"
     else
       echo "$model $precision: CUDA worker /metrics FAILED: $(echo "$wm" | tail -1)"; status=1

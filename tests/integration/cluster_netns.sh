@@ -81,26 +81,26 @@ for m in glm-dsa-tiny glm5next-tiny; do
   out="$("$launcher" -c "$tmp/conf" up 2>&1)"; rc=$?
   echo "$out"
   [ $rc -eq 0 ] || { fail "$m: up exited $rc"; continue; }
-  echo "$out" | grep -q "serving: gRPC API 10.213.0.1:50051" || fail "$m: up did not print the endpoint"
-  echo "$out" | grep -q "serving: OpenAI API http://10.213.0.1:8000/v1" || fail "$m: up did not print the OpenAI endpoint"
-  echo "$out" | grep -q "owner split on" || fail "$m: the owner split is not on"
-  echo "$out" | grep -q "^rank 1: serving" || fail "$m: rank 1 is not serving"
+  grep -q "serving: gRPC API 10.213.0.1:50051" <<<"$out" || fail "$m: up did not print the endpoint"
+  grep -q "serving: OpenAI API http://10.213.0.1:8000/v1" <<<"$out" || fail "$m: up did not print the OpenAI endpoint"
+  grep -q "owner split on" <<<"$out" || fail "$m: the owner split is not on"
+  grep -q "^rank 1: serving" <<<"$out" || fail "$m: rank 1 is not serving"
   # Every golden prompt through the API, from the first namespace.
   out="$(ip netns exec "$A" "$bin/ferry" check-golden --server 10.213.0.1:50051 --model "$tmp/a/$m" 2>&1)"
   echo "$out"
-  echo "$out" | grep -q "golden: 3 passed, 0 failed" || fail "$m: golden prompts through the cluster"
+  grep -q "golden: 3 passed, 0 failed" <<<"$out" || fail "$m: golden prompts through the cluster"
   # The OpenAI API on the cluster interface: a chat completion with the key, 401 without it.
   body='{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "temperature": 0}'
   out="$(ip netns exec "$A" curl -sS -H "Authorization: Bearer $(cat "$tmp/api.key")" -H 'Content-Type: application/json' \
     -d "$body" http://10.213.0.1:8000/v1/chat/completions 2>&1)"
   echo "$out"
-  echo "$out" | grep -q '"object":"chat.completion"' || fail "$m: no chat completion through the OpenAI API"
+  grep -q '"object":"chat.completion"' <<<"$out" || fail "$m: no chat completion through the OpenAI API"
   code="$(ip netns exec "$A" curl -s -o /dev/null -w '%{http_code}' -d "$body" http://10.213.0.1:8000/v1/chat/completions)"
   [ "$code" = 401 ] || fail "$m: the OpenAI API answered $code without the key"
   # The scrape configuration names every process at its host's address.
   out="$("$launcher" -c "$tmp/conf" prometheus 2>&1)"
   for t in 10.213.0.1:9400 10.213.0.1:9401 10.213.0.2:9402; do
-    echo "$out" | grep -q "targets: \[\"$t\"\]" || fail "$m: prometheus config lacks $t"
+    grep -q "targets: \[\"$t\"\]" <<<"$out" || fail "$m: prometheus config lacks $t"
   done
   # The API is not on loopback, and not in the root namespace.
   ip netns exec "$A" "$bin/ferry" status --server 127.0.0.1:50051 >/dev/null 2>&1 && fail "$m: the API answers on loopback"
@@ -111,10 +111,10 @@ for m in glm-dsa-tiny glm5next-tiny; do
   out="$("$launcher" -c "$tmp/conf" status 2>&1)"; rc=$?
   echo "$out"
   [ $rc -ne 0 ] || fail "$m: status exited 0 with a dead worker"
-  echo "$out" | grep -q "^$B: worker-1 (pid $pid) is not running" || fail "$m: status did not name the dead worker's host"
+  grep -q "^$B: worker-1 (pid $pid) is not running" <<<"$out" || fail "$m: status did not name the dead worker's host"
   out="$("$launcher" -c "$tmp/conf" down 2>&1)"; rc=$?
   echo "$out"
-  [ $rc -eq 0 ] && echo "$out" | grep -q "down: no process left" || fail "$m: down"
+  [ $rc -eq 0 ] && grep -q "down: no process left" <<<"$out" || fail "$m: down"
   if pgrep -f "$tmp/" >/dev/null; then fail "$m: processes left after down: $(pgrep -af "$tmp/")"; fi
 done
 
@@ -123,14 +123,14 @@ config glm-dsa-tiny
 chmod 644 "$tmp/token"
 out="$("$launcher" -c "$tmp/conf" up 2>&1)"; rc=$?
 echo "$out" | grep -E "FAIL|preflight|up:"
-[ $rc -ne 0 ] && echo "$out" | grep -q "token file $tmp/token has mode 644; it must be 600" || fail "a readable token file passed"
+[ $rc -ne 0 ] && grep -q "token file $tmp/token has mode 644; it must be 600" <<<"$out" || fail "a readable token file passed"
 pgrep -f "$tmp/" >/dev/null && fail "up started processes after a failed preflight"
 chmod 600 "$tmp/token"
 # A run directory others may write (where a planted pid file or log link would be followed).
 mkdir -p "$tmp/run-a" && chmod 777 "$tmp/run-a"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
-[ $rc -ne 0 ] && echo "$out" | grep -q "run directory $tmp/run-a is not owned by this user or others may write it" ||
-  fail "a run directory others may write passed"
+[ $rc -ne 0 ] && grep -q "run directory $tmp/run-a is not owned by this user or others may write it" <<<"$out" ||
+  { fail "a run directory others may write passed (rc $rc, $(stat -c '%U %a' "$tmp/run-a"))"; echo "$out"; }
 chmod 700 "$tmp/run-a"
 # A pid file that names another process is not signalled by down, nor counted as ours.
 sleep 300 & bystander=$!
@@ -141,17 +141,17 @@ kill "$bystander" 2>/dev/null
 # The OpenAI API beyond loopback without a key file is refused before anything starts.
 sed -i '/^api_key_file/d' "$tmp/conf"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
-[ $rc -ne 0 ] && echo "$out" | grep -q "give api_key_file" || fail "an OpenAI API without a key passed"
+[ $rc -ne 0 ] && grep -q "give api_key_file" <<<"$out" || fail "an OpenAI API without a key passed"
 # NCCL moves device values: a CPU cluster asking for it is refused before anything starts.
 config glm-dsa-tiny
 sed -i 's/^device = cpu$/device = cpu\ndataplane = nccl/' "$tmp/conf"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
-[ $rc -ne 0 ] && echo "$out" | grep -q "dataplane nccl needs device cuda" || fail "dataplane nccl on a CPU cluster passed"
+[ $rc -ne 0 ] && grep -q "dataplane nccl needs device cuda" <<<"$out" || fail "dataplane nccl on a CPU cluster passed"
 config glm-dsa-tiny
 echo '{"changed": true}' >> "$tmp/b/glm-dsa-tiny/config.json"
 out="$("$launcher" -c "$tmp/conf" preflight 2>&1)"; rc=$?
 echo "$out" | grep -E "FAIL|preflight"
-[ $rc -ne 0 ] && echo "$out" | grep -q "model config.json differs between hosts" || fail "differing model configs passed"
+[ $rc -ne 0 ] && grep -q "model config.json differs between hosts" <<<"$out" || fail "differing model configs passed"
 
 if [ "$failures" -gt 0 ]; then echo "cluster_netns: $failures failure(s)"; exit 1; fi
 echo "cluster_netns: passed"

@@ -24,7 +24,7 @@ pick_ports() {
   local p
   for _ in $(seq 50); do
     p=$(( (RANDOM % 2000) * 8 + 12000 ))
-    if ! ss -Htan "( sport >= :$p and sport <= :$((p + 7)) )" 2>/dev/null | grep -q .; then echo "$p"; return; fi
+    if [ -z "$(ss -Htan "( sport >= :$p and sport <= :$((p + 7)) )" 2>/dev/null)" ]; then echo "$p"; return; fi
   done
   echo "openai_client: no free ports" >&2; exit 1
 }
