@@ -33,6 +33,22 @@ Nvfp4Projection SliceNvfp4(const Checkpoint::Nvfp4Tensor& t, int64_t r0, int64_t
   return p;
 }
 
+}  // namespace
+
+absl::StatusOr<W4a4Scales> W4a4ScalesOf(const std::string& prefix, const Checkpoint::Nvfp4Tensor& gate,
+                                        const Checkpoint::Nvfp4Tensor& up, const Checkpoint::Nvfp4Tensor& down) {
+  for (const auto& [name, t] : {std::pair{"gate_proj", &gate}, {"up_proj", &up}, {"down_proj", &down}}) {
+    if (t->input_scale == 0.0f) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          prefix, name, " is NVFP4 without an input_scale (a weight-only checkpoint): W4A4 numerics quantize "
+          "activations under it; run this checkpoint with w4a16"));
+    }
+  }
+  return W4a4Scales{std::max(gate.input_scale, up.input_scale), down.input_scale};
+}
+
+namespace {
+
 // The MLP's projections kept in NVFP4 for W4A4 numerics: *kept = false (nothing loaded) unless
 // all three are stored NVFP4.
 absl::Status LoadMlpW4A4(const WeightLoader& w, int64_t hidden, int64_t inter, const TensorParallel& tp,
@@ -42,13 +58,7 @@ absl::Status LoadMlpW4A4(const WeightLoader& w, int64_t hidden, int64_t inter, c
   FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor up, w.Nvfp4Matrix("up_proj.weight", inter, hidden));
   FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor down, w.Nvfp4Matrix("down_proj.weight", hidden, inter));
   if (gate.packed == nullptr || up.packed == nullptr || down.packed == nullptr) return absl::OkStatus();
-  for (const auto& [name, t] : {std::pair{"gate_proj", &gate}, {"up_proj", &up}, {"down_proj", &down}}) {
-    if (t->input_scale == 0.0f) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          w.prefix(), name, " is NVFP4 without an input_scale (a weight-only checkpoint): W4A4 numerics quantize "
-          "activations under it; run this checkpoint with w4a16"));
-    }
-  }
+  FERRY_ASSIGN_OR_RETURN(const W4a4Scales scales, W4a4ScalesOf(w.prefix(), gate, up, down));
   const int64_t b = tp.Begin(inter), e = tp.End(inter);
   if (b % kNvfp4Group != 0 || e % kNvfp4Group != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -58,8 +68,9 @@ absl::Status LoadMlpW4A4(const WeightLoader& w, int64_t hidden, int64_t inter, c
   m->gate4 = SliceNvfp4(gate, b, e, 0, hidden);
   m->up4 = SliceNvfp4(up, b, e, 0, hidden);
   m->down4 = SliceNvfp4(down, 0, hidden, b, e);
-  // gate and up read one input, quantized once under the larger of their scales.
-  m->gate4.input_scale = m->up4.input_scale = std::max(gate.input_scale, up.input_scale);
+  // gate and up read one input, quantized once.
+  m->gate4.input_scale = m->up4.input_scale = scales.gate_up;
+  m->down4.input_scale = scales.down;
   m->w4a4 = *kept = true;
   return absl::OkStatus();
 }

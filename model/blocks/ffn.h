@@ -35,6 +35,16 @@ struct MlpWeights {
   int64_t inter() const { return w4a4 ? gate4.out : gate.rows; }
 };
 
+// The activation scales W4A4 numerics give an MLP stored in NVFP4 (its three projections as
+// read): gate and up the larger of their input scales, down its own. An MoE layer then takes the
+// largest over its MLPs (LoadMoe). FAILED_PRECONDITION naming `prefix` and the projection when
+// one has no input_scale (a weight-only checkpoint).
+struct W4a4Scales {
+  float gate_up = 0.0f, down = 0.0f;
+};
+absl::StatusOr<W4a4Scales> W4a4ScalesOf(const std::string& prefix, const Checkpoint::Nvfp4Tensor& gate,
+                                        const Checkpoint::Nvfp4Tensor& up, const Checkpoint::Nvfp4Tensor& down);
+
 // Loads `gate_proj`, `up_proj`, `down_proj` under the loader's prefix; under tensor parallelism
 // this rank's slice of the intermediate dimension (gate/up rows, down columns). With kW4A4, an
 // MLP whose three projections are stored NVFP4 is kept in NVFP4 (w4a4); one with a bf16 or FP8

@@ -44,16 +44,7 @@ absl::StatusOr<W4a4Scales> MlpW4a4Scales(const WeightLoader& w, int64_t hidden, 
   FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor up, w.Nvfp4Matrix("up_proj.weight", inter, hidden));
   FERRY_ASSIGN_OR_RETURN(const Checkpoint::Nvfp4Tensor down, w.Nvfp4Matrix("down_proj.weight", hidden, inter));
   if (gate.packed == nullptr || up.packed == nullptr || down.packed == nullptr) return s;
-  for (const auto& [name, t] : {std::pair{"gate_proj", &gate}, {"up_proj", &up}, {"down_proj", &down}}) {
-    if (t->input_scale == 0.0f) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          w.prefix(), name, " is NVFP4 without an input_scale (a weight-only checkpoint): W4A4 numerics quantize "
-          "activations under it; run this checkpoint with w4a16"));
-    }
-  }
-  s.gate_up = std::max(gate.input_scale, up.input_scale);
-  s.down = down.input_scale;
-  return s;
+  return W4a4ScalesOf(w.prefix(), gate, up, down);
 }
 
 absl::Status LoadMlpNvfp4(const WeightLoader& w, int64_t hidden, int64_t inter, const TensorParallel& tp,

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "model/blocks/ffn.h"
 #include "model/cuda/ffn_cuda.h"
 
 namespace ferry::model::cuda {
@@ -23,15 +24,10 @@ namespace ferry::model::cuda {
 // Errors: INVALID_ARGUMENT naming the MLP when gate_proj is NVFP4 but up_proj or down_proj is not
 // (or, with w4a4, its shard is not whole 16-row tiles); the checkpoint's (Nvfp4Data) and the
 // allocator's as they come.
-struct W4a4Scales {
-  float gate_up = 0.0f, down = 0.0f;
-};
 absl::Status LoadMlpNvfp4(const WeightLoader& w, int64_t hidden, int64_t inter, const TensorParallel& tp,
                           CudaMlp* dst, DeviceBuffer* staging, bool* kept, const W4a4Scales* w4a4 = nullptr);
 
-// The activation scales W4A4 numerics give the MLP under `w` (model/blocks/ffn.h): gate/up the
-// larger of their input scales, down its own; {0, 0} when the MLP is not stored in NVFP4.
-// FAILED_PRECONDITION naming the projection when one is NVFP4 without an input_scale.
+// W4a4ScalesOf (model/blocks/ffn.h) of the MLP under `w`; {0, 0} when it is not stored in NVFP4.
 absl::StatusOr<W4a4Scales> MlpW4a4Scales(const WeightLoader& w, int64_t hidden, int64_t inter);
 
 // f->nvfp4_gate_up_table / nvfp4_down_table from f's experts (all NVFP4) and its shared expert
