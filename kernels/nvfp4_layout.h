@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace ferry::kernels::nvfp4 {
 
@@ -130,6 +131,21 @@ constexpr uint8_t InputCode(const uint8_t* codes, const uint8_t* scales, int64_t
 constexpr uint32_t ScaleBf16(uint32_t w, int shift) {
   const uint32_t moved = shift > 0 ? w << 4 : w >> 4;
   return (moved & 0x0FF00FF0u) | 0x70007000u;
+}
+
+// The walk every host packing into this tile geometry shares (cpu::PackNvfp4, cpu::PackW4A4):
+// for each row tile holding rows [row0, row0 + rows) of the packed [out, in] matrix and each of
+// its column tiles, fill(tile, r_base, c_base) writes the tile's kTileBytes (r_base: the input row
+// of the tile's row 0, c_base: its first column); then the row tile's float32 global scale.
+template <class Fill>
+void PackTiles(float global_scale, int64_t rows, int64_t in, uint8_t* packed, int64_t out, int64_t row0, Fill fill) {
+  const int64_t col_tiles = ColTiles(in);
+  for (int64_t rt = row0 / kTileRows, rt1 = RowTiles(row0 + rows); rt < rt1; ++rt) {
+    for (int64_t kt = 0; kt < col_tiles; ++kt) {
+      fill(packed + (rt * col_tiles + kt) * kTileBytes, rt * kTileRows - row0, kt * kTileCols);
+    }
+    std::memcpy(packed + RowScaleOffset(out, in) + 4 * rt, &global_scale, 4);
+  }
 }
 
 }  // namespace ferry::kernels::nvfp4

@@ -21,38 +21,30 @@ void LinearNvfp4(const float* x, int64_t rows, int64_t in, const uint8_t* codes,
 void PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global_scale, int64_t rows, int64_t in,
                uint8_t* packed, int64_t out, int64_t row0) {
   namespace l = nvfp4;
-  const int64_t col_tiles = l::ColTiles(in);
-  const int64_t rt0 = row0 / l::kTileRows, rt1 = l::RowTiles(row0 + rows);
-  for (int64_t rt = rt0; rt < rt1; ++rt) {
-    const int64_t r_base = rt * l::kTileRows - row0;  // input row of the tile's row 0
-    for (int64_t kt = 0; kt < col_tiles; ++kt) {
-      uint8_t* tile = packed + (rt * col_tiles + kt) * l::kTileBytes;
-      const int64_t c_base = kt * l::kTileCols;
-      for (int chunk = 0; chunk < 4; ++chunk) {
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int word = 0; word < 4; ++word) {
-            uint32_t q = 0;
-            for (int slot = 0; slot < 4; ++slot) {
-              for (int half = 0; half < 2; ++half) {
-                const l::CodeSource src = l::CodeSlotSource(chunk, lane, word, slot, half);
-                const uint8_t code = l::InputCode(codes, scales, rows, in, r_base + src.row, c_base + src.col);
-                q |= l::PlaceCode(code, slot, half);
-              }
-            }
-            std::memcpy(tile + 512 * chunk + 16 * lane + 4 * word, &q, 4);
-          }
-        }
-      }
+  l::PackTiles(global_scale, rows, in, packed, out, row0, [&](uint8_t* tile, int64_t r_base, int64_t c_base) {
+    for (int chunk = 0; chunk < 4; ++chunk) {
       for (int lane = 0; lane < 32; ++lane) {
-        for (int b = 0; b < 8; ++b) {
-          const l::CodeSource src = l::ScaleByteSource(lane, b);
-          const uint8_t scale = l::InputScale(scales, rows, in, r_base + src.row, c_base + src.col);
-          tile[l::kTileCodeBytes + 8 * lane + b] = l::ScaleCode(scale);
+        for (int word = 0; word < 4; ++word) {
+          uint32_t q = 0;
+          for (int slot = 0; slot < 4; ++slot) {
+            for (int half = 0; half < 2; ++half) {
+              const l::CodeSource src = l::CodeSlotSource(chunk, lane, word, slot, half);
+              const uint8_t code = l::InputCode(codes, scales, rows, in, r_base + src.row, c_base + src.col);
+              q |= l::PlaceCode(code, slot, half);
+            }
+          }
+          std::memcpy(tile + 512 * chunk + 16 * lane + 4 * word, &q, 4);
         }
       }
     }
-    std::memcpy(packed + l::RowScaleOffset(out, in) + 4 * rt, &global_scale, 4);
-  }
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int b = 0; b < 8; ++b) {
+        const l::CodeSource src = l::ScaleByteSource(lane, b);
+        const uint8_t scale = l::InputScale(scales, rows, in, r_base + src.row, c_base + src.col);
+        tile[l::kTileCodeBytes + 8 * lane + b] = l::ScaleCode(scale);
+      }
+    }
+  });
 }
 
 }  // namespace ferry::kernels::cpu

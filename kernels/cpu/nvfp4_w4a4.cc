@@ -68,38 +68,30 @@ void LinearW4A4(const float* x, int64_t rows, int64_t in, float input_scale, con
                       y);
 }
 
-
 void PackW4A4(const uint8_t* codes, const uint8_t* scales, float global_scale, int64_t rows, int64_t in,
               uint8_t* packed, int64_t out, int64_t row0) {
-  const int64_t col_tiles = l::ColTiles(in);
-  const int64_t rt0 = row0 / l::kTileRows, rt1 = l::RowTiles(row0 + rows);
-  for (int64_t rt = rt0; rt < rt1; ++rt) {
-    const int64_t r_base = rt * l::kTileRows - row0;  // input row of the tile's row 0
-    for (int64_t kt = 0; kt < col_tiles; ++kt) {
-      uint8_t* tile = packed + (rt * col_tiles + kt) * l::kTileBytes;
-      const int64_t c_base = kt * l::kTileCols;
-      for (int step = 0; step < l::kTileSteps; ++step) {
-        for (int lane = 0; lane < 32; ++lane) {
-          for (int reg = 0; reg < 4; ++reg) {
-            uint32_t word = 0;
-            for (int i = 0; i < 8; ++i) {
-              const l::Pos p = l::TileCodeSource(step, lane, reg, i);
-              word |= static_cast<uint32_t>(nvfp4::InputCode(codes, scales, rows, in, r_base + p.row, c_base + p.col)) << (4 * i);
-            }
-            std::memcpy(tile + l::CodeWordOffset(step, lane, reg), &word, 4);
+  nvfp4::PackTiles(global_scale, rows, in, packed, out, row0, [&](uint8_t* tile, int64_t r_base, int64_t c_base) {
+    for (int step = 0; step < l::kTileSteps; ++step) {
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int reg = 0; reg < 4; ++reg) {
+          uint32_t word = 0;
+          for (int i = 0; i < 8; ++i) {
+            const l::Pos p = l::TileCodeSource(step, lane, reg, i);
+            word |= static_cast<uint32_t>(nvfp4::InputCode(codes, scales, rows, in, r_base + p.row, c_base + p.col))
+                    << (4 * i);
           }
+          std::memcpy(tile + l::CodeWordOffset(step, lane, reg), &word, 4);
         }
-        for (int slot = 0; slot < 16; ++slot) {
-          for (int b = 0; b < 4; ++b) {
-            const l::Pos p = l::TileScaleSource(slot, step, b);
-            const uint8_t s = nvfp4::InputScale(scales, rows, in, r_base + p.row, c_base + p.col) & 0x7f;  // UE4M3
-            tile[l::kTileCodeBytes + 16 * slot + 4 * step + b] = s;
-          }
+      }
+      for (int slot = 0; slot < 16; ++slot) {
+        for (int b = 0; b < 4; ++b) {
+          const l::Pos p = l::TileScaleSource(slot, step, b);
+          const uint8_t s = nvfp4::InputScale(scales, rows, in, r_base + p.row, c_base + p.col) & 0x7f;  // UE4M3
+          tile[l::kTileCodeBytes + 16 * slot + 4 * step + b] = s;
         }
       }
     }
-    std::memcpy(packed + l::RowScaleOffset(out, in) + 4 * rt, &global_scale, 4);
-  }
+  });
 }
 
 }  // namespace ferry::kernels::cpu
