@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -208,6 +209,71 @@ TEST_CASE("weight_bytes: ferry quantize --format nvfp4 writes what the accountin
     CHECK(Contains(std::string(w4.status().message()), "split over 4 ranks leaves 8 of its 32 columns a rank, not "
                                                        "whole groups of 16"));
   }
+}
+
+// glm-dsa-tiny as ModelOpt's FP8 writes it: every Linear weight F8_E4M3 with one float32
+// weight_scale (amax / 448) and an input_scale (1: a placeholder).
+void WriteModelOptFp8Tiny(const std::string& out) {
+  auto ck = Checkpoint::Open(kData + "/glm-dsa-tiny");
+  REQUIRE(ck.ok());
+  nlohmann::json config = ck->config_json();
+  const nlohmann::json fp8 = {{"num_bits", 8}, {"type", "float"}, {"dynamic", false}};
+  config["quantization_config"] = {
+      {"quant_method", "modelopt"}, {"quant_algo", "FP8"}, {"ignore", {"lm_head"}},
+      {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", fp8}, {"input_activations", fp8}}}}}};
+  auto q = QuantizationScheme::Parse(QuantizationScheme::Block(config), "modelopt fp8 tiny");
+  REQUIRE(q.ok());
+  auto c = ParseModelConfig(config, "modelopt fp8 tiny");
+  REQUIRE(c.ok());
+  std::vector<RawTensor> tensors;
+  for (const ModelTensor& t : ModelTensors(*c)) {
+    auto v = ck->LoadF32(t.name, t.shape);
+    REQUIRE(v.ok());
+    if (TensorFormat(t, *q) != WeightFormat::kFp8Tensor) {
+      tensors.push_back(testing::Bf16Tensor(t.name, t.shape, *v));
+      continue;
+    }
+    float amax = 0.0f;
+    for (float x : *v) amax = std::max(amax, std::fabs(x));
+    const float scale = amax > 0 ? amax / 448.0f : 1.0f;
+    std::string codes(v->size(), '\0');
+    for (size_t i = 0; i < v->size(); ++i) codes[i] = static_cast<char>(F32ToF8E4M3((*v)[i] / scale));
+    tensors.push_back({t.name, DType::kF8E4M3, t.shape, codes});
+    const std::string module = t.name.substr(0, t.name.size() - 7);
+    tensors.push_back(testing::F32Tensor(t.name + "_scale", {}, {scale}));
+    tensors.push_back(testing::F32Tensor(module + ".input_scale", {}, {1.0f}));
+  }
+  testing::WriteFile(out + "/config.json", config.dump(2));
+  testing::WriteSafetensors(out + "/model.safetensors", tensors);
+}
+
+TEST_CASE("weight_bytes: ferry quantize --format nvfp4 of a ModelOpt FP8 checkpoint keeps none of its scales",
+          "[weight_bytes]") {
+  TempDir tmp;
+  const std::string fp8 = tmp.File("fp8"), out = tmp.File("nvfp4");
+  std::filesystem::create_directories(fp8);
+  WriteModelOptFp8Tiny(fp8);
+  CheckFilesAtOneRank(fp8);
+  const std::string cmd = absl::StrCat(FERRY_CLI, " quantize --format nvfp4 ", fp8, " ", out, " > ", tmp.File("log"),
+                                       " 2>&1");
+  INFO(cmd);
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  auto ck = Checkpoint::Open(out);
+  REQUIRE(ck.ok());
+  int64_t nvfp4_scales = 0;
+  for (const std::string& name : ck->TensorNames()) {
+    INFO(name);
+    // The source's per-tensor FP8 scales went with their weights (decoded to bf16 or requantized):
+    // every scale left is an NVFP4 weight's, and no activation scale was carried over.
+    CHECK_FALSE(absl::EndsWith(name, ".input_scale"));
+    if (absl::EndsWith(name, ".weight_scale")) {
+      CHECK(ck->Find(name)->dtype == DType::kF8E4M3);
+      CHECK(ck->Find(name.substr(0, name.size() - 6))->dtype == DType::kU8);
+      ++nvfp4_scales;
+    }
+  }
+  CHECK(nvfp4_scales > 0);
+  CheckFilesAtOneRank(out);
 }
 
 TEST_CASE("weight_bytes: the published GLM-5.3-Flash NVFP4 config at 1 2 and 4 ranks", "[weight_bytes]") {
