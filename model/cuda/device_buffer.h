@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,33 @@ struct CudaLoadOptions {
   // input rounded to NVFP4 (kernels::cuda::RoundActivationsW4A4) before the NVFP4 products, on
   // any GPU; the GB10's native FP4 mma (gemv_w4a4_sm121.h) is not used by the model yet.
   Nvfp4Numerics nvfp4_numerics = Nvfp4Numerics::kW4A16;
+};
+
+// What a CUDA model holds in its loaded precision: Impl<uint16_t> (bf16) or Impl<float> (f32),
+// only one of them (a family's backend and weights).
+template <template <typename> class Impl>
+class PerPrecision {
+ public:
+  // Makes the Impl of precision `p` and fills it: load(Impl<T>*) returns an absl::Status.
+  template <typename Load>
+  absl::Status Make(Precision p, Load&& load) {
+    if (p == Precision::kF32) {
+      f32_ = std::make_unique<Impl<float>>();
+      return load(f32_.get());
+    }
+    bf16_ = std::make_unique<Impl<uint16_t>>();
+    return load(bf16_.get());
+  }
+  // f(Impl<T>&) on the one made; both instantiations return the same type.
+  template <typename F>
+  auto Visit(F&& f) {
+    if (f32_) return f(*f32_);
+    return f(*bf16_);
+  }
+
+ private:
+  std::unique_ptr<Impl<uint16_t>> bf16_;
+  std::unique_ptr<Impl<float>> f32_;
 };
 
 class DeviceBuffer {

@@ -59,25 +59,13 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
   FERRY_ASSIGN_OR_RETURN(m->latent_arena_, DeviceArena(NextLatentRegions(c), cache, precision));
   FERRY_ASSIGN_OR_RETURN(m->keys_arena_, DeviceArena(NextKeyRegions(c), cache, precision));
   int64_t bytes = 0;
-  if (precision == Precision::kF32) {
-    m->f32_ = std::make_unique<Impl<float>>();
-    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, tp, m->f32_.get(), &bytes));
-  } else {
-    m->bf16_ = std::make_unique<Impl<uint16_t>>();
-    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, tp, m->bf16_.get(), &bytes));
-  }
+  FERRY_RETURN_IF_ERROR(m->impl_.Make(precision, [&](auto* impl) { return LoadImpl(ck, c, opts, tp, impl, &bytes); }));
   m->set_weight_bytes(bytes);
   return m;
 }
 
-absl::Status Glm5NextCuda::SizeArenas(int64_t pages, int64_t latent_pages) {
-  FERRY_RETURN_IF_ERROR(keys_arena_->SetCapacity(pages));
-  return latent_arena_->SetCapacity(latent_pages);
-}
-
 std::unique_ptr<SequenceState> Glm5NextCuda::NewSequence() const {
-  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank),
-                                        kda_layout_.floats * static_cast<int64_t>(sizeof(float)), DeviceStateMemory());
+  return NewConversation(kda_layout_.floats * static_cast<int64_t>(sizeof(float)), DeviceStateMemory());
 }
 
 absl::StatusOr<ForwardOutput> Glm5NextCuda::Forward(std::span<const ForwardSegment> segments) {
@@ -86,8 +74,7 @@ absl::StatusOr<ForwardOutput> Glm5NextCuda::Forward(std::span<const ForwardSegme
 
 absl::StatusOr<ForwardOutput> Glm5NextCuda::ForwardWithHidden(std::span<const ForwardSegment> segments,
                                                               std::vector<std::vector<float>>* hidden) {
-  if (f32_) return NextStep(f32_->ops, Context(), f32_->weights, segments, hidden);
-  return NextStep(bf16_->ops, Context(), bf16_->weights, segments, hidden);
+  return impl_.Visit([&](auto& impl) { return NextStep(impl.ops, Context(), impl.weights, segments, hidden); });
 }
 
 }  // namespace ferry::model::cuda

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/families/causal_lm.h"
+#include "model/families/owner_split_lm.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/cache/conversation.h"
 #include "model/cuda/cuda_ops.h"
@@ -38,7 +38,7 @@
 
 namespace ferry::model::cuda {
 
-class Glm5NextCuda final : public CausalLM {
+class Glm5NextCuda final : public OwnerSplitLM {
  public:
   // Uploads this rank's tensor-parallel shard (all of it on one rank) to the current device.
   static absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
@@ -46,18 +46,6 @@ class Glm5NextCuda final : public CausalLM {
                                                             const TensorParallel& tp = {});
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/golden/decision_log.h; check-golden's bf16 check). Not owned.
-  const ModelConfig& config() const override { return config_; }
-  // The key arena (replicated part); the latent arena holds the MLA rows.
-  const PageArena& arena() const override { return *keys_arena_; }
-  // The arenas' sizing for a worker's plan (PageArena::SetCapacity).
-  absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
-  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
-  int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
-  int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
-  OwnerSplitStats owner_split_stats() const override { return split_stats_; }
-  absl::Status CarryLatent(std::span<const LatentCarry> carries) override {
-    return CarryLatentRows(carries, tp_, &split_stats_);
-  }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
   // As Forward(); `hidden` (non-null) gets Glm5Next::ForwardWithOptions' hidden states: [0] the
@@ -78,22 +66,16 @@ class Glm5NextCuda final : public CausalLM {
                                const TensorParallel& tp, Impl<T>* impl, int64_t* bytes);
 
   Glm5NextCuda(ModelConfig c, Precision p, const TensorParallel& tp)
-      : config_(std::move(c)),
+      : OwnerSplitLM(std::move(c), tp),
         precision_(p),
-        tp_(tp),
         kda_layout_(KdaStateLayout::Of(config_, tp.Local(config_.linear_num_heads))) {}
   NextStepContext Context() {
     return {&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log(), &kda_layout_, 0};
   }
 
-  ModelConfig config_;
   Precision precision_;
-  TensorParallel tp_;
-  OwnerSplitStats split_stats_;
   KdaStateLayout kda_layout_;  // this rank's KDA heads
-  std::shared_ptr<PageArena> keys_arena_, latent_arena_;
-  std::unique_ptr<Impl<uint16_t>> bf16_;
-  std::unique_ptr<Impl<float>> f32_;
+  PerPrecision<Impl> impl_;
 };
 
 }  // namespace ferry::model::cuda

@@ -31,24 +31,13 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
   FERRY_ASSIGN_OR_RETURN(m->latent_arena_, DeviceArena(DsaLatentRegions(c), cache, precision));
   FERRY_ASSIGN_OR_RETURN(m->keys_arena_, DeviceArena(DsaKeyRegions(c), cache, precision));
   int64_t bytes = 0;
-  if (precision == Precision::kF32) {
-    m->f32_ = std::make_unique<Impl<float>>();
-    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, tp, m->f32_.get(), &bytes));
-  } else {
-    m->bf16_ = std::make_unique<Impl<uint16_t>>();
-    FERRY_RETURN_IF_ERROR(LoadImpl(ck, c, opts, tp, m->bf16_.get(), &bytes));
-  }
+  FERRY_RETURN_IF_ERROR(m->impl_.Make(precision, [&](auto* impl) { return LoadImpl(ck, c, opts, tp, impl, &bytes); }));
   m->set_weight_bytes(bytes);
   return m;
 }
 
-absl::Status GlmMoeDsaCuda::SizeArenas(int64_t pages, int64_t latent_pages) {
-  FERRY_RETURN_IF_ERROR(keys_arena_->SetCapacity(pages));
-  return latent_arena_->SetCapacity(latent_pages);
-}
-
 std::unique_ptr<SequenceState> GlmMoeDsaCuda::NewSequence() const {
-  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank), 0, DeviceStateMemory());
+  return NewConversation(0, DeviceStateMemory());
 }
 
 absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::Forward(std::span<const ForwardSegment> segments) {
@@ -58,8 +47,7 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::Forward(std::span<const ForwardSegm
 absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardWithHidden(std::span<const ForwardSegment> segments,
                                                                std::vector<std::vector<float>>* hidden,
                                                                const std::vector<std::vector<float>>* layer_inputs) {
-  if (f32_) return DsaStep(f32_->ops, Context(), f32_->weights, segments, hidden, layer_inputs);
-  return DsaStep(bf16_->ops, Context(), bf16_->weights, segments, hidden, layer_inputs);
+  return impl_.Visit([&](auto& impl) { return DsaStep(impl.ops, Context(), impl.weights, segments, hidden, layer_inputs); });
 }
 
 }  // namespace ferry::model::cuda

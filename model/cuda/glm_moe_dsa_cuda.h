@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/families/causal_lm.h"
+#include "model/families/owner_split_lm.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/cache/conversation.h"
 #include "model/cuda/cuda_ops.h"
@@ -39,7 +39,7 @@
 
 namespace ferry::model::cuda {
 
-class GlmMoeDsaCuda final : public CausalLM {
+class GlmMoeDsaCuda final : public OwnerSplitLM {
  public:
   // Uploads this rank's tensor-parallel shard (model/families/dsa_step.h's LoadDsaWeights: heads and
   // every MLP's intermediate rows split, the rest replicated; all of it on one rank) to the
@@ -51,20 +51,6 @@ class GlmMoeDsaCuda final : public CausalLM {
   Precision precision() const { return precision_; }
   // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
   // which may pin them (model/golden/decision_log.h; check-golden's bf16 check). Not owned.
-
-  const ModelConfig& config() const override { return config_; }
-  // The key arena (replicated part); the latent arena holds the MLA rows.
-  const PageArena& arena() const override { return *keys_arena_; }
-  // The arenas' sizing for a worker's plan (PageArena::SetCapacity; a page of each holds every
-  // region of every layer, bf16 or float32).
-  absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
-  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
-  int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
-  int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
-  OwnerSplitStats owner_split_stats() const override { return split_stats_; }
-  absl::Status CarryLatent(std::span<const LatentCarry> carries) override {
-    return CarryLatentRows(carries, tp_, &split_stats_);
-  }
   std::unique_ptr<SequenceState> NewSequence() const override;
   // As CausalLM::Forward. Logits come back to the host (float32); the step synchronizes.
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
@@ -89,18 +75,13 @@ class GlmMoeDsaCuda final : public CausalLM {
   static absl::Status LoadImpl(const Checkpoint& ck, const ModelConfig& c, const CudaLoadOptions& opts,
                                const TensorParallel& tp, Impl<T>* impl, int64_t* bytes);
 
-  GlmMoeDsaCuda(ModelConfig c, Precision p, const TensorParallel& tp) : config_(std::move(c)), precision_(p), tp_(tp) {}
+  GlmMoeDsaCuda(ModelConfig c, Precision p, const TensorParallel& tp) : OwnerSplitLM(std::move(c), tp), precision_(p) {}
   DsaStepContext Context() {
     return {&config_, keys_arena_.get(), latent_arena_.get(), tp_, &split_stats_, decision_log()};
   }
 
-  ModelConfig config_;
   Precision precision_;
-  TensorParallel tp_;
-  OwnerSplitStats split_stats_;
-  std::shared_ptr<PageArena> keys_arena_, latent_arena_;
-  std::unique_ptr<Impl<uint16_t>> bf16_;
-  std::unique_ptr<Impl<float>> f32_;
+  PerPrecision<Impl> impl_;
 };
 
 }  // namespace ferry::model::cuda

@@ -32,17 +32,6 @@ absl::Status ValidateSegments(std::span<const ForwardSegment> segments, int64_t 
   return absl::OkStatus();
 }
 
-absl::Status CausalLM::SizeArena(int64_t pages) {
-  return absl::UnimplementedError(absl::StrCat("this backend cannot size its KV arena (asked for ", pages, " pages)"));
-}
-
-absl::Status CausalLM::SizeArenas(int64_t pages, int64_t latent_pages) {
-  if (latent_pages == pages) return SizeArena(pages);
-  return absl::UnimplementedError(absl::StrCat(config().family == Family::kGlm5Next ? "glm5_next" : "this model",
-                                               " has no latent split (asked for ", latent_pages, " latent pages and ",
-                                               pages, " others)"));
-}
-
 absl::Status SequenceState::SetLatentOwner(int owner, bool) {
   if (owner < 0) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat("this family keeps its latent rows on every rank (owner ", owner,
@@ -59,17 +48,10 @@ absl::StatusOr<std::unique_ptr<SequenceState>> SequenceState::ForkCarriedAt(int6
   return absl::UnimplementedError(absl::StrCat("this family has no latent split to carry (to rank ", new_owner, ")"));
 }
 
-absl::Status CausalLM::CarryLatent(std::span<const LatentCarry> carries) {
-  if (carries.empty()) return absl::OkStatus();
-  return absl::UnimplementedError(absl::StrCat("this model has no latent split: ", carries.size(), " carries refused"));
-}
-
 absl::Status SequenceState::AdoptLatentPages(std::span<const int32_t> pages) {
   return absl::UnimplementedError(absl::StrCat("this family has no latent pages of their own (", pages.size(),
                                                " offered)"));
 }
-
-int64_t CausalLM::page_bytes() const { return arena().page_bytes(); }
 
 absl::Status ValidateCacheOptions(const CacheOptions& o) {
   if (o.page_size < 16 || o.page_size > 1024 || (o.page_size & (o.page_size - 1)) != 0) {

@@ -145,21 +145,20 @@ class CausalLM {
 
   // Fixes the arena of a model loaded with a growing one (CacheOptions::capacity_pages -1) at
   // `pages` pages, allocated at once: the coordinator's plan sized it after every rank reported
-  // its room. Errors: PageArena::SetCapacity's; UNIMPLEMENTED for a backend without it.
-  virtual absl::Status SizeArena(int64_t pages);
+  // its room. Errors: PageArena::SetCapacity's.
+  virtual absl::Status SizeArena(int64_t pages) = 0;
   // The same with the latent part of a page in an arena of its own size (the latent split).
   // latent_pages == pages is SizeArena(pages).
-  virtual absl::Status SizeArenas(int64_t pages, int64_t latent_pages);
+  virtual absl::Status SizeArenas(int64_t pages, int64_t latent_pages) = 0;
   // Bytes one page of the arena takes, and one conversation's fixed state (what Ready reports).
-  virtual int64_t page_bytes() const;
+  virtual int64_t page_bytes() const = 0;
   // Moves a step's carried latent rows (LatentCarry) before its Forward(): every rank calls it
-  // with the same carries in the same order. Errors: CarryLatentRows's (model/cache/split_rows.h);
-  // UNIMPLEMENTED for a model without the split (when there are carries).
-  virtual absl::Status CarryLatent(std::span<const LatentCarry> carries);
-  // The latent split's traffic on this rank so far (zeros for a model without it).
-  virtual OwnerSplitStats owner_split_stats() const { return {}; }
-  // The latent part of page_bytes() that the latent split keeps on owners only (0: no split).
-  virtual int64_t latent_page_bytes() const { return 0; }
+  // with the same carries in the same order. Errors: CarryLatentRows's (model/cache/split_rows.h).
+  virtual absl::Status CarryLatent(std::span<const LatentCarry> carries) = 0;
+  // The latent split's traffic on this rank so far.
+  virtual OwnerSplitStats owner_split_stats() const = 0;
+  // The latent part of page_bytes() that the latent split keeps on owners only.
+  virtual int64_t latent_page_bytes() const = 0;
   int64_t fixed_bytes_per_sequence() const { return NewSequence()->fixed_bytes(); }
   // Every later Forward() reports its indexer and routing decisions to `log` (model/golden/decision_log.h:
   // recorded, compared, or replayed and pinned), until detached with nullptr. Not owned.

@@ -38,14 +38,8 @@ absl::StatusOr<std::unique_ptr<Glm5Next>> Glm5Next::Load(const Checkpoint& ck, c
   return m;
 }
 
-absl::Status Glm5Next::SizeArenas(int64_t pages, int64_t latent_pages) {
-  FERRY_RETURN_IF_ERROR(keys_arena_->SetCapacity(pages));
-  return latent_arena_->SetCapacity(latent_pages);
-}
-
 std::unique_ptr<SequenceState> Glm5Next::NewSequence() const {
-  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank),
-                                        kda_layout_.floats * static_cast<int64_t>(sizeof(float)), HostStateMemory());
+  return NewConversation(kda_layout_.floats * static_cast<int64_t>(sizeof(float)), HostStateMemory());
 }
 
 absl::StatusOr<ForwardOutput> Glm5Next::Forward(std::span<const ForwardSegment> segments) {

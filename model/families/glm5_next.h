@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/families/causal_lm.h"
+#include "model/families/owner_split_lm.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/cache/conversation.h"
 #include "model/blocks/cpu_ops.h"
@@ -32,7 +32,7 @@ namespace ferry::model {
 // tails + S, KdaStateLayout) in the conversation's fixed state, which cannot be rewound by
 // position: RewindTo() works only to the current length or to a position kept with
 // KeepSnapshot().
-class Glm5Next final : public CausalLM {
+class Glm5Next final : public OwnerSplitLM {
  public:
   // KDA chunk length of the chunked (prefill) form.
   static constexpr int64_t kKdaChunk = 64;
@@ -43,18 +43,6 @@ class Glm5Next final : public CausalLM {
                                                         const CacheOptions& cache = {},
                                                         Nvfp4Numerics nvfp4 = Nvfp4Numerics::kW4A16);
 
-  const ModelConfig& config() const override { return config_; }
-  // The key arena (replicated part); the latent arena is latent_arena().
-  const PageArena& arena() const override { return *keys_arena_; }
-  const PageArena& latent_arena() const { return *latent_arena_; }
-  absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
-  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
-  int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
-  int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
-  OwnerSplitStats owner_split_stats() const override { return split_stats_; }
-  absl::Status CarryLatent(std::span<const LatentCarry> carries) override {
-    return CarryLatentRows(carries, tp_, &split_stats_);
-  }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 
@@ -68,13 +56,9 @@ class Glm5Next final : public CausalLM {
 
  private:
   Glm5Next(ModelConfig c, const TensorParallel& tp)
-      : config_(std::move(c)), tp_(tp), kda_layout_(KdaStateLayout::Of(config_, tp.Local(config_.linear_num_heads))) {}
+      : OwnerSplitLM(std::move(c), tp), kda_layout_(KdaStateLayout::Of(config_, tp.Local(config_.linear_num_heads))) {}
 
-  ModelConfig config_;
-  TensorParallel tp_;
   KdaStateLayout kda_layout_;  // this rank's KDA heads
-  std::shared_ptr<PageArena> keys_arena_, latent_arena_;
-  OwnerSplitStats split_stats_;
   NextWeights<CpuOps> weights_;
   CpuOps ops_;
 };

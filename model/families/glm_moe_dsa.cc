@@ -23,13 +23,8 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsa>> GlmMoeDsa::Load(const Checkpoint& ck,
   return m;
 }
 
-absl::Status GlmMoeDsa::SizeArenas(int64_t pages, int64_t latent_pages) {
-  FERRY_RETURN_IF_ERROR(keys_arena_->SetCapacity(pages));
-  return latent_arena_->SetCapacity(latent_pages);
-}
-
 std::unique_ptr<SequenceState> GlmMoeDsa::NewSequence() const {
-  return std::make_unique<Conversation>(SplitRows(keys_arena_, latent_arena_, tp_.rank), 0, HostStateMemory());
+  return NewConversation(0, HostStateMemory());
 }
 
 absl::StatusOr<ForwardOutput> GlmMoeDsa::Forward(std::span<const ForwardSegment> segments) {

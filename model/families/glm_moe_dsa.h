@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/families/causal_lm.h"
+#include "model/families/owner_split_lm.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/cache/conversation.h"
 #include "model/blocks/cpu_ops.h"
@@ -26,7 +26,7 @@ namespace ferry::model {
 // with the same page ids; under the latent split (SetLatentOwner) the key table stays on every
 // rank and the latent table only on the ranks that hold the rows (the owner; every rank while
 // borrowed). Region l of each arena is layer l's (DsaLatentRegions, DsaKeyRegions).
-class GlmMoeDsa final : public CausalLM {
+class GlmMoeDsa final : public OwnerSplitLM {
  public:
   // Loads this rank's tensor-parallel shard (all of it when tp.world == 1).
   static absl::StatusOr<std::unique_ptr<GlmMoeDsa>> Load(const Checkpoint& ck, const ModelConfig& c,
@@ -34,18 +34,6 @@ class GlmMoeDsa final : public CausalLM {
                                                          const CacheOptions& cache = {},
                                                          Nvfp4Numerics nvfp4 = Nvfp4Numerics::kW4A16);
 
-  const ModelConfig& config() const override { return config_; }
-  // The key arena (replicated part); the latent arena is latent_arena().
-  const PageArena& arena() const override { return *keys_arena_; }
-  const PageArena& latent_arena() const { return *latent_arena_; }
-  absl::Status SizeArena(int64_t pages) override { return SizeArenas(pages, pages); }
-  absl::Status SizeArenas(int64_t pages, int64_t latent_pages) override;
-  int64_t page_bytes() const override { return keys_arena_->page_bytes() + latent_arena_->page_bytes(); }
-  int64_t latent_page_bytes() const override { return latent_arena_->page_bytes(); }
-  OwnerSplitStats owner_split_stats() const override { return split_stats_; }
-  absl::Status CarryLatent(std::span<const LatentCarry> carries) override {
-    return CarryLatentRows(carries, tp_, &split_stats_);
-  }
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
 
@@ -56,12 +44,8 @@ class GlmMoeDsa final : public CausalLM {
                                                   std::vector<std::vector<float>>* hidden);
 
  private:
-  GlmMoeDsa(ModelConfig c, const TensorParallel& tp) : config_(std::move(c)), tp_(tp) {}
+  GlmMoeDsa(ModelConfig c, const TensorParallel& tp) : OwnerSplitLM(std::move(c), tp) {}
 
-  ModelConfig config_;
-  TensorParallel tp_;
-  std::shared_ptr<PageArena> keys_arena_, latent_arena_;
-  OwnerSplitStats split_stats_;
   DsaWeights<CpuOps> weights_;
   CpuOps ops_;
 };
