@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 #define FERRY_CONCAT_INNER_(a, b) a##b
 #define FERRY_CONCAT_(a, b) FERRY_CONCAT_INNER_(a, b)
@@ -22,3 +23,11 @@
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return tmp.status();                \
   lhs = std::move(tmp).value()
+
+namespace ferry {
+
+// `st` with "context: " before its message, its code and payloads kept (a data-plane timeout's
+// payload names the peer it waited for: dataplane.h). OK stays OK.
+absl::Status WithContext(absl::string_view context, const absl::Status& st);
+
+}  // namespace ferry

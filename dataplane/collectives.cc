@@ -29,9 +29,7 @@ std::chrono::milliseconds Left(Clock::time_point deadline) {
 }
 
 absl::Status Annotate(absl::string_view op, const DataPlane& dp, const absl::Status& st) {
-  absl::Status out(st.code(), absl::StrCat(op, " on rank ", dp.rank(), " of ", dp.world(), ": ", st.message()));
-  st.ForEachPayload([&](absl::string_view url, const absl::Cord& payload) { out.SetPayload(url, payload); });
-  return out;
+  return WithContext(absl::StrCat(op, " on rank ", dp.rank(), " of ", dp.world()), st);
 }
 
 // Waits for every transfer, returning the first error seen (of any of them, not only the one

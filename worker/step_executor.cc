@@ -159,7 +159,11 @@ absl::StatusOr<std::vector<step::SampledToken>> StepExecutor::Execute(const Step
   // Carried rows arrive before the forward reads them (every rank runs this exchange).
   if (absl::Status st = model_->CarryLatent(carries); !st.ok()) {
     for (uint64_t id : created) seqs_.erase(id);
-    return absl::InternalError(absl::StrCat("step ", step.step_id, ": carrying latent rows: ", st.message()));
+    // As a failed Forward(): not a clean refusal (INVALID_ARGUMENT) once state has changed; a
+    // peer that never answered keeps its DEADLINE_EXCEEDED and the peer waited for.
+    const std::string context = absl::StrCat("step ", step.step_id, ": carrying latent rows");
+    if (absl::IsInvalidArgument(st)) return absl::InternalError(absl::StrCat(context, ": ", st.message()));
+    return WithContext(context, st);
   }
   auto out = model_->Forward(fwd);
   if (!out.ok()) {

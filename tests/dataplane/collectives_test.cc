@@ -75,6 +75,15 @@ std::vector<absl::Status> RunLocal(int world, const std::function<absl::Status(D
   return statuses;
 }
 
+TEST_CASE("WithContext keeps a timeout's code and the peers it waited for", "[dataplane]") {
+  const absl::Status timeout = WithWaitedFor(absl::DeadlineExceededError("no answer"), {1, 3});
+  const absl::Status st = WithContext("step 7: carrying latent rows", timeout);
+  CHECK(absl::IsDeadlineExceeded(st));
+  CHECK(st.message() == "step 7: carrying latent rows: no answer");
+  CHECK(WaitedFor(st) == std::vector<int>{1, 3});
+  CHECK(WithContext("anything", absl::OkStatus()).ok());
+}
+
 TEST_CASE("The test inputs make the reduction order visible", "[dataplane]") {
   // Were the collectives to sum in any other order, the bit comparisons below would catch it.
   for (int world : {3, 4}) {
