@@ -8,7 +8,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <thread>
 #include <utility>
 
@@ -243,11 +245,16 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(model::Co
     return absl::InvalidArgumentError(absl::StrCat("NCCL group: rank ", rank, " of ", world,
                                                    world > 1 && bootstrap == nullptr ? " without a host collective" : ""));
   }
+  // The group only sends and receives: NVLink multicast (NVLS) would take memory and setup for
+  // nothing, and it is known to misbehave on some hosts. An explicit setting is left alone.
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   ncclUniqueId id{};
   static_assert(sizeof(ncclUniqueId) % sizeof(float) == 0);
+  absl::Status id_status;
   if (rank == 0) {
     if (ncclResult_t r = ncclGetUniqueId(&id); r != ncclSuccess) {
-      return absl::UnavailableError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+      id_status = absl::UnavailableError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
+      id = ncclUniqueId{};  // the peers get zeros, which tell them rank 0 failed (not a timeout)
     }
   }
   if (world > 1) {
@@ -255,6 +262,11 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(model::Co
     std::memcpy(words.data(), &id, sizeof(id));
     FERRY_RETURN_IF_ERROR(FromRank0(bootstrap, rank, world, words.data(), words.size()));
     std::memcpy(&id, words.data(), sizeof(id));
+  }
+  FERRY_RETURN_IF_ERROR(id_status);
+  if (std::all_of(std::begin(id.internal), std::end(id.internal), [](char c) { return c == 0; })) {
+    return absl::UnavailableError(absl::StrCat("NCCL group: rank 0 could not create the group's id (rank ", rank,
+                                               " of ", world, " got none)"));
   }
   auto s = std::make_unique<State>();
   s->rank = rank;

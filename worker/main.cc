@@ -422,5 +422,6 @@ int main(int argc, char** argv) {
   }
   grpc::Status st = stream->Finish();
   FERRY_LOG(ERROR) << "rank " << rank << ": the coordinator went away (" << st.error_message() << ")";
+  comm.Abandon();  // no step follows: tearing the group down must not wait for peers that may be gone
   return worker::kExitLostCoordinator;
 }
