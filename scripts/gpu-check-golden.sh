@@ -57,7 +57,8 @@ t = load_file(sys.argv[1]); save_file({k: v for k, v in t.items() if '.select.' 
 run golden-glm5next-tiny-cuda-bf16-f32pins.txt "check-golden glm5next-tiny cuda bf16 (pinned to the f32 run)" \
   ferry check-golden --device cuda --precision bf16 --model tests/data/glm5next-tiny \
   --golden "$scratch/golden-no-selections.safetensors"
-# Tensor parallelism on the GPU (scripts/gpu-check-ranks.sh: W = 2 and 4 ranks sharing GPU 0).
+# Tensor parallelism on the GPU (scripts/gpu-check-ranks.sh: W = 2 and 4 ranks sharing one GPU;
+# NCCL with a GPU a rank where two are visible).
 run ranks.txt "tensor parallelism: gpu-check-ranks.sh" env OUT="$dir/ranks" "$(dirname "$0")/gpu-check-ranks.sh"
 # Programmatic dependent launch off (FERRY_PDL=0: every LaunchDependent kernel then starts after
 # the one before it ends): the model checks, and the MLA cases (the persistent form's fold).

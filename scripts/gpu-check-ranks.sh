@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Tensor parallelism on the GPU machine: W ranks as processes sharing GPU 0, joined by the UCX data
-# plane (`ferry check-golden --ranks`), on both tiny checkpoints. Float32: the goldens pass at
-# W = 2 and 4 and the logits stay within 1e-4 of W = 1 (with the same prefill chunks); the owner
+# Tensor parallelism on the GPU machine: W ranks as processes sharing one GPU (the first visible),
+# joined by the UCX data plane (`ferry check-golden --ranks`), on both tiny checkpoints. Float32:
+# the goldens pass at W = 2 and 4 and the logits stay within 1e-4 of W = 1 (same prefill chunks); the owner
 # split on and off give the same bits, in float32 and in bf16 (bf16 unpinned: its own bits are
 # compared, not the goldens: --tolerance 100). NCCL: one rank over an NCCL communicator gives the
 # bits of one rank without it; two ranks on one GPU asked for NCCL are refused, naming the GPU they
-# share; with two GPUs or more, W = 2 over NCCL (a GPU a rank) gives the bits of W = 2 over UCX.
+# share; with two GPUs visible or more, W = 2 over NCCL (a GPU a rank) gives the bits of W = 2 over
+# UCX on one GPU.
 #
 #   source .device/env.sh && scripts/gpu-check-ranks.sh
 #
@@ -17,10 +18,17 @@ mkdir -p "$dir"
 status=0
 summary=()
 source "$(dirname "${BASH_SOURCE[0]}")/check-run.sh"
+# The GPUs CUDA will see (nvidia-smi lists them all, CUDA_VISIBLE_DEVICES or not); the runs that
+# share a GPU take the first of them.
+visible=${CUDA_VISIBLE_DEVICES-}
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+[ -n "$visible" ] && gpus=$(tr ',' '\n' <<<"$visible" | grep -c .)
+first=${visible%%,*}
 for m in glm-dsa-tiny glm5next-tiny; do
   lg="$dir/logits-$m"
   mkdir -p "$lg"
-  golden=(ferry check-golden --device cuda --model "tests/data/$m")
+  golden=(env CUDA_VISIBLE_DEVICES="${first:-0}" ferry check-golden --device cuda --model "tests/data/$m")
+  apart=(ferry check-golden --device cuda --model "tests/data/$m")  # rank r on visible GPU r % gpus
   run "$m-f32-w1.txt" "check-golden $m f32 W=1 (logits)" "${golden[@]}" --precision f32 --logits-out "$lg/f32-w1.bin"
   run "$m-f32-w1-chunk7.txt" "check-golden $m f32 W=1 chunk 7 (logits)" "${golden[@]}" --precision f32 \
     --prefill-chunk 7 --logits-out "$lg/f32-w1-c7.bin"
@@ -41,17 +49,17 @@ for m in glm-dsa-tiny glm5next-tiny; do
       --pin-decisions=false --tolerance 100 --ranks "$w" --dataplane ucx --owner-split on --prefill-chunk 7 \
       --logits-against "$lg/bf16-w$w-off.bin"
   done
-  refuse() {  # NCCL asked for two ranks sharing GPU 0: exit 2 naming the GPU
+  refuse() {  # NCCL asked for two ranks sharing GPU 0 (the only one visible): exit 2 naming the GPU
     if "$@"; then echo "ran"; return 1; fi
     grep -q "share GPU GPU-" "$dir/$m-nccl-shared.txt"
   }
   run "$m-nccl-shared.txt" "check-golden $m W=2 on one GPU over NCCL refused" refuse "${golden[@]}" \
     --precision f32 --ranks 2 --dataplane nccl
-  if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+  if [ "$gpus" -ge 2 ]; then
     for split in off on; do
-      run "$m-f32-w2-nccl-$split.txt" "check-golden $m f32 W=2 over NCCL split $split = UCX" "${golden[@]}" \
+      run "$m-f32-w2-nccl-$split.txt" "check-golden $m f32 W=2 over NCCL split $split = UCX" "${apart[@]}" \
         --precision f32 --ranks 2 --dataplane nccl --owner-split "$split" --logits-against "$lg/f32-w2-off.bin"
-      run "$m-bf16-w2-nccl-$split.txt" "check-golden $m bf16 W=2 over NCCL split $split = UCX" "${golden[@]}" \
+      run "$m-bf16-w2-nccl-$split.txt" "check-golden $m bf16 W=2 over NCCL split $split = UCX" "${apart[@]}" \
         --precision bf16 --pin-decisions=false --tolerance 100 --ranks 2 --dataplane nccl --owner-split "$split" \
         --prefill-chunk 7 --logits-against "$lg/bf16-w2-off.bin"
     done

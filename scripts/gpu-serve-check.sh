@@ -72,8 +72,8 @@ for model in glm-dsa-tiny glm5next-tiny; do
     grep -m1 "KV plan\|KV pool" -A0 "$log" | head -1
   done
 done
-# For each tiny checkpoint, two CUDA workers sharing GPU 0 (tensor parallelism over the UCX data plane, the latent split on
-# by default from two ranks) in float32: 8 concurrent requests on small pages and a short
+# For each tiny checkpoint, two CUDA workers (tensor parallelism; the latent split on by default
+# from two ranks; on one GPU over the UCX data plane, where two GPUs are visible a GPU each over NCCL) in float32: 8 concurrent requests on small pages and a short
 # context (borrowing cut short, history fetched through the owners) each get the tokens of the
 # CPU reference run alone; the split's counters show queries crossed.
 for model in glm-dsa-tiny glm5next-tiny; do
