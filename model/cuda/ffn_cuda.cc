@@ -320,7 +320,7 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
       gate_up[static_cast<size_t>(e)] = f.experts[static_cast<size_t>(e)].gate_up.ptr();
       down[static_cast<size_t>(e)] = f.experts[static_cast<size_t>(e)].down.ptr();
     }
-    if (f.has_shared && f.shared.inter() == MI) {
+    if (f.has_shared && f.shared.inter() == MI && !f.shared.nvfp4) {  // NVFP4 (W4A4): it runs apart
       gate_up[static_cast<size_t>(E)] = f.shared.gate_up.ptr();
       down[static_cast<size_t>(E)] = f.shared.down.ptr();
     }
@@ -417,8 +417,11 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
       });
     }
     const bool shared_fits = !f.has_shared || f.shared.inter() == MI;
+    // The bf16 dispatch takes the shared expert in with the routed ones: only a bf16 one (under
+    // W4A4 an NVFP4 shared expert beside bf16 routed ones runs apart, below).
+    const bool shared_bf16 = !f.has_shared || (!f.shared.fp8 && !f.shared.nvfp4);
     const bool widths_fit = c.hidden_size % 8 == 0 && MI % 8 == 0;  // MoeGemvBf16's 16-byte pieces
-    if (f.gate_up_table.get() != nullptr && shared_fits && widths_fit && R <= kMoeGemvMaxRows &&
+    if (f.gate_up_table.get() != nullptr && shared_fits && shared_bf16 && widths_fit && R <= kMoeGemvMaxRows &&
         R * K <= cu::kMoeMaxPairs) {
       return MoeOnDevice(f, c, a, R, s, y, x, assign);
     }
@@ -464,7 +467,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   // Every expert with rows, and the shared expert when it is one expert wide (its rows after the
   // routed slots in gu and h, its output in y), as one group of problems per projection: side by
   // side on the device (ExpertLinears), each the same Linear call as alone.
-  const bool fuse_shared = f.has_shared && f.shared.inter() == MI;
+  const bool fuse_shared = f.has_shared && f.shared.inter() == MI && !f.shared.fp8 && !f.shared.nvfp4;
   const int64_t slots = R * K;
   std::vector<ExpertProblem<T>> up, down;
   for (int64_t e = 0; e < E; ++e) {
@@ -484,7 +487,8 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   FERRY_RETURN_IF_ERROR(act::CopyRows(s.yout, D, nullptr, s.slots, D, s.order, R * K, D));
   const T* shared = nullptr;
   if (f.has_shared) {
-    // Wider than one expert: alone, now that gu and h are free again (the routed outputs are in slots).
+    // Wider than one expert, or not bf16: alone, now that gu and h are free again (the routed
+    // outputs are in slots).
     if (!fuse_shared) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
     shared = y;
   }

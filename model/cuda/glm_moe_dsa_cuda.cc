@@ -47,7 +47,8 @@ absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::Forward(std::span<const ForwardSegm
 absl::StatusOr<ForwardOutput> GlmMoeDsaCuda::ForwardWithHidden(std::span<const ForwardSegment> segments,
                                                                std::vector<std::vector<float>>* hidden,
                                                                const std::vector<std::vector<float>>* layer_inputs) {
-  return impl_.Visit([&](auto& impl) { return DsaStep(impl.ops, Context(), impl.weights, segments, hidden, layer_inputs); });
+  return impl_.Visit(
+      [&](auto& impl) { return DsaStep(impl.ops, Context(), impl.weights, segments, hidden, layer_inputs); });
 }
 
 }  // namespace ferry::model::cuda
