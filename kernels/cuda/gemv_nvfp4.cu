@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -398,12 +399,16 @@ absl::Status RoundActivationsW4A4(const uint16_t* x, int64_t rows, int64_t in, f
     return absl::InvalidArgumentError(absl::StrCat("RoundActivationsW4A4: rows ", rows, ", in ", in,
                                                    " (need rows >= 1, in a positive multiple of 16)"));
   }
-  if (!(input_scale > 0.0f) || input_scale > 3.4e38f) {
+  if (!(input_scale > 0.0f) || !std::isfinite(input_scale)) {
     return absl::InvalidArgumentError(
         absl::StrCat("RoundActivationsW4A4: input_scale ", input_scale, " must be finite and > 0"));
   }
   if (x == nullptr || y == nullptr) return absl::InvalidArgumentError("RoundActivationsW4A4: null x or y");
   const int64_t groups = rows * (in / lay::kGroup), blocks = (groups + 255) / 256;
+  if (blocks > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("RoundActivationsW4A4: ", rows, " x ", in, " is ", groups,
+                                                   " groups of 16, more than one launch takes"));
+  }
   FERRY_CUDA_RETURN_IF_ERROR(LaunchDependent(RoundActivationsW4A4Kernel, dim3(static_cast<unsigned>(blocks)), 256, 0,
                                              static_cast<cudaStream_t>(stream),
                                              reinterpret_cast<const __nv_bfloat16*>(x), groups, input_scale,

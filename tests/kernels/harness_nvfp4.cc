@@ -93,14 +93,15 @@ void CheckElements(const std::vector<uint16_t>& got, const std::vector<float>& w
   r->mismatched += off;
 }
 
-// rows x [rows, in] times a weight [out, in] (two stacked weights of out / 2 rows each, with their
-// own global scales, when `stacked`): the device packing exactly, GemvNvfp4 against the twin, and
-// the last row alone.
+// rows x [rows, in] times a weight [out, in] (when `stacked`, two stacked weights with their own
+// global scales, the first out / 2 rows rounded up to whole 16-row tiles, as the packing asks of
+// every part but the last): the device packing exactly, GemvNvfp4 against the twin, and the last
+// row alone.
 Result GemvCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, bool realistic, bool stacked) {
   Result r;
   r.tolerance = kRelTolerance;
   Device dev(&r.error);
-  const int64_t first = stacked ? out / 2 : out;
+  const int64_t first = stacked ? (out / 2 + 15) / 16 * 16 : out;
   std::vector<Weight> parts;
   parts.push_back(MakeWeight(first, in, rng, realistic, /*negative_scales=*/!realistic));
   if (stacked) parts.push_back(MakeWeight(out - first, in, rng, realistic));
@@ -273,6 +274,14 @@ Result RoundCase(std::mt19937& rng, int64_t rows, int64_t in, float scale_of_ama
     xf[i] *= static_cast<float>(1 << (i % 11));
     xb[i] = F32ToBf16(xf[i]);
     xf[i] = Bf16ToF32(xb[i]);
+  }
+  if (in >= 32) {  // a group of zeros (scale 0) and one of bf16 subnormals (the bottom of E4M3)
+    for (int64_t j = 0; j < 16; ++j) {
+      xb[j] = F32ToBf16(j % 2 ? -0.0f : 0.0f);
+      xb[16 + j] = F32ToBf16(std::ldexp(static_cast<float>(j - 8), -130));
+      xf[j] = Bf16ToF32(xb[j]);
+      xf[16 + j] = Bf16ToF32(xb[16 + j]);
+    }
   }
   float amax = 0.0f;
   for (float v : xf) amax = std::max(amax, std::fabs(v));
