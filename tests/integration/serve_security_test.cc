@@ -110,6 +110,19 @@ TEST_CASE("coordinator: a port another server holds is refused - never shared", 
   INFO(second.Log());
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 2));
   CHECK(second.Log().find("cannot listen on 127.0.0.1:" + port) != std::string::npos);
+  // Its API port free but its control port taken: it stops the API server it had started (and
+  // any health Watch with it) and exits the same way.
+  const std::string third_log = testing::TempLog("ferry-third");
+  testing::Process third({testing::BinDir() + "/ferry-coordinator", "--model", kDsa, "--port",
+                          std::to_string(testing::FreePort()), "--control-port", port, "--metrics-port", "0",
+                          "--http-port", "0"},
+                         third_log);
+  status = 0;
+  REQUIRE(third.Wait(std::chrono::seconds(20), &status));
+  INFO(third.Log());
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 2));
+  CHECK(third.Log().find("cannot listen on 127.0.0.1:" + port + " for the control service") != std::string::npos);
+  std::remove(third_log.c_str());
   // The first still answers for its own ranks.
   auto info = cli::GetServerInfo(server.address());
   REQUIRE(info.ok());
