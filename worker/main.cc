@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/args.h"
 #include "common/cluster_token.h"
+#include "common/host_memory.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "common/status.h"
@@ -111,23 +112,24 @@ absl::StatusOr<std::unique_ptr<ferry::model::CausalLM>> LoadRankModel(
 }
 
 // The memory this rank may use, weights included: --memory-gib, else on a GPU its weights and 90%
-// of the free memory over the ranks sharing it (the rest left for each step's scratch), else the
+// of the free memory over the ranks sharing it (the rest left for each step's scratch; on a GPU
+// that shares the host's memory, the host's available memory: HostAvailableBytes), else the
 // host's available memory over the ranks.
 int64_t RankMemory(int64_t weight_bytes, bool cuda, int gpu_share, int world) {
   int64_t memory = static_cast<int64_t>(absl::GetFlag(FLAGS_memory_gib) * static_cast<double>(int64_t{1} << 30));
 #ifdef FERRY_WITH_CUDA
   if (memory <= 0 && cuda) {
-    if (auto mem = ferry::kernels::cuda::MemoryInfo(); mem.ok()) memory = weight_bytes + mem->free_bytes / 10 * 9 / gpu_share;
+    if (auto mem = ferry::kernels::cuda::MemoryInfo(); mem.ok()) {
+      const int64_t free = mem->integrated ? std::max(mem->free_bytes, ferry::HostAvailableBytes()) : mem->free_bytes;
+      memory = weight_bytes + free / 10 * 9 / gpu_share;
+    }
   }
 #else
   (void)weight_bytes;
   (void)cuda;
   (void)gpu_share;
 #endif
-  if (memory <= 0) {
-    const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    memory = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page / world : 0;
-  }
+  if (memory <= 0) memory = ferry::HostAvailableBytes() / world;
   return memory;
 }
 

@@ -35,6 +35,9 @@ absl::StatusOr<std::string> DeviceName(int index);
 struct DeviceMemory {
   int64_t free_bytes = 0;
   int64_t total_bytes = 0;
+  // The GPU shares the host's memory (GB10, Jetson): free_bytes is then the host's free memory
+  // without what the kernel would reclaim (the page cache of the checkpoint just read, for one).
+  bool integrated = false;
 };
 absl::StatusOr<DeviceMemory> MemoryInfo();
 

@@ -62,7 +62,10 @@ absl::StatusOr<std::string> DeviceName(int index) {
 absl::StatusOr<DeviceMemory> MemoryInfo() {
   size_t free_bytes = 0, total_bytes = 0;
   FERRY_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
-  return DeviceMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+  int device = 0, integrated = 0;
+  FERRY_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  FERRY_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device));
+  return DeviceMemory{static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes), integrated != 0};
 }
 
 absl::StatusOr<void*> DeviceAlloc(size_t bytes) {

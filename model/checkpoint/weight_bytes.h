@@ -12,8 +12,8 @@
 //   nvfp4                V / 2 + V / 16 + 4 (+ 4 with input scales): two E2M1 values a byte, an
 //                        E4M3 scale a group of 16, the float32 global scale
 // A rank keeps every weight as stored: the serving target. (Today's CUDA backend keeps bf16
-// weights and sm_90's FP8 experts so, and upcasts other FP8 and all NVFP4 weights; the CPU
-// backend holds float32.)
+// weights, NVFP4 MLPs and experts (in bf16 precision), and FP8 experts on sm_90 so, and upcasts
+// every other FP8 weight to bf16, on the GB10 too; the CPU backend holds float32.)
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
 #include "model/checkpoint/checkpoint.h"
 #include "model/checkpoint/config.h"
@@ -29,6 +30,11 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
   if (opts.nvfp4_numerics == Nvfp4Numerics::kW4A4 && !ck.nvfp4()) {
     FERRY_LOG(WARNING) << dir << " stores no NVFP4 weights: --nvfp4-numerics w4a4 changes nothing";
   }
+  if (precision == Precision::kBf16 && opts.fp8_experts && ck.quantization().fp8_block_rows() > 0 &&
+      !kernels::cuda::GroupedLinearFp8Available()) {
+    FERRY_LOG(WARNING) << dir << " stores FP8 weights, but this GPU has no W8A8 expert kernels (sm_90 only): its "
+                       << "FP8 experts are upcast to bf16, twice the bytes `ferry plan` counts for them";
+  }
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
@@ -50,8 +56,8 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
                   << (name.ok() ? *name : std::string("a CUDA device")) << ": " << cfg.num_layers << " layers, hidden "
                   << cfg.hidden_size << ", vocab " << cfg.vocab_size << ", " << model->weight_bytes() << " bytes of "
                   << PrecisionName(precision) << " weights"
-                  << (mem.ok() ? absl::StrCat(", ", mem->free_bytes >> 20, " of ", mem->total_bytes >> 20,
-                                              " MiB free")
+                  << (mem.ok() ? absl::StrCat(", ", mem->free_bytes >> 20, " of ", mem->total_bytes >> 20, " MiB free",
+                                              mem->integrated ? " (memory shared with the host)" : "")
                                : std::string());
   return model;
 }
