@@ -214,7 +214,8 @@ bool Available(int device) {
     cudaGetLastError();
     return false;
   }
-  if (major != 9 || optin < std::max(kSmemBytes, kSmemBytesTma)) return false;
+  // TMA, mbarriers and mma.sync: sm_90 and later (the GB10's sm_121 included, within its 99 KiB).
+  if (major < 9 || optin < std::max(kSmemBytes, kSmemBytesTma)) return false;
   if (cudaFuncSetAttribute(IndexerTcKernel<NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes) !=
           cudaSuccess ||
       cudaFuncSetAttribute(IndexerTcKernel<NT, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytesTma) !=
