@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -44,30 +45,49 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
     }
     file.data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);  // The mapping keeps the file alive.
+  file.fd_ = fd;
   return file;
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_) {
+    : path_(std::move(other.path_)), data_(other.data_), size_(other.size_), fd_(other.fd_) {
   other.data_ = nullptr;
   other.size_ = 0;
+  other.fd_ = -1;
 }
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
     if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+    if (fd_ >= 0) ::close(fd_);
     path_ = std::move(other.path_);
     data_ = other.data_;
     size_ = other.size_;
+    fd_ = other.fd_;
     other.data_ = nullptr;
     other.size_ = 0;
+    other.fd_ = -1;
   }
   return *this;
 }
 
 MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void MappedFile::DropPages(const uint8_t* begin, size_t bytes) const {
+  if (data_ == nullptr || begin < data_ || bytes == 0 || bytes > size_ ||
+      static_cast<size_t>(begin - data_) > size_ - bytes) {
+    return;
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t first = static_cast<size_t>(begin - data_) / page * page;
+  const size_t end = std::min(size_, (static_cast<size_t>(begin - data_) + bytes + page - 1) / page * page);
+  // This process's mapping first (the kernel keeps mapped pages cached), then the cache. The
+  // mapping is private and never written, so its pages come back from the file if read again.
+  ::madvise(const_cast<uint8_t*>(data_) + first, end - first, MADV_DONTNEED);
+  if (fd_ >= 0) ::posix_fadvise(fd_, static_cast<off_t>(first), static_cast<off_t>(end - first), POSIX_FADV_DONTNEED);
 }
 
 }  // namespace ferry

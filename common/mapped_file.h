@@ -27,10 +27,17 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Gives the pages of [begin, begin + bytes) back: this mapping's and the kernel's page cache of
+  // them (rounded out to whole pages), so a copy of the bytes elsewhere (on a GPU that shares the
+  // host's memory) does not leave a second copy cached. Reading them later reads the file again.
+  // Best effort: a range outside the mapping is ignored, as are the kernel's refusals.
+  void DropPages(const uint8_t* begin, size_t bytes) const;
+
  private:
   std::string path_;
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;  // kept for DropPages (posix_fadvise)
 };
 
 }  // namespace ferry

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/nvfp4.h"
@@ -124,7 +125,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
         return absl::NotFoundError(absl::StrCat(index_path, ": tensor '", it.key(),
                                                 "' is mapped to ", shard, ", which does not hold it"));
       }
-      ck.tensors_.emplace(it.key(), Entry{&found->second->path(), info, found->second->Data(*info)});
+      ck.tensors_.emplace(it.key(), Entry{&found->second->path(), info, found->second->Data(*info), found->second});
     }
   } else {
     const std::string single = ck.dir_ + "/model.safetensors";
@@ -136,7 +137,7 @@ absl::StatusOr<Checkpoint> Checkpoint::Open(const std::string& dir) {
     ck.shards_.push_back(std::make_unique<SafetensorsFile>(std::move(f)));
     const SafetensorsFile* shard = ck.shards_.back().get();
     for (const TensorInfo& t : shard->tensors()) {
-      ck.tensors_.emplace(t.name, Entry{&shard->path(), &t, shard->Data(t)});
+      ck.tensors_.emplace(t.name, Entry{&shard->path(), &t, shard->Data(t), shard});
     }
   }
   return ck;
@@ -347,6 +348,12 @@ absl::StatusOr<Checkpoint::Nvfp4Tensor> Checkpoint::Nvfp4Data(absl::string_view 
 const TensorInfo* Checkpoint::Find(absl::string_view name) const {
   auto it = tensors_.find(name);
   return it == tensors_.end() ? nullptr : it->second.info;
+}
+
+void Checkpoint::DropPages(absl::string_view prefix) const {
+  for (auto it = tensors_.lower_bound(prefix); it != tensors_.end() && absl::StartsWith(it->first, prefix); ++it) {
+    if (it->second.shard != nullptr) it->second.shard->DropPages(*it->second.info);
+  }
 }
 
 const std::string& Checkpoint::FileOf(absl::string_view name) const {

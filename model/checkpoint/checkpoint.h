@@ -64,6 +64,10 @@ class Checkpoint {
   std::string config_path() const { return dir_ + "/config.json"; }
 
   bool Has(absl::string_view name) const { return Find(name) != nullptr; }
+  // Gives the cached file pages of every tensor whose name starts with `prefix` back
+  // (MappedFile::DropPages): for a loader that has copied them elsewhere, on a host whose page
+  // cache shares memory with the GPU. The tensors stay readable (from the files again).
+  void DropPages(absl::string_view prefix) const;
   // nullptr when absent.
   const TensorInfo* Find(absl::string_view name) const;
   // The shard that holds `name`, for messages. REQUIRES: Has(name).
@@ -133,6 +137,7 @@ class Checkpoint {
     const std::string* path;
     const TensorInfo* info;
     const uint8_t* data;
+    const SafetensorsFile* shard = nullptr;  // null for a FromHost tensor
   };
   const std::string& PathOf(const Entry& e) const { return e.path != nullptr ? *e.path : dir_; }
   // Tensor `name`'s entry when its shape is `expected_shape`: NOT_FOUND naming the tensor when it

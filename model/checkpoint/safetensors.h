@@ -45,6 +45,8 @@ class SafetensorsFile {
   const TensorInfo* Find(absl::string_view name) const;
   // Start of a tensor's bytes inside the mapping. REQUIRES: `info` came from this file.
   const uint8_t* Data(const TensorInfo& info) const { return data_ + info.begin; }
+  // Gives the cached pages of a tensor's bytes back (MappedFile::DropPages). REQUIRES: as Data.
+  void DropPages(const TensorInfo& info) const { file_.DropPages(Data(info), info.end - info.begin); }
   // The string map under "__metadata__" (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

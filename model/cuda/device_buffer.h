@@ -44,6 +44,10 @@ struct CudaLoadOptions {
   // input rounded to NVFP4 (kernels::cuda::RoundActivationsW4A4) before the NVFP4 products, on
   // any GPU; the GB10's native FP4 mma (gemv_w4a4_sm121.h) is not used by the model yet.
   Nvfp4Numerics nvfp4_numerics = Nvfp4Numerics::kW4A16;
+  // Each layer's checkpoint pages are given back once it is on the device (Checkpoint::DropPages):
+  // where the GPU shares the host's memory (GB10), the page cache of the checkpoint streamed in
+  // would otherwise fill the memory the device copies need. LoadCausalLMCuda sets it there.
+  bool drop_checkpoint_pages = false;
 };
 
 // What a CUDA model holds in its loaded precision: Impl<uint16_t> (bf16) or Impl<float> (f32),

@@ -44,8 +44,11 @@ absl::Status Glm5NextCuda::LoadImpl(const Checkpoint& ck, const ModelConfig& c, 
     }
     return d;
   };
-  auto ffn = [&c, &opts, &tp, bytes](const WeightLoader& w, int64_t layer) {
-    return LoadFfnCuda(w, c, layer, opts, tp, bytes);
+  auto ffn = [&ck, &c, &opts, &tp, bytes](const WeightLoader& w, int64_t layer) {
+    auto f = LoadFfnCuda(w, c, layer, opts, tp, bytes);
+    // The MLP is the last of a layer's weights the loader reads: the layer is on the device.
+    if (opts.drop_checkpoint_pages) ck.DropPages(c.LayerPrefix(layer));
+    return f;
   };
   return LoadNextWeights<CudaOps<T>>(ck, c, tp, upload, floats, vocab, mhc, kda, ffn, &impl->weights);
 }

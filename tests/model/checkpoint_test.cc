@@ -1,8 +1,16 @@
 #include "model/checkpoint/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/catch.h"
@@ -360,6 +368,77 @@ TEST_CASE("checkpoint: tensors in host memory", "[checkpoint]") {
     REQUIRE(f.ok());
     for (int i = 0; i < 16; ++i) CHECK((*f)[i] == (i % 2 == 0 ? 2.0f : -4.0f));
   }
+}
+
+}  // namespace
+}  // namespace ferry::model
+
+namespace ferry::model {
+namespace {
+
+// Page-cache pages of `path` resident now, over [first_page, end_page) (mincore of a mapping
+// that reads nothing).
+int64_t ResidentPages(const std::string& path, size_t first_page, size_t end_page) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  struct stat st {};
+  ::fstat(fd, &st);
+  const size_t size = static_cast<size_t>(st.st_size), page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  std::vector<unsigned char> in((size + page - 1) / page);
+  ::mincore(p, size, in.data());
+  ::munmap(p, size);
+  int64_t n = 0;
+  for (size_t i = first_page; i < end_page && i < in.size(); ++i) n += in[i] & 1;
+  return n;
+}
+
+TEST_CASE("checkpoint: DropPages gives the cached pages of a prefix's tensors back - others stay - and they still "
+          "read",
+          "[checkpoint]") {
+  // On disk (tmpfs cannot give pages back): the test's working directory, in the build tree.
+  std::filesystem::path dir = std::filesystem::current_path() / ("ferry-drop-pages-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  struct Remove {
+    std::filesystem::path p;
+    ~Remove() { std::filesystem::remove_all(p); }
+  } remove{dir};
+  const int64_t n = 64 * 1024;  // 256 KiB a tensor: 64 pages of 4 KiB
+  std::vector<float> a(static_cast<size_t>(n)), b(a.size());
+  for (int64_t i = 0; i < n; ++i) a[i] = static_cast<float>(i), b[i] = static_cast<float>(-i);
+  WriteFile((dir / "config.json").string(), "{}");
+  const std::string file = (dir / "model.safetensors").string();
+  WriteSafetensors(file, {F32Tensor("model.layers.0.a", {n}, a), F32Tensor("model.layers.1.b", {n}, b)});
+  ::sync();  // dirty pages are not given back
+  auto ck = Checkpoint::Open(dir.string());
+  REQUIRE(ck.ok());
+  REQUIRE(ck->LoadF32("model.layers.0.a", {n}).ok());
+  REQUIRE(ck->LoadF32("model.layers.1.b", {n}).ok());
+  // Each tensor's whole pages: the data section starts after the 8-byte length and the header.
+  uint64_t header = 0;
+  {
+    std::ifstream in(file, std::ios::binary);
+    in.read(reinterpret_cast<char*>(&header), 8);
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  auto pages = [&](const TensorInfo* t) {
+    const size_t begin = 8 + header + t->begin, end = 8 + header + t->end;
+    return std::pair<size_t, size_t>{(begin + page - 1) / page, end / page};
+  };
+  const auto [a0, a1] = pages(ck->Find("model.layers.0.a"));
+  const auto [b0, b1] = pages(ck->Find("model.layers.1.b"));
+  REQUIRE(a1 > a0 + 32);
+  CHECK(ResidentPages(file, a0, a1) == static_cast<int64_t>(a1 - a0));
+  CHECK(ResidentPages(file, b0, b1) == static_cast<int64_t>(b1 - b0));
+
+  ck->DropPages("model.layers.0.");
+  CHECK(ResidentPages(file, a0, a1) == 0);
+  CHECK(ResidentPages(file, b0, b1) == static_cast<int64_t>(b1 - b0));
+  auto again = ck->LoadF32("model.layers.0.a", {n});
+  REQUIRE(again.ok());
+  CHECK(*again == a);
+  ck->DropPages("");
+  CHECK(ResidentPages(file, b0, b1) == 0);
 }
 
 }  // namespace
