@@ -1,6 +1,7 @@
 #include "model/cuda/load_cuda.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "kernels/cuda/linear_fp8.h"
@@ -27,26 +28,38 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
                                                    PrecisionName(precision), opts.nvfp4_experts ? "" : ", upcast"));
   }
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
+  CudaLoadOptions load = opts;
+  if (absl::StatusOr<kernels::cuda::DeviceMemory> mem = kernels::cuda::MemoryInfo(); mem.ok() && mem->integrated) {
+    load.drop_checkpoint_pages = true;
+  }
   if (opts.nvfp4_numerics == Nvfp4Numerics::kW4A4 && !ck.nvfp4()) {
     FERRY_LOG(WARNING) << dir << " stores no NVFP4 weights: --nvfp4-numerics w4a4 changes nothing";
   }
-  if (precision == Precision::kBf16 && opts.fp8_experts && ck.quantization().fp8_block_rows() > 0 &&
-      !kernels::cuda::GroupedLinearFp8Available()) {
-    FERRY_LOG(WARNING) << dir << " stores FP8 weights, but this GPU has no W8A8 expert kernels (sm_90 only): its "
-                       << "FP8 experts are upcast to bf16, twice the bytes `ferry plan` counts for them";
-  }
   FERRY_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(ck.config_json(), ck.config_path()));
+  if (precision == Precision::kBf16 && opts.fp8_experts && !kernels::cuda::GroupedLinearFp8Available()) {
+    // The first MoE layer's first expert tells how the experts are stored.
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      if (cfg.mlp_types[static_cast<size_t>(l)] == MlpType::kDense) continue;
+      const TensorInfo* gate = ck.Find(cfg.LayerPrefix(l) + "mlp.experts.0.gate_proj.weight");
+      if (gate != nullptr && gate->dtype == DType::kF8E4M3) {
+        FERRY_LOG(WARNING) << dir << " stores its experts in FP8, but this GPU has no W8A8 expert kernels (sm_90 "
+                           << "only): they are upcast to bf16, twice the bytes `ferry plan` counts for them";
+      }
+      break;
+    }
+  }
   std::unique_ptr<CausalLM> model;
   switch (cfg.family) {
     case Family::kGlmMoeDsa: {
-      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, opts, tp));
+      FERRY_ASSIGN_OR_RETURN(model, GlmMoeDsaCuda::Load(ck, cfg, cache, load, tp));
       break;
     }
     case Family::kGlm5Next: {
-      FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, opts, tp));
+      FERRY_ASSIGN_OR_RETURN(model, Glm5NextCuda::Load(ck, cfg, cache, load, tp));
       break;
     }
   }
+  if (load.drop_checkpoint_pages) ck.DropPages("");  // the embeddings, norms and head too
   absl::StatusOr<int> device = kernels::cuda::CurrentDevice();
   absl::StatusOr<std::string> name = kernels::cuda::DeviceName(device.ok() ? *device : 0);
   absl::StatusOr<kernels::cuda::DeviceMemory> mem = kernels::cuda::MemoryInfo();
