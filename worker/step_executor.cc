@@ -11,6 +11,12 @@
 
 namespace ferry::worker {
 
+absl::Status FailedAfterChanges(absl::string_view context, const absl::Status& st) {
+  const absl::Status out = context.empty() ? st : WithContext(context, st);
+  if (absl::IsInvalidArgument(out)) return absl::InternalError(out.message());
+  return out;
+}
+
 StepExecutor::StepExecutor(std::unique_ptr<model::CausalLM> model, int rank) : model_(std::move(model)), rank_(rank) {}
 
 int64_t StepExecutor::state_bytes() const {
@@ -159,18 +165,12 @@ absl::StatusOr<std::vector<step::SampledToken>> StepExecutor::Execute(const Step
   // Carried rows arrive before the forward reads them (every rank runs this exchange).
   if (absl::Status st = model_->CarryLatent(carries); !st.ok()) {
     for (uint64_t id : created) seqs_.erase(id);
-    // As a failed Forward(): not a clean refusal (INVALID_ARGUMENT) once state has changed; a
-    // peer that never answered keeps its DEADLINE_EXCEEDED and the peer waited for.
-    const std::string context = absl::StrCat("step ", step.step_id, ": carrying latent rows");
-    if (absl::IsInvalidArgument(st)) return absl::InternalError(absl::StrCat(context, ": ", st.message()));
-    return WithContext(context, st);
+    return FailedAfterChanges(absl::StrCat("step ", step.step_id, ": carrying latent rows"), st);
   }
   auto out = model_->Forward(fwd);
   if (!out.ok()) {
     for (uint64_t id : created) seqs_.erase(id);
-    // Past validation the step has changed state (releases, pages): no longer a clean refusal.
-    if (absl::IsInvalidArgument(out.status())) return absl::InternalError(out.status().message());
-    return out.status();
+    return FailedAfterChanges("", out.status());
   }
   std::vector<step::SampledToken> tokens;
   if (rank_ != 0) return tokens;

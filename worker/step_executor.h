@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/families/causal_lm.h"
 #include "step/step.h"
 
@@ -18,6 +19,12 @@ namespace ferry::worker {
 
 using step::Step;
 using step::StepSegment;
+
+// A step that fails once it has changed state (releases, pages, carried rows) with `st`, after
+// "context: " (none when empty): INVALID_ARGUMENT, which the coordinator takes for a clean
+// refusal alike on every rank, becomes INTERNAL; every other code is kept with its payloads (a
+// data-plane timeout's names the peer waited for: the worker's exit status and report use it).
+absl::Status FailedAfterChanges(absl::string_view context, const absl::Status& st);
 
 class StepExecutor {
  public:
