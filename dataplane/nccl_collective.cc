@@ -246,7 +246,8 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(model::Co
                                                    world > 1 && bootstrap == nullptr ? " without a host collective" : ""));
   }
   // The group only sends and receives: NVLink multicast (NVLS) would take memory and setup for
-  // nothing, and it is known to misbehave on some hosts. An explicit setting is left alone.
+  // nothing, and it is known to misbehave on some hosts. An explicit setting is left alone. (The
+  // worker's other threads, gRPC's, do not read the environment while it is set.)
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
   ncclUniqueId id{};
   static_assert(sizeof(ncclUniqueId) % sizeof(float) == 0);
@@ -260,7 +261,9 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(model::Co
   if (world > 1) {
     std::vector<float> words(sizeof(id) / sizeof(float));
     std::memcpy(words.data(), &id, sizeof(id));
-    FERRY_RETURN_IF_ERROR(FromRank0(bootstrap, rank, world, words.data(), words.size()));
+    const absl::Status sent = FromRank0(bootstrap, rank, world, words.data(), words.size());
+    FERRY_RETURN_IF_ERROR(id_status);  // rank 0's own failure first: it is the cause
+    FERRY_RETURN_IF_ERROR(sent);
     std::memcpy(&id, words.data(), sizeof(id));
   }
   FERRY_RETURN_IF_ERROR(id_status);
