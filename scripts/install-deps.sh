@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian/Ubuntu packages Ferry builds against. Idempotent: packages already present
-# are not touched, and apt is not called at all when nothing is missing.
+# are not touched, and apt is not called at all when nothing is missing (with a CUDA toolkit that
+# lacks NCCL, libnccl-dev counts as missing: it is tried, and only warned about, each run).
 # The CUDA toolkit is not installed here: the build uses it when nvcc is found and stays CPU-only
 # otherwise.
 set -euo pipefail
@@ -43,7 +44,8 @@ export DEBIAN_FRONTEND=noninteractive
 updated=0
 if [ ${#missing[@]} -gt 0 ]; then
   echo "install-deps: installing ${missing[*]}" >&2
-  $SUDO apt-get update -q && updated=1
+  $SUDO apt-get update -q
+  updated=1
   $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 if [ ${#optional[@]} -gt 0 ]; then
