@@ -1,6 +1,6 @@
 // Lightning-indexer scores over a paged bf16 key cache (IndexerScores in ops.h): the CUDA-core
-// kernel, for the shapes the tensor-core path (indexer_tc.cu: dim 128, heads 16/32/48/64 on
-// sm_90) does not take.
+// kernel, for the shapes the tensor-core path (indexer_tc.cu: dim 128, heads 16/32/48/64 from
+// sm_90 on) does not take.
 //
 // Grid (key blocks, query rows); a block of 8 warps scores kKeysPerBlock consecutive keys of one
 // row. The row's queries sit in shared memory as float32, each head's row padded by one float so

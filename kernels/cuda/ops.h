@@ -165,7 +165,7 @@ int64_t MlaDecodeWorkspaceBytes(int64_t rows, int64_t heads);
 // CPU twin: cpu::IndexerScoresRow (heads summed in another order: rounding only).
 // Batch invariance: a row's scores depend only on its own inputs, never on `rows` or the other
 // rows. dim 128 with heads 16/32/48/64 (qi 4-byte aligned, arena 16-byte aligned, page_stride a
-// multiple of 8) runs on the tensor cores on sm_90 (indexer_tc.h: 256 keys a CTA, all in flight
+// multiple of 8) runs on the tensor cores from sm_90 on (indexer_tc.h: 256 keys a CTA, all in flight
 // at once, by TMA where pages hold a multiple of 64 rows); other shapes and devices: one
 // CUDA-core dot per (key, head).
 // A key whose page cannot be addressed scores NaN (TopK ranks it last). n_keys[r] outside

@@ -67,7 +67,7 @@ struct CudaFfn {
   // CPU reference does).
   bool fp8_experts = false;
   // bf16 experts only: device arrays of n_experts + 1 pointers, expert e's gate_up / down matrix at [e]
-  // and the shared expert's at [n_experts] when it is one expert wide (else null): the tables
+  // and the shared expert's at [n_experts] when it is bf16 and one expert wide (else null): the tables
   // through which the decode dispatch (kernels::cuda::MoeGemvBf16) finds the chosen experts.
   DeviceBuffer gate_up_table, down_table;
   // FP8 experts only: the same for the W8A8 decode dispatch (kernels::cuda::GroupedLinearW8A8Moe),
@@ -116,8 +116,8 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
 
 // x [R, hidden] float32 += FFN(a) (= with assign), a [R, hidden] of type T; y [R, hidden] T is scratch.
 // MoE dispatch, two ways:
-//  - decode-sized batches in bf16 (R <= kMoeGemvMaxRows, the shared expert absent or one expert
-//    wide): on the device alone. MoeGroupPairs orders the (row, slot) pairs by expert and
+//  - decode-sized batches in bf16 (R <= kMoeGemvMaxRows, the shared expert absent or bf16 and one
+//    expert wide): on the device alone. MoeGroupPairs orders the (row, slot) pairs by expert and
 //    MoeGemvBf16 streams each chosen expert's matrices once (gate_up, then down into the slots),
 //    so the host queues the whole layer without waiting for the routing; FP8 experts the same
 //    way with W8A8 numerics: a's rows quantized once, then GroupedLinearW8A8Moe (gate and up

@@ -44,8 +44,6 @@ class Glm5NextCuda final : public OwnerSplitLM {
   static absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Load(const Checkpoint& ck, const ModelConfig& c,
                                                             const CacheOptions& cache, const CudaLoadOptions& opts = {},
                                                             const TensorParallel& tp = {});
-  // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
-  // which may pin them (model/golden/decision_log.h; check-golden's bf16 check). Not owned.
   std::unique_ptr<SequenceState> NewSequence() const override;
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;
   // As Forward(); `hidden` (non-null) gets Glm5Next::ForwardWithOptions' hidden states: [0] the

@@ -49,8 +49,7 @@ class GlmMoeDsaCuda final : public OwnerSplitLM {
                                                              const CudaLoadOptions& opts = {},
                                                              const TensorParallel& tp = {});
   Precision precision() const { return precision_; }
-  // Reports each indexer top-k and MoE routing decision to `log` (null: off, the default),
-  // which may pin them (model/golden/decision_log.h; check-golden's bf16 check). Not owned.
+
   std::unique_ptr<SequenceState> NewSequence() const override;
   // As CausalLM::Forward. Logits come back to the host (float32); the step synchronizes.
   absl::StatusOr<ForwardOutput> Forward(std::span<const ForwardSegment> segments) override;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "model/families/generate.h"
 
 namespace ferry::model {
@@ -82,7 +83,7 @@ absl::StatusOr<std::map<MlpSite, float>> CalibrateMlpInputs(CausalLM& model,
     absl::StatusOr<GenerateResult> r = Generate(model, prompts[i], prefill_only);
     if (!r.ok()) {
       model.set_ffn_observer(nullptr);
-      return absl::Status(r.status().code(), absl::StrCat("calibration prompt ", i + 1, ": ", r.status().message()));
+      return WithContext(absl::StrCat("calibration prompt ", i + 1), r.status());
     }
   }
   model.set_ffn_observer(nullptr);

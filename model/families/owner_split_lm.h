@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "model/cache/conversation.h"

@@ -110,8 +110,8 @@ TEST_CASE("coordinator: a port another server holds is refused - never shared", 
   INFO(second.Log());
   CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 2));
   CHECK(second.Log().find("cannot listen on 127.0.0.1:" + port) != std::string::npos);
-  // Its API port free but its control port taken: it stops the API server it had started (and
-  // any health Watch with it) and exits the same way.
+  // Its API port free but its control port taken: it exits the same way, naming the control
+  // address (after shutting down the API server it had started).
   const std::string third_log = testing::TempLog("ferry-third");
   testing::Process third({testing::BinDir() + "/ferry-coordinator", "--model", kDsa, "--port",
                           std::to_string(testing::FreePort()), "--control-port", port, "--metrics-port", "0",
