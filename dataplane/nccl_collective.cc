@@ -249,6 +249,15 @@ absl::StatusOr<std::unique_ptr<NcclCollective>> NcclCollective::Create(model::Co
   // nothing, and it is known to misbehave on some hosts. An explicit setting is left alone. (The
   // worker's other threads, gRPC's, do not read the environment while it is set.)
   setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  // A GPU that shares the host's memory (GB10) has no device memory of its own for the NIC to
+  // reach: GPUDirect RDMA there is reported to hang joining the group, and staging through host
+  // memory copies within the same memory. Off unless the environment says otherwise.
+  int device = 0, integrated = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&integrated, cudaDevAttrIntegrated, device) == cudaSuccess && integrated != 0) {
+    setenv("NCCL_NET_GDR_LEVEL", "LOC", /*overwrite=*/0);
+  }
+  cudaGetLastError();
   ncclUniqueId id{};
   static_assert(sizeof(ncclUniqueId) % sizeof(float) == 0);
   absl::Status id_status;
