@@ -35,6 +35,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 
 #include "kernels/cuda/check.h"
@@ -545,6 +546,18 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
   const int form = FormCached(device, heads, static_cast<int>(latent + rope));
   // The small form's grid y counts 32-head groups.
   return form > 0 || (form == 0 && heads <= int64_t{65535} * 32);
+}
+
+std::string MlaDecodePathName(int64_t heads, int64_t latent, int64_t rope) {
+  alignas(16) static const uint16_t aligned[8] = {};
+  if (heads < 1 || !MlaTcApplies(static_cast<const void*>(aligned), aligned, 1, heads, latent, rope)) {
+    return "CUDA cores, a block a head";
+  }
+  if (HeadTile(heads) == 64 && !ForceSmall() && MlaWgAvailable(latent + rope)) return "wgmma, 64-head groups";
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) cudaGetLastError();
+  const int form = FormCached(device, heads, static_cast<int>(latent + rope));
+  return form == 0 ? "tensor cores, small form" : "tensor cores, " + std::to_string(form) + "-head tiles";
 }
 
 absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t rows, int64_t heads, int64_t rope,

@@ -155,6 +155,11 @@ absl::Status MlaDecodeAttention(const uint16_t* q_abs, const uint16_t* q_pe, int
 // launch pair (532480 bytes a row and 64-head group; 0 for heads <= 32, where no form uses one).
 // REQUIRES: rows >= 0, heads >= 1.
 int64_t MlaDecodeWorkspaceBytes(int64_t rows, int64_t heads);
+// Which path MlaDecodeAttention takes on the current device for `heads` heads of latent + rope
+// wide rows with 16-byte aligned buffers, in words: "wgmma, 64-head groups", "tensor cores,
+// 32-head tiles" (or 64), "tensor cores, small form" or "CUDA cores, a block a head" (each cached
+// row then read once a head: much slower). For a loader's log; not a launch decision.
+std::string MlaDecodePathName(int64_t heads, int64_t latent, int64_t rope);
 
 // Lightning-indexer scores, float32 out: for query row r and each visible key s < n_keys[r],
 //   scores[r * score_stride + s] = sum_h w[r, h] * ReLU(scale * qi_h · k_s)

@@ -72,6 +72,11 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
                   << (mem.ok() ? absl::StrCat(", ", mem->free_bytes >> 20, " of ", mem->total_bytes >> 20, " MiB free",
                                               mem->integrated ? " (memory shared with the host)" : "")
                                : std::string());
+  // Which attention kernel decode gets here: the CUDA-core fallback reads each row once a head.
+  if (precision == Precision::kBf16) {
+    FERRY_LOG(INFO) << "MLA decode attention: "
+                    << kernels::cuda::MlaDecodePathName(tp.Local(cfg.num_heads), cfg.kv_lora_rank, cfg.qk_rope_head_dim);
+  }
   return model;
 }
 
