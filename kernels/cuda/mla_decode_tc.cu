@@ -548,12 +548,17 @@ bool MlaTcApplies(const void* q_abs, const void* q_pe, int64_t rows, int64_t hea
   return form > 0 || (form == 0 && heads <= int64_t{65535} * 32);
 }
 
+// MlaDecodeTc's choice of the wgmma form (more than 32 heads, where it runs and is not overridden).
+static bool TakesWgmma(int64_t heads, int64_t width) {
+  return HeadTile(heads) == 64 && !ForceSmall() && MlaWgAvailable(width);
+}
+
 std::string MlaDecodePathName(int64_t heads, int64_t latent, int64_t rope) {
   alignas(16) static const uint16_t aligned[8] = {};
   if (heads < 1 || !MlaTcApplies(static_cast<const void*>(aligned), aligned, 1, heads, latent, rope)) {
     return "CUDA cores, a block a head";
   }
-  if (HeadTile(heads) == 64 && !ForceSmall() && MlaWgAvailable(latent + rope)) return "wgmma, 64-head groups";
+  if (TakesWgmma(heads, latent + rope)) return "wgmma, 64-head groups";
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) cudaGetLastError();
   const int form = FormCached(device, heads, static_cast<int>(latent + rope));
@@ -566,7 +571,7 @@ absl::Status MlaDecodeTc(const uint16_t* q_abs, const uint16_t* q_pe, int64_t ro
   // More than 32 heads: the wgmma form (64-row head groups). Up to 32, the mma.sync kernel's
   // 32-head variant measured faster than padding q to 64 rows (97.8 vs 109.0 us at batch 64,
   // bench/results/h200-mla-decode.md).
-  if (HeadTile(heads) == 64 && !ForceSmall() && MlaWgAvailable(kLatent + rope)) {
+  if (TakesWgmma(heads, kLatent + rope)) {
     return MlaDecodeWg(q_abs, q_pe, rows, heads, rope, cache, sel, sel_offsets, scale, out, workspace,
                        workspace_bytes, stream);
   }
