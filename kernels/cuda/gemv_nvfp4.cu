@@ -66,15 +66,6 @@ __device__ __forceinline__ Tile LoadTile(const uint8_t* tile, int lane) {
   return t;
 }
 
-// a * b on bf16 pairs, rounded to nearest (exact here: the product of an e2m1 and an e4m3 value
-// fits bf16's 8 significant bits), subnormal inputs kept (the decoded 0.5 is one); fma with -0
-// instead of mul.bf16x2 so that sm_80 code assembles too.
-__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-  return d;
-}
-
 // acc[p] += the tile's 16 rows times the lane's vector of sub-pass p over the tile's 256 columns
 // (col0 = its first), for P sub-passes of 8 vectors sharing one decode of the weights. xrow[p]:
 // the lane's vector (lane / 4) of sub-pass p, null past the pass's rows (zeros). An output's mma
@@ -90,10 +81,10 @@ __device__ __forceinline__ void MmaTile(const Tile& t, const __nv_bfloat16* cons
     uint32_t a[4][4];  // step w's A registers
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
-      a[w][0] = MulBf16x2(lay::DecodeSlot(q[w], 0), s_lo);
-      a[w][1] = MulBf16x2(lay::DecodeSlot(q[w], 1), s_hi);
-      a[w][2] = MulBf16x2(lay::DecodeSlot(q[w], 2), s_lo);
-      a[w][3] = MulBf16x2(lay::DecodeSlot(q[w], 3), s_hi);
+      a[w][0] = ptx::MulBf16x2(lay::DecodeSlot(q[w], 0), s_lo);
+      a[w][1] = ptx::MulBf16x2(lay::DecodeSlot(q[w], 1), s_hi);
+      a[w][2] = ptx::MulBf16x2(lay::DecodeSlot(q[w], 2), s_lo);
+      a[w][3] = ptx::MulBf16x2(lay::DecodeSlot(q[w], 3), s_hi);
     }
     // The lane's B fragments: x at its group's 16 columns (the layout's column permutation),
     // zero past `in` (a whole group is in or out: in % 16 == 0).

@@ -77,6 +77,37 @@ absl::Status PackNvfp4(const uint8_t* codes, const uint8_t* scales, float global
 absl::Status GemvNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_t* packed, int64_t out, uint16_t* y,
                        void* stream = nullptr);
 
+// Many rows (a prefill's dense MLPs): LinearNvfp4 below multiplies from this many rows
+// (KernelOptions::nvfp4_gemm_min_rows, options.h) through the packed matrix dequantized into bf16
+// tiles and cuBLAS, which reads it once whatever the rows; fewer through GemvNvfp4.
+//
+// w [rows, in] (bf16) = rows [row0, row0 + rows) of the packed matrix [out, in] decoded without
+// their global scale: e2m1 * e4m3 scale, exact in bf16 (NaN where the scale is NaN). CPU twin:
+// common/nvfp4.h's decode with a global scale of 1 (bit for bit). REQUIRES: in a positive multiple
+// of 16, row0 >= 0 a multiple of 16, rows >= 1, row0 + rows <= out, all <= INT32_MAX; packed
+// 16-byte aligned; w disjoint from it. Errors: INVALID_ARGUMENT with the numbers, nothing launched.
+absl::Status DequantizeNvfp4(const uint8_t* packed, int64_t out, int64_t in, int64_t row0, int64_t rows, uint16_t* w,
+                             void* stream = nullptr);
+
+// The scratch LinearNvfp4 wants for a matrix [out, in]: the whole matrix in bf16 up to 16 MiB,
+// at least one row tile's.
+int64_t Nvfp4GemmScratchBytes(int64_t out, int64_t in);
+
+// y[rows, out] (bf16) = x[rows, in] (bf16) · W^T, W NVFP4 packed as above and stacking weights of
+// `part_rows` rows each (the last may have fewer), each under one global scale (as the loaders
+// pack an MLP's gate and up: part_rows = inter; one weight: part_rows >= out). Below
+// KernelOptions::nvfp4_gemm_min_rows rows, or without scratch for one row tile, GemvNvfp4.
+// Otherwise each part in pieces of whole row tiles that fit `scratch`: DequantizeNvfp4 into it,
+// then LinearBf16Scaled (cuBLAS, float32 sums, alpha = the part's global scale, read on the
+// device), so the packed matrix is read once and each output is the float32 sum of exact products
+// times the global scale rounded to bf16 once, as GemvNvfp4's, in cuBLAS's summation order (not
+// batch invariant across the threshold). CPU twin: cpu::LinearNvfp4. REQUIRES: GemvNvfp4's;
+// part_rows >= 1, a multiple of 16 unless >= out; scratch (when not null) 16-byte aligned and
+// disjoint from x, packed and y. Errors: INVALID_ARGUMENT with the numbers, nothing launched.
+absl::Status LinearNvfp4(const uint16_t* x, int64_t rows, int64_t in, const uint8_t* packed, int64_t out,
+                         int64_t part_rows, uint16_t* scratch, int64_t scratch_bytes, uint16_t* y,
+                         void* stream = nullptr);
+
 // MoeGemvBf16's contract (gemv.h) over NVFP4 experts: for each pair j of each group g <
 // *p.n_groups, y_j = W · x_j with W = the packed [out, in] matrix weights[group_expert[g]]
 // (weights: a device array of n_experts (+1 with the shared expert) pointers, each

@@ -1,4 +1,5 @@
-// The PTX the tensor-core kernels share (mla_decode_tc.cu, indexer_tc.cu): asynchronous 16-byte
+// The PTX the tensor-core kernels share (mla_decode_tc.cu, indexer_tc.cu, the NVFP4 products): the
+// bf16 pair multiply of the NVFP4 decode, asynchronous 16-byte
 // copies global -> shared, ldmatrix, and the bf16 m16n8k16 mma with float32 accumulation
 // (device code only; sm_80 and up); mbarriers that cp.async and bulk copies complete on, and named
 // barriers (sm_90 and up).
@@ -7,6 +8,15 @@
 #include <cstdint>
 
 namespace ferry::kernels::cuda::ptx {
+
+// a * b on bf16 pairs, rounded to nearest, subnormal inputs kept (exact for the NVFP4 decode's
+// e2m1 * e4m3 products, which fit bf16's 8 significant bits; the decoded 0.5 is a subnormal);
+// fma with -0 instead of mul.bf16x2 so that sm_80 code assembles too.
+__device__ __forceinline__ uint32_t MulBf16x2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
 
 // 16 bytes from global `src` to shared address `dst` (cp.async.cg: bypasses L1).
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src) {

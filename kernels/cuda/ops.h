@@ -283,6 +283,14 @@ absl::Status CastF32ToBf16(const float* in, int64_t n, uint16_t* out, void* stre
 absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
                            float alpha, float* y, void* stream = nullptr);
 
+// y[rows, out] (row stride y_row, bf16) = *alpha * x[rows, in] · w[out, in]^T: bf16 operands,
+// float32 compute, the scaled float32 sum rounded to bf16 once; always cuBLAS, with alpha read on
+// the device when the product runs (a scale the host does not hold, such as an NVFP4 matrix's
+// global scale: gemv_nvfp4.h's LinearNvfp4). Same REQUIRES and thread safety as LinearBf16, and
+// y_row >= out. CPU twin: cpu::Linear, then * alpha.
+absl::Status LinearBf16Scaled(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
+                              const float* alpha, uint16_t* y, int64_t y_row, void* stream = nullptr);
+
 // `batch` independent bf16 Linears over strided slices (cublasGemmStridedBatchedEx, float32
 // compute, bf16 result), the per-head products of absorbed MLA:
 //   for b < batch, r < rows, o < out:

@@ -6,6 +6,8 @@
 // programmatic dependent launch, stays an environment variable: pdl.cuh.)
 #pragma once
 
+#include <cstdint>
+
 namespace ferry::kernels::cuda {
 
 struct KernelOptions {
@@ -18,6 +20,10 @@ struct KernelOptions {
   // IndexerScores loads its 64-key tiles by TMA where pages hold a multiple of 64 rows; false
   // keeps the cp.async form.
   bool indexer_tma = true;
+  // LinearNvfp4 (gemv_nvfp4.h) multiplies this many rows or more through dequantized bf16 tiles
+  // and cuBLAS (a prefill's dense MLPs); fewer through GemvNvfp4, which reads the packed matrix
+  // once per 32 rows.
+  int64_t nvfp4_gemm_min_rows = 256;
 };
 
 void SetKernelOptions(const KernelOptions& options);

@@ -1,6 +1,7 @@
-// ferry-kernel-check cases for the NVFP4 decode products (kernels/cuda/gemv_nvfp4.h): PackNvfp4
-// byte for byte against cpu::PackNvfp4; GemvNvfp4 and MoeGemvNvfp4 against cpu::LinearNvfp4, by
-// norm and element by element, and bit for bit against the same row run alone (batch invariance);
+// ferry-kernel-check cases for the NVFP4 products (kernels/cuda/gemv_nvfp4.h): PackNvfp4 byte for
+// byte against cpu::PackNvfp4; GemvNvfp4 and MoeGemvNvfp4 against cpu::LinearNvfp4, by norm and
+// element by element, and bit for bit against the same row run alone (batch invariance);
+// DequantizeNvfp4 bit for bit against the host decode, LinearNvfp4's many-row form as GemvNvfp4;
 // RoundActivationsW4A4 bit for bit against the W4A4 quantizer's twin; the ops' host-side argument
 // checks.
 //
@@ -27,6 +28,7 @@
 #include "kernels/cpu/nvfp4_w4a4.h"
 #include "kernels/cuda/gemv_nvfp4.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/options.h"
 #include "kernels/nvfp4_layout.h"
 #include "kernels/nvfp4_mma_layout.h"
 #include "tests/kernels/harness.h"
@@ -93,26 +95,60 @@ void CheckElements(const std::vector<uint16_t>& got, const std::vector<float>& w
   r->mismatched += off;
 }
 
-// rows x [rows, in] times a weight [out, in] (when `stacked`, two stacked weights with their own
+// A weight [out, in] as the loaders pack an MLP's (when `stacked`, two weights with their own
 // global scales, the first out / 2 rows rounded up to whole 16-row tiles, as the packing asks of
-// every part but the last): the device packing exactly, GemvNvfp4 against the twin, and the last
-// row alone.
+// every part but the last) and the twin's products with it.
+struct Stacked {
+  std::vector<Weight> parts;
+  int64_t first = 0;  // rows of the first part
+  std::vector<uint8_t> packed;  // the host packing of the whole matrix
+};
+Stacked MakeStacked(std::mt19937& rng, int64_t in, int64_t out, bool realistic, bool stacked) {
+  Stacked m;
+  m.first = stacked ? (out / 2 + 15) / 16 * 16 : out;
+  m.parts.push_back(MakeWeight(m.first, in, rng, realistic, /*negative_scales=*/!realistic));
+  if (stacked) m.parts.push_back(MakeWeight(out - m.first, in, rng, realistic));
+  m.packed.assign(static_cast<size_t>(cu::Nvfp4PackedBytes(out, in)), 0);
+  int64_t row0 = 0;
+  for (const Weight& w : m.parts) {
+    const int64_t n = static_cast<int64_t>(w.decoded.size()) / in;
+    cpu::PackNvfp4(w.q.codes.data(), w.q.scales.data(), w.q.global_scale, n, in, m.packed.data(), out, row0);
+    row0 += n;
+  }
+  return m;
+}
+// The twin's y [rows, out] for x [rows, in] and each output's sum |w x|.
+void StackedReference(const Stacked& m, const std::vector<float>& x, int64_t rows, int64_t in, int64_t out,
+                      std::vector<float>* want, std::vector<double>* mag) {
+  want->assign(static_cast<size_t>(rows * out), 0.0f);
+  mag->assign(want->size(), 0.0);
+  int64_t row0 = 0;
+  for (const Weight& w : m.parts) {
+    const int64_t n = static_cast<int64_t>(w.decoded.size()) / in;
+    std::vector<float> part(static_cast<size_t>(n));
+    std::vector<double> part_mag(part.size());
+    for (int64_t t = 0; t < rows; ++t) {
+      Reference(w, x.data() + t * in, in, n, part.data(), part_mag.data());
+      std::copy(part.begin(), part.end(), want->begin() + t * out + row0);
+      std::copy(part_mag.begin(), part_mag.end(), mag->begin() + t * out + row0);
+    }
+    row0 += n;
+  }
+}
+
+// rows x [rows, in] times a stacked or single weight [out, in]: the device packing exactly,
+// GemvNvfp4 against the twin, and the last row alone.
 Result GemvCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, bool realistic, bool stacked) {
   Result r;
   r.tolerance = kRelTolerance;
   Device dev(&r.error);
-  const int64_t first = stacked ? (out / 2 + 15) / 16 * 16 : out;
-  std::vector<Weight> parts;
-  parts.push_back(MakeWeight(first, in, rng, realistic, /*negative_scales=*/!realistic));
-  if (stacked) parts.push_back(MakeWeight(out - first, in, rng, realistic));
-  // The host packing of the whole matrix (each part at its rows) and the device's.
-  const size_t bytes = static_cast<size_t>(cu::Nvfp4PackedBytes(out, in));
-  std::vector<uint8_t> want_packed(bytes, 0);
+  const Stacked m = MakeStacked(rng, in, out, realistic, stacked);
+  // The device's packing of the whole matrix, each part at its rows.
+  const size_t bytes = m.packed.size();
   uint8_t* packed = dev.Poisoned<uint8_t>(bytes);
   int64_t row0 = 0;
-  for (const Weight& w : parts) {
+  for (const Weight& w : m.parts) {
     const int64_t n = static_cast<int64_t>(w.q.scales.size()) / (in / 16);
-    cpu::PackNvfp4(w.q.codes.data(), w.q.scales.data(), w.q.global_scale, n, in, want_packed.data(), out, row0);
     const uint8_t* d_codes = dev.Upload(w.q.codes);
     const uint8_t* d_scales = dev.Upload(w.q.scales);
     if (!r.error.empty()) return r;
@@ -136,29 +172,72 @@ Result GemvCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, bool r
   // The tiles and the global scales; the alignment bytes after them are no part of the layout.
   const size_t defined = static_cast<size_t>(kernels::nvfp4::RowScaleOffset(out, in) + 4 * kernels::nvfp4::RowTiles(out));
   long differ = 0;
-  for (size_t i = 0; i < defined; ++i) differ += got_packed[i] != want_packed[i];
+  for (size_t i = 0; i < defined; ++i) differ += got_packed[i] != m.packed[i];
   if (differ > 0) r.note += absl::StrCat(" ", differ, " packed bytes differ from cpu::PackNvfp4's");
   r.mismatched += differ;
-  std::vector<float> want(static_cast<size_t>(rows * out));
-  std::vector<double> mag(want.size());
-  row0 = 0;
-  for (const Weight& w : parts) {
-    const int64_t n = static_cast<int64_t>(w.decoded.size()) / in;
-    std::vector<float> part(static_cast<size_t>(n));
-    std::vector<double> part_mag(part.size());
-    for (int64_t t = 0; t < rows; ++t) {
-      Reference(w, xf.data() + t * in, in, n, part.data(), part_mag.data());
-      std::copy(part.begin(), part.end(), want.begin() + t * out + row0);
-      std::copy(part_mag.begin(), part_mag.end(), mag.begin() + t * out + row0);
-    }
-    row0 += n;
-  }
+  std::vector<float> want;
+  std::vector<double> mag;
+  StackedReference(m, xf, rows, in, out, &want, &mag);
   r.rel_err = RelErr(ToF32(got), want, &r.unwritten);
   CheckElements(got, want, mag, &r);
   long changed = 0;
   for (int64_t o = 0; o < out; ++o) changed += alone[o] != got[(rows - 1) * out + o];
   if (changed > 0) r.note += absl::StrCat(" ", changed, " outputs of the last row differ from it alone");
   r.mismatched += changed;
+  return r;
+}
+
+// The many-row form: DequantizeNvfp4 of the whole matrix bit for bit against the host decode
+// without the global scale, then LinearNvfp4 through dequantized tiles (the threshold set to
+// `rows` for the case) in pieces of `scratch_tiles` row tiles (a piece may straddle no part: the
+// first part's last piece is short), against the twin with GemvCase's bounds.
+Result LinearCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, int64_t scratch_tiles) {
+  Result r;
+  r.tolerance = kRelTolerance;
+  Device dev(&r.error);
+  const Stacked m = MakeStacked(rng, in, out, /*realistic=*/true, /*stacked=*/true);
+  std::vector<uint16_t> want_w(static_cast<size_t>(out * in));
+  int64_t row0 = 0;
+  for (const Weight& w : m.parts) {
+    const int64_t n = static_cast<int64_t>(w.decoded.size()) / in;
+    std::vector<float> row(static_cast<size_t>(in));
+    for (int64_t o = 0; o < n; ++o) {
+      DequantNvfp4Row(w.q.codes.data(), w.q.scales.data(), 1.0f, in, o, 0, in, row.data());
+      for (int64_t i = 0; i < in; ++i) want_w[static_cast<size_t>((row0 + o) * in + i)] = F32ToBf16(row[i]);
+    }
+    row0 += n;
+  }
+  std::vector<uint16_t> xb;
+  std::vector<float> xf;
+  RandomBf16(static_cast<size_t>(rows * in), 1.0f, 0.0f, rng, &xb, &xf);
+  const uint8_t* packed = dev.Upload(m.packed);
+  const uint16_t* d_x = dev.Upload(xb);
+  uint16_t* w = dev.Poisoned<uint16_t>(want_w.size());
+  const int64_t scratch_bytes = scratch_tiles * 16 * in * 2;
+  uint16_t* scratch = dev.Poisoned<uint16_t>(static_cast<size_t>(scratch_bytes / 2));
+  uint16_t* y = dev.Poisoned<uint16_t>(static_cast<size_t>(rows * out));
+  if (!r.error.empty()) return r;
+  HARNESS_CHECK_OK(cu::DequantizeNvfp4(packed, out, in, 0, out, w));
+  cu::KernelOptions o = cu::GetKernelOptions();
+  const cu::KernelOptions before = o;
+  o.nvfp4_gemm_min_rows = rows;
+  cu::SetKernelOptions(o);
+  const absl::Status st = cu::LinearNvfp4(d_x, rows, in, packed, out, m.first, scratch, scratch_bytes, y);
+  cu::SetKernelOptions(before);
+  HARNESS_CHECK_OK(st);
+  HARNESS_CHECK_OK(cu::Synchronize());
+  const std::vector<uint16_t> got_w = dev.Download(w, want_w.size());
+  const std::vector<uint16_t> got = dev.Download(y, static_cast<size_t>(rows * out));
+  if (!r.error.empty()) return r;
+  long differ = 0;
+  for (size_t i = 0; i < want_w.size(); ++i) differ += got_w[i] != want_w[i] && ((got_w[i] | want_w[i]) & 0x7fff) != 0;
+  if (differ > 0) r.note += absl::StrCat(" ", differ, " dequantized weights differ from the host decode");
+  r.mismatched += differ;
+  std::vector<float> want;
+  std::vector<double> mag;
+  StackedReference(m, xf, rows, in, out, &want, &mag);
+  r.rel_err = RelErr(ToF32(got), want, &r.unwritten);
+  CheckElements(got, want, mag, &r);
   return r;
 }
 
@@ -332,6 +411,14 @@ int RunNvfp4HostChecks() {
   checks.Refused(cu::GemvNvfp4(x, 2, 40, bytes, 8, y), "in 40", "GemvNvfp4 in % 16 != 0");
   checks.Refused(cu::GemvNvfp4(x, 2, 16, bytes, 0, y), "out 0", "GemvNvfp4 no outputs");
   checks.Refused(cu::GemvNvfp4(x + 1, 2, 16, bytes, 8, y), "16-byte", "GemvNvfp4 misaligned x");
+  checks.Refused(cu::DequantizeNvfp4(bytes, 32, 16, 8, 8, y), "rows [8, 16) of 32", "DequantizeNvfp4 row0 off a tile");
+  checks.Refused(cu::DequantizeNvfp4(bytes, 32, 16, 16, 20, y), "rows [16, 36) of 32", "DequantizeNvfp4 past out");
+  checks.Refused(cu::LinearNvfp4(x, 2, 16, bytes, 64, 20, y, 64, y), "parts of 20 rows",
+                 "LinearNvfp4 a part off the row tiles");
+  checks.Expect(cu::Nvfp4GemmScratchBytes(100, 272) == 7 * 16 * 272 * 2, "Nvfp4GemmScratchBytes: the whole matrix");
+  checks.Expect(cu::Nvfp4GemmScratchBytes(8192, 6144) == (16 << 20) / (16 * 6144 * 2) * 16 * 6144 * 2,
+                "Nvfp4GemmScratchBytes: whole tiles within 16 MiB");
+  checks.Expect(cu::Nvfp4GemmScratchBytes(64, 1 << 20) == 16 * (1 << 20) * 2, "Nvfp4GemmScratchBytes: one tile");
   const cu::MoePairs none;
   static const uint8_t* const table[1] = {bytes};
   checks.Refused(cu::MoeGemvNvfp4(table, none, 4, 1, x, true, 24, 8, y, false, nullptr), "in 24",
@@ -378,6 +465,20 @@ void AddNvfp4Cases(std::vector<Case>* cases) {
   for (const GemvShape& s : gemv) {
     cases->push_back({absl::StrCat("gemv_nvfp4 rows=", s.rows, " in=", s.in, " out=", s.out, " (", s.what, ")"),
                       [s](std::mt19937& rng) { return GemvCase(rng, s.rows, s.in, s.out, s.realistic, s.stacked); }});
+  }
+  struct LinearShape {
+    int64_t rows, in, out, scratch_tiles;
+    const char* what;
+  };
+  const LinearShape linear[] = {
+      {300, 1024, 1040, 1000, "gate and up stacked, each part in one piece"},
+      {257, 528, 200, 3, "pieces of 3 row tiles, the parts' last ones short"},
+      {512, 2048, 88, 1, "one row tile a piece, the second part ending in a partial tile"},
+  };
+  for (const LinearShape& s : linear) {
+    cases->push_back({absl::StrCat("linear_nvfp4 rows=", s.rows, " in=", s.in, " out=", s.out, " scratch ",
+                                   s.scratch_tiles, " tiles (", s.what, ")"),
+                      [s](std::mt19937& rng) { return LinearCase(rng, s.rows, s.in, s.out, s.scratch_tiles); }});
   }
   const MoeShape moe[] = {
       {1, 8, 288, 4096, 4096, true, false},  // GLM-5.3-Flash gate_up at batch 1, shared expert fused
