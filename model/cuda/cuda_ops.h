@@ -7,6 +7,7 @@
 // Thread safety: none; one model instance's step loop owns its CudaOps.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -141,7 +142,17 @@ class CudaOps {
                           workspace_bytes);
   }
   absl::StatusOr<FfnScratch> TakeFfnScratch(const ModelConfig& c, int64_t rows) {
-    return cuda::TakeFfnScratch<T>(ws_, c, rows);
+    return cuda::TakeFfnScratch<T>(ws_, c, rows, nvfp4_tile_bytes_);
+  }
+  // Layer `layer`'s FFN (LoadFfnCuda), noting the scratch its NVFP4 MLPs want; on a GPU sharing
+  // the host's memory (opts.drop_checkpoint_pages) the layer's file pages are then given back:
+  // the MLP is the last of a layer's weights the loaders read.
+  absl::StatusOr<CudaFfn> LoadFfn(const Checkpoint& ck, const WeightLoader& w, const ModelConfig& c, int64_t layer,
+                                  const CudaLoadOptions& opts, const TensorParallel& tp, int64_t* bytes) {
+    absl::StatusOr<CudaFfn> f = LoadFfnCuda(w, c, layer, opts, tp, bytes);
+    if (f.ok()) nvfp4_tile_bytes_ = std::max(nvfp4_tile_bytes_, Nvfp4TileBytes(*f));
+    if (opts.drop_checkpoint_pages) ck.DropPages(c.LayerPrefix(layer));
+    return f;
   }
   absl::Status FfnAdd(const Ffn& f, const ModelConfig& c, const T* a, int64_t rows, const FfnScratch& s, T* y,
                       float* x, const DecisionTap& tap, bool assign = false) {
@@ -268,6 +279,7 @@ class CudaOps {
 
  private:
   Workspace ws_;
+  int64_t nvfp4_tile_bytes_ = 0;  // the most any layer's NVFP4 MLPs want (LoadFfn)
   StepUpload upload_;      // the step's host inputs, one copy
   StepDownload download_;  // the step's logits and MoE error word, one wait
   std::vector<float> reduce_;  // AllReduce's host staging

@@ -10,6 +10,7 @@
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/linear_fp8.h"
 #include "kernels/cuda/ops.h"
+#include "kernels/cuda/options.h"
 #include "model/cuda/act_ops.h"
 #include "kernels/cuda/gemv_nvfp4.h"
 #include "model/cuda/ffn_nvfp4.h"
@@ -107,22 +108,27 @@ absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, P
 }
 
 // y [rows, hidden] = down(SwiGLU(x gate_up^T)) through gu [rows, 2I] and h [rows, I]. An MLP
-// kept in NVFP4 (bf16 only) runs its two products through GemvNvfp4 at every row count; with
-// W4A4 numerics each input is rounded to NVFP4 first (x into y, which the down product then
+// kept in NVFP4 (bf16 only) runs its two products through LinearNvfp4 (GemvNvfp4, or with many
+// rows and s.nvfp4_tiles dequantized tiles and cuBLAS; gate and up each under its global scale);
+// with W4A4 numerics each input is rounded to NVFP4 first (x into y, which the down product then
 // overwrites; h in place). y must not alias x.
 template <typename T>
-absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, float limit, T* gu, T* h, T* y) {
+absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, float limit, const FfnScratch<T>& s,
+                    T* y) {
   const int64_t I = m.inter();
+  T *gu = s.gu, *h = s.h;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (m.nvfp4) {
       if (m.w4a4) {
         FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(x, rows, hidden, m.w4a4_gate_up, y));
         x = y;
       }
-      FERRY_RETURN_IF_ERROR(cu::GemvNvfp4(x, rows, hidden, m.gate_up4.packed.as<const uint8_t>(), 2 * I, gu));
+      FERRY_RETURN_IF_ERROR(cu::LinearNvfp4(x, rows, hidden, m.gate_up4.packed.as<const uint8_t>(), 2 * I,
+                                            /*part_rows=*/I, s.nvfp4_tiles, s.nvfp4_tile_bytes, gu));
       FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
       if (m.w4a4) FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(h, rows, I, m.w4a4_down, h));
-      return cu::GemvNvfp4(h, rows, I, m.down4.packed.as<const uint8_t>(), hidden, y);
+      return cu::LinearNvfp4(h, rows, I, m.down4.packed.as<const uint8_t>(), hidden, /*part_rows=*/hidden,
+                             s.nvfp4_tiles, s.nvfp4_tile_bytes, y);
     }
   }
   FERRY_RETURN_IF_ERROR(act::Linear(x, rows, hidden, m.gate_up.as<T>(), 2 * I, gu));
@@ -350,8 +356,21 @@ absl::StatusOr<CudaFfn> LoadFfnCuda(const WeightLoader& w, const ModelConfig& c,
   return f;
 }
 
+int64_t Nvfp4TileBytes(const CudaFfn& f) {
+  int64_t bytes = 0;
+  auto mlp = [&bytes](const CudaMlp& m) {
+    if (!m.nvfp4) return;
+    bytes = std::max({bytes, cu::Nvfp4GemmScratchBytes(m.gate_up4.out, m.gate_up4.in),
+                      cu::Nvfp4GemmScratchBytes(m.down4.out, m.down4.in)});
+  };
+  if (f.dense) mlp(f.mlp);
+  if (f.has_shared) mlp(f.shared);  // the experts' dispatch may take it in: then this is spare
+  return bytes;
+}
+
 template <typename T>
-absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t R) {
+absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t R,
+                                             int64_t nvfp4_tile_bytes) {
   const int64_t KE = c.num_experts_per_tok, E = c.n_routed_experts, MI = c.moe_intermediate_size, D = c.hidden_size;
   // gu / h hold the routed slots and then the shared expert's rows (FfnAdd runs them together).
   const int64_t inter = std::max(c.intermediate_size, (KE + c.n_shared_experts) * MI);
@@ -395,6 +414,12 @@ absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c
     FERRY_ASSIGN_OR_RETURN(uint8_t * problems, ws.Take<uint8_t>(cu::kGroupedW8A8MoeScratchBytes));
     s.w8a8_problems = problems;
   }
+  s.nvfp4_tiles = nullptr;
+  s.nvfp4_tile_bytes = 0;
+  if (sizeof(T) == 2 && nvfp4_tile_bytes > 0 && R >= cu::GetKernelOptions().nvfp4_gemm_min_rows) {
+    FERRY_ASSIGN_OR_RETURN(s.nvfp4_tiles, ws.Take<uint16_t>(nvfp4_tile_bytes / 2));
+    s.nvfp4_tile_bytes = nvfp4_tile_bytes;
+  }
   return s;
 }
 
@@ -403,7 +428,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
                     float* x, const DecisionTap& tap, bool assign) {
   const int64_t D = c.hidden_size;
   if (f.dense) {
-    FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s.gu, s.h, y));
+    FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s, y));
     return assign ? act::ToF32(y, R * D, x) : act::AddResidual(x, y, R * D);
   }
   const int64_t E = f.routing.n_experts, K = f.routing.top_k, MI = f.moe_inter;
@@ -413,7 +438,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (f.nvfp4_experts) {
       return MoeNvfp4(f, c, a, R, s, y, x, assign, [&](const uint16_t* an, int64_t n, uint16_t* yn) {
-        return MlpRun(an, n, D, f.shared, c.swiglu_limit, s.gu, s.h, yn);
+        return MlpRun(an, n, D, f.shared, c.swiglu_limit, s, yn);
       });
     }
     const bool shared_fits = !f.has_shared || f.shared.inter() == MI;
@@ -459,7 +484,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
     if (f.fp8_experts) {
       FERRY_RETURN_IF_ERROR(MoeFp8Experts(f, c, a, R, s, start, y));
       // The routed outputs are in slots already; the shared expert's into y when it is not FP8.
-      if (f.has_shared && !f.shared.fp8) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
+      if (f.has_shared && !f.shared.fp8) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s, y));
       return act::MoeCombine(s.slots, s.route_w, f.has_shared ? y : nullptr, R, K, D, x, assign);
     }
   }
@@ -489,7 +514,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   if (f.has_shared) {
     // Wider than one expert, or not bf16: alone, now that gu and h are free again (the routed
     // outputs are in slots).
-    if (!fuse_shared) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s.gu, s.h, y));
+    if (!fuse_shared) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s, y));
     shared = y;
   }
   return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x, assign);
@@ -508,8 +533,9 @@ absl::Status FfnErrorStatus(int32_t error, int64_t n_experts) {
   return absl::OkStatus();
 }
 
-template absl::StatusOr<FfnScratch<uint16_t>> TakeFfnScratch<uint16_t>(Workspace&, const ModelConfig&, int64_t);
-template absl::StatusOr<FfnScratch<float>> TakeFfnScratch<float>(Workspace&, const ModelConfig&, int64_t);
+template absl::StatusOr<FfnScratch<uint16_t>> TakeFfnScratch<uint16_t>(Workspace&, const ModelConfig&, int64_t,
+                                                                       int64_t);
+template absl::StatusOr<FfnScratch<float>> TakeFfnScratch<float>(Workspace&, const ModelConfig&, int64_t, int64_t);
 template absl::Status FfnAdd<uint16_t>(const CudaFfn&, const ModelConfig&, const uint16_t*, int64_t,
                                        const FfnScratch<uint16_t>&, uint16_t*, float*, const DecisionTap&, bool);
 template absl::Status FfnAdd<float>(const CudaFfn&, const ModelConfig&, const float*, int64_t, const FfnScratch<float>&,

@@ -110,9 +110,18 @@ struct FfnScratch {
   // The W8A8 decode dispatch's problem list (kGroupedW8A8MoeScratchBytes; bf16 with experts and
   // decode-sized rows only, else null).
   void* w8a8_problems;
+  // The dequantized tiles of an NVFP4 MLP's many-row products (kernels::cuda::LinearNvfp4; bf16,
+  // nvfp4_tile_bytes > 0 and rows >= KernelOptions::nvfp4_gemm_min_rows only, else null and 0).
+  uint16_t* nvfp4_tiles;
+  int64_t nvfp4_tile_bytes;
 };
+// nvfp4_tile_bytes: the most the model's NVFP4 MLPs want (Nvfp4TileBytes over its layers).
 template <typename T>
-absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t rows);
+absl::StatusOr<FfnScratch<T>> TakeFfnScratch(Workspace& ws, const ModelConfig& c, int64_t rows,
+                                             int64_t nvfp4_tile_bytes = 0);
+// The scratch for dequantized tiles that the NVFP4 MLPs of `f` which run alone (a dense layer's,
+// a shared expert outside the experts' dispatch) want at many rows; 0 when none.
+int64_t Nvfp4TileBytes(const CudaFfn& f);
 
 // x [R, hidden] float32 += FFN(a) (= with assign), a [R, hidden] of type T; y [R, hidden] T is scratch.
 // MoE dispatch, two ways:

@@ -44,11 +44,8 @@ absl::Status Glm5NextCuda::LoadImpl(const Checkpoint& ck, const ModelConfig& c, 
     }
     return d;
   };
-  auto ffn = [&ck, &c, &opts, &tp, bytes](const WeightLoader& w, int64_t layer) {
-    auto f = LoadFfnCuda(w, c, layer, opts, tp, bytes);
-    // The MLP is the last of a layer's weights the loader reads: the layer is on the device.
-    if (opts.drop_checkpoint_pages) ck.DropPages(c.LayerPrefix(layer));
-    return f;
+  auto ffn = [&ck, &c, &opts, &tp, bytes, impl](const WeightLoader& w, int64_t layer) {
+    return impl->ops.LoadFfn(ck, w, c, layer, opts, tp, bytes);
   };
   return LoadNextWeights<CudaOps<T>>(ck, c, tp, upload, floats, vocab, mhc, kda, ffn, &impl->weights);
 }

@@ -16,11 +16,8 @@ absl::Status GlmMoeDsaCuda::LoadImpl(const Checkpoint& ck, const ModelConfig& c,
   auto vocab = [&up, &c](const WeightLoader& w, const std::string& name) {
     return up.Stored(w, name, c.vocab_size, c.hidden_size);
   };
-  auto ffn = [&ck, &c, &opts, &tp, bytes](const WeightLoader& w, int64_t layer) {
-    auto f = LoadFfnCuda(w, c, layer, opts, tp, bytes);
-    // The MLP is the last of a layer's weights the loader reads: the layer is on the device.
-    if (opts.drop_checkpoint_pages) ck.DropPages(c.LayerPrefix(layer));
-    return f;
+  auto ffn = [&ck, &c, &opts, &tp, bytes, impl](const WeightLoader& w, int64_t layer) {
+    return impl->ops.LoadFfn(ck, w, c, layer, opts, tp, bytes);
   };
   return LoadDsaWeights<CudaOps<T>>(ck, c, tp, upload, floats, vocab, ffn, &impl->weights);
 }
