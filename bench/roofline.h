@@ -32,7 +32,7 @@ struct Options {
   bool components = true;
   bool moe_only = false;        // of the components, the prefill MoE (2c) alone
   bool attention_only = false;  // of the components, the attention side (2a, 2b) alone
-  bool experts_only = false;    // of the components, the experts' GEMMs and decode products (2d, 2g) alone
+  bool experts_only = false;    // of the components, the experts' GEMMs and the NVFP4 and decode products (2d, 2g, 2h) alone
   bool models = true;
   // Section 2g: NVFP4 MoE launch shapes timed besides the engine's (warp target, depth, blocks an
   // SM: kernels/cuda/gemv_nvfp4.h's Nvfp4GemvShape).
@@ -66,6 +66,9 @@ Table ExpertGemmTable(const std::vector<NamedConfig>& models, const Options& o, 
 // Section 2g: one MoE layer's expert decode products at batch 1 and 8, bf16 vs FP8 vs NVFP4 weights
 // (bench/roofline_nvfp4.cc).
 Table ExpertDecodeTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
+// Section 2h: a dense MLP's NVFP4 gate_up at prefill row counts, decoded in registers (GemvNvfp4)
+// vs dequantized tiles and cuBLAS vs bf16 weights (bench/roofline_nvfp4_prefill.cc).
+Table Nvfp4PrefillTable(const std::vector<NamedConfig>& models, const Options& o, const Ceilings& c);
 
 // Sections 2 (prefill MoE) and 3 (whole steps) of one model: its config file reduced to
 // o.*_layers, random weights in memory; rows appended to the three tables.

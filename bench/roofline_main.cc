@@ -43,7 +43,7 @@ ABSL_FLAG(std::string, next_layers, "0,4,3",
 ABSL_FLAG(std::string, sections, "components,models",
           "components: MLA decode, indexer, experts, prefill MoE; moe: the prefill MoE (2c) alone; attention: MLA "
           "decode, indexer and the two together (2a, 2b, 2e) alone; experts: the experts' GEMMs and decode products "
-          "(2d, 2g) alone; models: whole prefills and decode steps");
+          "(2d, 2g, 2h) alone; models: whole prefills and decode steps");
 ABSL_FLAG(std::string, models, "glm-5.2,glm-5.3-flash", "Which models to run");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of every random weight, cache row and token");
 ABSL_FLAG(int64_t, page_size, 64, "Tokens a KV page in the whole-model sections (serving's default: 512)");
@@ -55,6 +55,8 @@ ABSL_FLAG(std::string, nvfp4_shapes, "",
 ABSL_FLAG(std::string, expert_formats, "bf16",
           "Whole-model sections: the experts' formats each model runs in, comma-separated (bf16, fp8, nvfp4)");
 ABSL_FLAG(bool, indexer_tma, true, "IndexerScores: TMA tiles where pages hold a multiple of 64 rows");
+ABSL_FLAG(int64_t, nvfp4_gemm_min_rows, ferry::kernels::cuda::KernelOptions{}.nvfp4_gemm_min_rows,
+          "NVFP4 MLPs: from this many rows through dequantized tiles and cuBLAS (fewer: GemvNvfp4)");
 
 namespace {
 
@@ -83,6 +85,7 @@ int main(int argc, char** argv) {
   forms.mla_wgmma = absl::GetFlag(FLAGS_mla_wgmma);
   forms.mla_tc_small = absl::GetFlag(FLAGS_mla_tc_small);
   forms.indexer_tma = absl::GetFlag(FLAGS_indexer_tma);
+  forms.nvfp4_gemm_min_rows = absl::GetFlag(FLAGS_nvfp4_gemm_min_rows);
   ferry::kernels::cuda::SetKernelOptions(forms);
   if (ferry::kernels::cuda::DeviceCount() == 0) {
     std::printf(
@@ -191,6 +194,8 @@ int main(int argc, char** argv) {
       Table experts = ExpertGemmTable(shapes, o, c);
       PrintTable(experts, c);
       done.push_back(ExpertDecodeTable(shapes, o, c));
+      PrintTable(done.back(), c);
+      done.push_back(Nvfp4PrefillTable(shapes, o, c));
       PrintTable(done.back(), c);
     }
   }

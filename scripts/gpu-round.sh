@@ -9,8 +9,9 @@
 # Parts (each step under its own time cap, seconds in brackets): golden: scripts/gpu-check-golden.sh
 # (harness seed 1, model checks, goldens, tensor parallelism incl. NCCL) [420]; serve: the NVFP4
 # harness cases at seed 2 [120] and scripts/gpu-serve-check.sh [180]; bench:
-# ferry-bench-roofline --sections=experts [90] and the whole decode steps with NVFP4 experts and
-# dense MLPs [200]; ab: when a ferry-bench-roofline-old is on PATH (an earlier commit's build), the
+# ferry-bench-roofline --sections=experts [150], the whole decode steps with NVFP4 experts and
+# dense MLPs [200] and whole prefills with them, GEMV at every row count and the engine's choice
+# [2 x 120]; ab: when a ferry-bench-roofline-old is on PATH (an earlier commit's build), the
 # models section of both alternating three times [480]. No part named: all of them (more than one
 # call's limit). Every log goes into one archive, "$OUT/round.tgz" (the device tool brings back at
 # most 8 files); a summary of each step is printed. Exit status: 0 when every check step passed.
@@ -45,13 +46,23 @@ timeout 180 env OUT="$logs/serve" "$here/gpu-serve-check.sh" > "$logs/serve.txt"
 grep -E "DIFFERENT|FAILED|moved|^gpu-serve-check" "$logs/serve.txt" | tail -6
 fi
 if want bench; then
-step "experts (2d, 2g)"
-timeout 90 ferry-bench-roofline --sections=experts > "$logs/experts.txt" 2>&1
+step "experts (2d, 2g, 2h)"
+timeout 150 ferry-bench-roofline --sections=experts > "$logs/experts.txt" 2>&1
 grep -E "NOT MET|met$|targets met" "$logs/experts.txt" | tail -6
+grep -E "^\| glm-5\.(2|3-flash) gate_up .* rows, " "$logs/experts.txt" | awk -F'|' '{printf "%s median %s\n", $2, $5}'
 step "whole steps with NVFP4 experts and dense MLPs"
 timeout 200 ferry-bench-roofline --sections models --batches 1,8 --prefill_tokens= --decode_contexts 4096 \
   --expert_formats nvfp4 > "$logs/models-nvfp4.txt" 2>&1
 grep -E "NVFP4 experts decode b[18] ctx4k \|" "$logs/models-nvfp4.txt" | awk -F'|' '{printf "%s median %s\n", $2, $5}'
+step "whole prefills with NVFP4 MLPs: GEMV at every row count, then the engine's choice"
+for m in 1000000000 default; do
+  extra=()
+  [ "$m" = default ] || extra=(--nvfp4_gemm_min_rows "$m")
+  timeout 120 ferry-bench-roofline --sections models --batches 1 --decode_contexts 512 --prefill_tokens 2048 \
+    --expert_formats nvfp4 "${extra[@]}" > "$logs/prefill-nvfp4-$m.txt" 2>&1
+  grep -E "NVFP4 experts prefill 2048 \|" "$logs/prefill-nvfp4-$m.txt" |
+    awk -F'|' -v m="$m" '{printf "nvfp4_gemm_min_rows %s:%s median %s\n", m, $2, $5}'
+done
 fi
 if want ab && command -v ferry-bench-roofline-old >/dev/null 2>&1; then
   step "models A/B"
