@@ -12,6 +12,16 @@ namespace ferry::model::cuda {
 
 namespace cu = ferry::kernels::cuda;
 
+absl::Status CudaLoadOptions::Check() const {
+  if (nvfp4_numerics == Nvfp4Numerics::kW4A4 && (precision != Precision::kBf16 || !nvfp4_experts)) {
+    // W4A4 rounds bf16 activations for the NVFP4 products; float32 or upcast weights have neither.
+    return absl::InvalidArgumentError(absl::StrCat("--nvfp4_numerics w4a4 runs with --precision bf16 and the NVFP4 "
+                                                   "weights kept (--nvfp4_experts); got --precision ",
+                                                   PrecisionName(precision), nvfp4_experts ? "" : ", upcast"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DeviceBuffer> DeviceBuffer::Alloc(size_t bytes) {
   absl::StatusOr<void*> p = cu::DeviceAlloc(std::max<size_t>(bytes, 1));
   if (!p.ok()) {

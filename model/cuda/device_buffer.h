@@ -48,6 +48,10 @@ struct CudaLoadOptions {
   // where the GPU shares the host's memory (GB10), the page cache of the checkpoint streamed in
   // would otherwise fill the memory the device copies need. LoadCausalLMCuda sets it there.
   bool drop_checkpoint_pages = false;
+
+  // INVALID_ARGUMENT for a combination no model loads: W4A4 numerics rounds bf16 activations for
+  // the NVFP4 products, so it needs bf16 and the NVFP4 weights kept. The families' Load call it.
+  absl::Status Check() const;
 };
 
 // What a CUDA model holds in its loaded precision: Impl<uint16_t> (bf16) or Impl<float> (f32),

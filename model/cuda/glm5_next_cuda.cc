@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<Glm5NextCuda>> Glm5NextCuda::Load(const Checkpoin
                                                                  const CacheOptions& cache, const CudaLoadOptions& opts,
                                                                  const TensorParallel& tp) {
   const Precision precision = opts.precision;
+  FERRY_RETURN_IF_ERROR(opts.Check());
   FERRY_RETURN_IF_ERROR(CheckNextConfig(c, ck.config_path(), cache.page_size));
   std::unique_ptr<Glm5NextCuda> m(new Glm5NextCuda(c, precision, tp));
   FERRY_ASSIGN_OR_RETURN(m->latent_arena_, DeviceArena(NextLatentRegions(c), cache, precision));

@@ -27,6 +27,7 @@ absl::StatusOr<std::unique_ptr<GlmMoeDsaCuda>> GlmMoeDsaCuda::Load(const Checkpo
                                                                    const CudaLoadOptions& opts,
                                                                    const TensorParallel& tp) {
   const Precision precision = opts.precision;
+  FERRY_RETURN_IF_ERROR(opts.Check());
   std::unique_ptr<GlmMoeDsaCuda> m(new GlmMoeDsaCuda(c, precision, tp));
   FERRY_ASSIGN_OR_RETURN(m->latent_arena_, DeviceArena(DsaLatentRegions(c), cache, precision));
   FERRY_ASSIGN_OR_RETURN(m->keys_arena_, DeviceArena(DsaKeyRegions(c), cache, precision));

@@ -21,12 +21,7 @@ absl::StatusOr<std::unique_ptr<CausalLM>> LoadCausalLMCuda(const std::string& di
     return absl::FailedPreconditionError("no CUDA device: the CUDA backend needs a GPU (use --device cpu)");
   }
   FERRY_RETURN_IF_ERROR(ValidateCacheOptions(cache));
-  if (opts.nvfp4_numerics == Nvfp4Numerics::kW4A4 && (precision != Precision::kBf16 || !opts.nvfp4_experts)) {
-    // W4A4 rounds bf16 activations for the NVFP4 products; float32 or upcast weights have neither.
-    return absl::InvalidArgumentError(absl::StrCat("--nvfp4_numerics w4a4 runs with --precision bf16 and the NVFP4 "
-                                                   "weights kept (--nvfp4_experts); got --precision ",
-                                                   PrecisionName(precision), opts.nvfp4_experts ? "" : ", upcast"));
-  }
+  FERRY_RETURN_IF_ERROR(opts.Check());  // before the checkpoint is opened (the families' Load check again)
   FERRY_ASSIGN_OR_RETURN(Checkpoint ck, Checkpoint::Open(dir));
   CudaLoadOptions load = opts;
   if (absl::StatusOr<kernels::cuda::DeviceMemory> mem = kernels::cuda::MemoryInfo(); mem.ok() && mem->integrated) {
