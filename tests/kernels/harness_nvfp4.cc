@@ -136,6 +136,16 @@ void StackedReference(const Stacked& m, const std::vector<float>& x, int64_t row
   }
 }
 
+// A device product y [rows, out] of x against the twin's: by norm and element by element.
+void CheckProduct(const Stacked& m, const std::vector<float>& x, int64_t rows, int64_t in, int64_t out,
+                  const std::vector<uint16_t>& got, Result* r) {
+  std::vector<float> want;
+  std::vector<double> mag;
+  StackedReference(m, x, rows, in, out, &want, &mag);
+  r->rel_err = RelErr(ToF32(got), want, &r->unwritten);
+  CheckElements(got, want, mag, r);
+}
+
 // rows x [rows, in] times a stacked or single weight [out, in]: the device packing exactly,
 // GemvNvfp4 against the twin, and the last row alone.
 Result GemvCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, bool realistic, bool stacked) {
@@ -175,11 +185,7 @@ Result GemvCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, bool r
   for (size_t i = 0; i < defined; ++i) differ += got_packed[i] != m.packed[i];
   if (differ > 0) r.note += absl::StrCat(" ", differ, " packed bytes differ from cpu::PackNvfp4's");
   r.mismatched += differ;
-  std::vector<float> want;
-  std::vector<double> mag;
-  StackedReference(m, xf, rows, in, out, &want, &mag);
-  r.rel_err = RelErr(ToF32(got), want, &r.unwritten);
-  CheckElements(got, want, mag, &r);
+  CheckProduct(m, xf, rows, in, out, got, &r);
   long changed = 0;
   for (int64_t o = 0; o < out; ++o) changed += alone[o] != got[(rows - 1) * out + o];
   if (changed > 0) r.note += absl::StrCat(" ", changed, " outputs of the last row differ from it alone");
@@ -233,11 +239,7 @@ Result LinearCase(std::mt19937& rng, int64_t rows, int64_t in, int64_t out, int6
   for (size_t i = 0; i < want_w.size(); ++i) differ += got_w[i] != want_w[i] && ((got_w[i] | want_w[i]) & 0x7fff) != 0;
   if (differ > 0) r.note += absl::StrCat(" ", differ, " dequantized weights differ from the host decode");
   r.mismatched += differ;
-  std::vector<float> want;
-  std::vector<double> mag;
-  StackedReference(m, xf, rows, in, out, &want, &mag);
-  r.rel_err = RelErr(ToF32(got), want, &r.unwritten);
-  CheckElements(got, want, mag, &r);
+  CheckProduct(m, xf, rows, in, out, got, &r);
   return r;
 }
 
