@@ -203,7 +203,8 @@ absl::Status LinearBf16F32(const uint16_t* x, int64_t rows, int64_t in, const ui
 
 absl::Status LinearBf16Scaled(const uint16_t* x, int64_t rows, int64_t in, const uint16_t* w, int64_t out,
                               const float* alpha, uint16_t* y, int64_t y_row, void* stream) {
-  if (rows < 0 || in < 1 || out < 1 || y_row < out || rows > INT_MAX || in > INT_MAX || y_row > INT_MAX) {
+  if (rows < 0 || in < 1 || out < 1 || y_row < out || rows > INT_MAX || in > INT_MAX || out > INT_MAX ||
+      y_row > INT_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("LinearBf16Scaled: rows ", rows, ", in ", in, ", out ", out,
                                                    ", y_row ", y_row, " (need rows >= 0, in >= 1, out >= 1, y_row >= "
                                                    "out, each <= ", INT_MAX, ")"));
@@ -214,18 +215,23 @@ absl::Status LinearBf16Scaled(const uint16_t* x, int64_t rows, int64_t in, const
   }
   absl::StatusOr<cublasHandle_t> handle = ThreadHandle();
   if (!handle.ok()) return handle.status();
-  float* beta = nullptr;  // a device zero: in device pointer mode beta is read there too
+  // beta: a device zero (in device pointer mode beta is read there too); cuBLAS reads no C when
+  // beta is 0, so y's old contents (NaN poison in the harness) never enter the result.
+  float* beta = nullptr;
   FERRY_CUDA_RETURN_IF_ERROR(cudaGetSymbolAddress(reinterpret_cast<void**>(&beta), g_device_zero));
   FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetStream(*handle, static_cast<cudaStream_t>(stream)));
+  cublasPointerMode_t mode = CUBLAS_POINTER_MODE_HOST;
+  FERRY_CUBLAS_RETURN_IF_ERROR(cublasGetPointerMode(*handle, &mode));
   FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetPointerMode(*handle, CUBLAS_POINTER_MODE_DEVICE));
   const cublasStatus_t st = cublasGemmEx(*handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out),
                                          static_cast<int>(rows), static_cast<int>(in), alpha, w, CUDA_R_16BF,
                                          static_cast<int>(in), x, CUDA_R_16BF, static_cast<int>(in), beta, y,
                                          CUDA_R_16BF, static_cast<int>(y_row), CUBLAS_COMPUTE_32F,
                                          CUBLAS_GEMM_DEFAULT);
-  // The thread's handle serves every other call in host pointer mode.
-  FERRY_CUBLAS_RETURN_IF_ERROR(cublasSetPointerMode(*handle, CUBLAS_POINTER_MODE_HOST));
+  // The thread's handle serves every other call in the mode it had (host pointers).
+  const cublasStatus_t restored = cublasSetPointerMode(*handle, mode);
   FERRY_CUBLAS_RETURN_IF_ERROR(st);
+  FERRY_CUBLAS_RETURN_IF_ERROR(restored);
   FERRY_CUDA_RETURN_IF_LAUNCH_ERROR();
   return absl::OkStatus();
 }

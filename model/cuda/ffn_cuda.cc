@@ -364,7 +364,9 @@ int64_t Nvfp4TileBytes(const CudaFfn& f) {
                       cu::Nvfp4GemmScratchBytes(m.down4.out, m.down4.in)});
   };
   if (f.dense) mlp(f.mlp);
-  if (f.has_shared) mlp(f.shared);  // the experts' dispatch may take it in: then this is spare
+  // A shared expert one expert wide beside NVFP4 experts joins their dispatch (MoeNvfp4).
+  const bool joins = f.nvfp4_experts && f.shared.nvfp4 && f.shared.inter() == f.moe_inter;
+  if (f.has_shared && !joins) mlp(f.shared);
   return bytes;
 }
 
