@@ -205,7 +205,23 @@ absl::Status CpuOps::FfnAdd(const Ffn& f, const ModelConfig& c, const float* a, 
       tap.ffn_inputs->See(tap.layer, expert, input, in, n, cols);
     };
   }
-  FERRY_RETURN_IF_ERROR(FfnForward(f, a, rows, D, c.swiglu_limit, y, decide, observe));
+  // W4A4's rounded MLP inputs onto a recording log (the CPU reference is the twin the device
+  // replays; it records, never pins).
+  Fp4RowsTap fp4;
+  absl::Status fp4_status;
+  if (tap.log != nullptr && tap.log->mode() == DecisionLog::Mode::kRecord) {
+    fp4 = [&](int64_t mlp, int64_t input, std::span<const int64_t> tokens, const float* values, int64_t n,
+              int64_t cols) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      for (int64_t r = 0; r < n && fp4_status.ok(); ++r) {
+        std::copy_n(values + r * cols, cols, row.begin());
+        const int64_t token = tokens.empty() ? r : tokens[static_cast<size_t>(r)];
+        fp4_status.Update(tap.log->Fp4Row(tap.layer, mlp, input, token, row).status());
+      }
+    };
+  }
+  FERRY_RETURN_IF_ERROR(FfnForward(f, a, rows, D, c.swiglu_limit, y, decide, observe, fp4));
+  FERRY_RETURN_IF_ERROR(fp4_status);
   if (assign) {
     std::copy_n(y, rows * D, x);
   } else {

@@ -96,14 +96,25 @@ absl::StatusOr<MlpWeights> LoadMlp(const WeightLoader& w, int64_t hidden, int64_
 
 namespace {
 
+// Shows the rounded rows (codes [rows, cols / 2], scales [rows, cols / 16]) to fp4's tap as values.
+void ShowFp4(const Fp4Site& fp4, int64_t mlp, int64_t input, const uint8_t* codes, const uint8_t* scales, int64_t rows,
+             int64_t cols) {
+  if (fp4.tap == nullptr || !*fp4.tap) return;
+  std::vector<float> v(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) DequantNvfp4Row(codes, scales, 1.0f, cols, r, 0, cols, v.data() + r * cols);
+  (*fp4.tap)(mlp, input, fp4.tokens, v.data(), rows, cols);
+}
+
 // h[rows, inter] = SwiGlu(gate x, up x; limit).
-void MlpHidden(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* h) {
+void MlpHidden(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* h,
+               const Fp4Site& fp4 = {}) {
   const int64_t inter = m.inter();
   std::vector<float> u(static_cast<size_t>(rows * inter));
   if (m.w4a4) {
     // One quantization of x serves gate and up (they share their input scale).
     std::vector<uint8_t> codes(static_cast<size_t>(rows * hidden / 2)), scales(static_cast<size_t>(rows * hidden / 16));
     cpu::QuantizeActivationsNvfp4(x, rows, hidden, m.gate4.input_scale, codes.data(), scales.data(), hidden);
+    ShowFp4(fp4, fp4.gate_up_mlp, 0, codes.data(), scales.data(), rows, hidden);
     for (const auto& [p, out] : {std::pair{&m.gate4, h}, {&m.up4, u.data()}}) {
       cpu::LinearW4A4Quantized(codes.data(), scales.data(), hidden, rows, hidden, p->input_scale, p->codes.data(),
                                p->scales.data(), p->global_scale, inter, out);
@@ -118,15 +129,19 @@ void MlpHidden(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden
 }  // namespace
 
 void MlpForward(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                const MlpInputTap& tap, int64_t expert) {
+                const MlpInputTap& tap, int64_t expert, const Fp4Site& fp4) {
   const int64_t inter = m.inter();
   std::vector<float> h(static_cast<size_t>(rows * inter));
   if (tap) tap(expert, MlpInput::kGateUp, x, rows, hidden);
-  MlpHidden(m, x, rows, hidden, limit, h.data());
+  MlpHidden(m, x, rows, hidden, limit, h.data(), fp4);
   if (tap) tap(expert, MlpInput::kDown, h.data(), rows, inter);
-  if (m.w4a4) {
+  if (m.w4a4) {  // cpu::LinearW4A4, its rounding shown
     const Nvfp4Projection& d = m.down4;
-    cpu::LinearW4A4(h.data(), rows, inter, d.input_scale, d.codes.data(), d.scales.data(), d.global_scale, hidden, y);
+    std::vector<uint8_t> codes(static_cast<size_t>(rows * inter / 2)), scales(static_cast<size_t>(rows * inter / 16));
+    cpu::QuantizeActivationsNvfp4(h.data(), rows, inter, d.input_scale, codes.data(), scales.data(), inter);
+    ShowFp4(fp4, fp4.down_mlp, 1, codes.data(), scales.data(), rows, inter);
+    cpu::LinearW4A4Quantized(codes.data(), scales.data(), inter, rows, inter, d.input_scale, d.codes.data(),
+                             d.scales.data(), d.global_scale, hidden, y);
   } else {
     cpu::Linear(h.data(), rows, inter, m.down.ptr(), hidden, y);
   }
@@ -177,7 +192,7 @@ absl::StatusOr<MoeWeights> LoadMoe(const WeightLoader& w, const ModelConfig& c, 
 }
 
 absl::Status MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                        const RouteDecision& decide, const MlpInputTap& tap) {
+                        const RouteDecision& decide, const MlpInputTap& tap, const Fp4RowsTap& fp4) {
   const int64_t E = m.routing.n_experts, K = m.routing.top_k;
   std::vector<float> logits(static_cast<size_t>(rows * E));
   cpu::Linear(x, rows, hidden, m.router.ptr(), E, logits.data());
@@ -219,16 +234,21 @@ absl::Status MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64
   std::vector<std::vector<int64_t>> routed(static_cast<size_t>(E));  // (row * K + slot)
   for (int64_t i = 0; i < rows * K; ++i) routed[experts[i]].push_back(i);
   std::vector<float> xin, yout;
+  std::vector<int64_t> tokens;
   for (int64_t e = 0; e < E; ++e) {
     const auto& list = routed[e];
     if (list.empty()) continue;
     const int64_t n = static_cast<int64_t>(list.size());
     xin.resize(static_cast<size_t>(n * hidden));
     yout.resize(xin.size());
+    tokens.resize(static_cast<size_t>(n));
     for (int64_t j = 0; j < n; ++j) {
+      tokens[static_cast<size_t>(j)] = list[j] / K;
       std::copy_n(x + (list[j] / K) * hidden, hidden, xin.data() + j * hidden);
     }
-    MlpForward(m.experts[e], xin.data(), n, hidden, limit, yout.data());
+    // A token's input is rounded once for all its experts (the layer's one scale): one key.
+    MlpForward(m.experts[e], xin.data(), n, hidden, limit, yout.data(), {}, e,
+               Fp4Site{&fp4, DecisionLog::kFp4RoutedInput, e, tokens});
     for (int64_t j = 0; j < n; ++j) {
       std::copy_n(yout.data() + j * hidden, hidden, slots.data() + list[j] * hidden);
     }
@@ -244,7 +264,8 @@ absl::Status MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64
   }
   if (m.has_shared) {
     std::vector<float> sh(static_cast<size_t>(rows * hidden));
-    MlpForward(m.shared, x, rows, hidden, limit, sh.data(), tap, FfnObserver::kSharedExpert);
+    MlpForward(m.shared, x, rows, hidden, limit, sh.data(), tap, FfnObserver::kSharedExpert,
+               Fp4Site{&fp4, DecisionLog::kFp4SharedExpert, DecisionLog::kFp4SharedExpert, {}});
     for (int64_t i = 0; i < rows * hidden; ++i) y[i] += sh[i];
   }
   return absl::OkStatus();
@@ -263,9 +284,10 @@ absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, 
 }
 
 absl::Status FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                        const RouteDecision& decide, const MlpInputTap& tap) {
-  if (!f.dense) return MoeForward(f.moe, x, rows, hidden, limit, y, decide, tap);
-  MlpForward(f.mlp, x, rows, hidden, limit, y, tap);
+                        const RouteDecision& decide, const MlpInputTap& tap, const Fp4RowsTap& fp4) {
+  if (!f.dense) return MoeForward(f.moe, x, rows, hidden, limit, y, decide, tap, fp4);
+  MlpForward(f.mlp, x, rows, hidden, limit, y, tap, FfnObserver::kDenseMlp,
+             Fp4Site{&fp4, DecisionLog::kFp4DenseMlp, DecisionLog::kFp4DenseMlp, {}});
   return absl::OkStatus();
 }
 

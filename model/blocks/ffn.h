@@ -73,10 +73,22 @@ class FfnObserver {
 // An observer bound to one layer (FfnForward's argument): null function when none is attached.
 using MlpInputTap = std::function<void(int64_t expert, MlpInput input, const float* x, int64_t rows, int64_t cols)>;
 
+// W4A4's rounded MLP inputs, shown to a DecisionLog that records them (DecisionLog::Fp4Row): each
+// rounding of an MLP kept in NVFP4 for W4A4, as values (e2m1 x its group's E4M3 scale) [rows,
+// cols]; `tokens` the step rows they are (empty: 0..rows-1); `mlp` and `input` as Fp4Row's.
+using Fp4RowsTap = std::function<void(int64_t mlp, int64_t input, std::span<const int64_t> tokens, const float* values,
+                                      int64_t rows, int64_t cols)>;
+// Where one MLP's roundings go: the keys of its gate/up input and of its down input.
+struct Fp4Site {
+  const Fp4RowsTap* tap = nullptr;  // null or empty: not shown
+  int64_t gate_up_mlp = 0, down_mlp = 0;
+  std::span<const int64_t> tokens;
+};
+
 // y[rows, hidden] = down(SwiGlu(gate x, up x; limit)), limit 0 = no clamp. y must not alias x.
-// `tap` (optional) sees x and the SwiGlu output as input `expert`'s.
+// `tap` (optional) sees x and the SwiGlu output as input `expert`'s; `fp4` the W4A4 roundings.
 void MlpForward(const MlpWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                const MlpInputTap& tap = {}, int64_t expert = FfnObserver::kDenseMlp);
+                const MlpInputTap& tap = {}, int64_t expert = FfnObserver::kDenseMlp, const Fp4Site& fp4 = {});
 
 // Router `gate.weight` [E, hidden], `gate.e_score_correction_bias` [E], experts E.{gate,up,down},
 // and `shared_experts` (inter = moe_intermediate_size * n_shared_experts; absent when 0).
@@ -107,7 +119,7 @@ using RouteDecision = std::function<absl::StatusOr<bool>(int64_t rows, int64_t k
 // as FfnObserver says. Errors: `decide`'s, and INVALID_ARGUMENT for a pinned expert id outside
 // [0, n_experts) or repeated in a row.
 absl::Status MoeForward(const MoeWeights& m, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                        const RouteDecision& decide = {}, const MlpInputTap& tap = {});
+                        const RouteDecision& decide = {}, const MlpInputTap& tap = {}, const Fp4RowsTap& fp4 = {});
 
 // A layer's FFN: the dense MLP or the MoE, as config.mlp_types says.
 struct FfnWeights {
@@ -123,6 +135,6 @@ absl::StatusOr<FfnWeights> LoadFfn(const WeightLoader& w, const ModelConfig& c, 
 // y[rows, hidden] = the layer's FFN of x (this rank's partial sum under tensor parallelism); an MoE
 // layer's routing goes through `decide` as MoeForward says; `tap` as MoeForward and MlpForward say.
 absl::Status FfnForward(const FfnWeights& f, const float* x, int64_t rows, int64_t hidden, float limit, float* y,
-                        const RouteDecision& decide = {}, const MlpInputTap& tap = {});
+                        const RouteDecision& decide = {}, const MlpInputTap& tap = {}, const Fp4RowsTap& fp4 = {});
 
 }  // namespace ferry::model

@@ -35,6 +35,7 @@ void DecisionLog::Start(Mode mode) {
   if (mode == Mode::kRecord) {
     entries_.clear();
     steps_.clear();
+    fp4_rows_.clear();
   }
   cursor_ = 0;
   step_cursor_ = 0;
@@ -145,6 +146,42 @@ absl::Status DecisionLog::Append(DecisionSite site, int64_t layer, int64_t width
   stats_.decisions += step_rows_;
   stats_.by_site[static_cast<int>(site)] += step_rows_;
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DecisionLog::Fp4Row(int64_t layer, int64_t mlp, int64_t input, int64_t row,
+                                          std::span<float> values) {
+  if (!in_step_ || values.size() % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("decision log: an FP4 row of ", values.size(), " values ",
+                                                   in_step_ ? "(not whole groups of 16)" : "outside a step"));
+  }
+  const int64_t step = static_cast<int64_t>(mode_ == Mode::kRecord ? steps_.size() : step_cursor_) - 1;
+  const std::array<int64_t, 5> key{step, layer, mlp, input, row};
+  if (mode_ == Mode::kRecord) {
+    fp4_rows_[key].assign(values.begin(), values.end());
+    ++stats_.fp4_rows;
+    return false;
+  }
+  if (fp4_rows_.empty()) return false;
+  const auto it = fp4_rows_.find(key);
+  if (it == fp4_rows_.end() || it->second.size() != values.size()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "decision log: step ", step, " layer ", layer, " MLP ", mlp, " input ", input, " row ", row, ": ",
+        it == fp4_rows_.end() ? std::string("no FP4 row recorded")
+                              : absl::StrCat(it->second.size(), " values recorded, ", values.size(), " here"),
+        " (the runs differ)"));
+  }
+  ++stats_.fp4_rows;
+  for (size_t g = 0; g < values.size(); g += 16) {
+    // A NaN equals a NaN; +0 and -0 are one value.
+    bool same = true;
+    for (size_t i = g; i < g + 16 && same; ++i) {
+      same = values[i] == it->second[i] || (std::isnan(values[i]) && std::isnan(it->second[i]));
+    }
+    stats_.fp4_groups_differing += same ? 0 : 1;
+  }
+  if (mode_ != Mode::kReplay) return false;
+  std::copy(it->second.begin(), it->second.end(), values.begin());
+  return true;
 }
 
 absl::Status DecisionLog::Finish() {

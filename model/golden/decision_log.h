@@ -28,6 +28,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -61,6 +62,8 @@ struct DecisionStats {
   int64_t differing = 0;  // of those, own set != recorded set
   std::array<int64_t, kDecisionSites> by_site{};            // decisions per site
   std::array<int64_t, kDecisionSites> differing_by_site{};  // differing per site
+  int64_t fp4_rows = 0;             // W4A4 rounded MLP input rows recorded or compared (Fp4Row)
+  int64_t fp4_groups_differing = 0;  // of their groups of 16, own values != recorded
   int64_t positions = 0;            // rows over all steps (a step's row is one token position)
   int64_t positions_differing = 0;  // rows with at least one differing decision in any layer
   std::vector<DecisionDifference> differences;  // every differing row decision, in the order met
@@ -101,6 +104,20 @@ class DecisionLog {
   // [rows] (margins may be empty: unknown).
   absl::Status Append(DecisionSite site, int64_t layer, int64_t width, std::span<const int32_t> ids,
                       std::span<const float> margins);
+
+  // W4A4 numerics' rounded MLP inputs (each value e2m1 x its group's E4M3 scale, before the
+  // activation scale: what the FP4 products multiply), a row at a time. FP4 codes flip at rounding
+  // ties as routing choices do, so a comparison of two runs pins them too. Kept by key, not in
+  // order (the backends round in different orders): `mlp` an expert id, kFp4DenseMlp,
+  // kFp4SharedExpert or kFp4RoutedInput (the routed experts' one rounding of a token's input),
+  // `input` 0 (gate and up) or 1 (down), `row` the step's row. kRecord: kept. kReplay: each group
+  // of 16 compared with the record (stats().fp4_groups_differing), then the row := the record
+  // (returns true). kCompare: compared only. A tape without FP4 rows (recorded from a run without
+  // W4A4) leaves every row as it is. Errors: INVALID_ARGUMENT outside a step or for a width not a
+  // multiple of 16; FAILED_PRECONDITION (kReplay, kCompare) for a row the tape lacks while it holds
+  // others, or holds with another width. Recut carries no FP4 rows.
+  static constexpr int64_t kFp4DenseMlp = -1, kFp4SharedExpert = -2, kFp4RoutedInput = -3;
+  absl::StatusOr<bool> Fp4Row(int64_t layer, int64_t mlp, int64_t input, int64_t row, std::span<float> values);
 
   // Ends the run (counts the last step's positions). Errors as BeginStep for unconsumed
   // entries; kReplay/kCompare: FAILED_PRECONDITION when steps of the tape were not replayed.
@@ -147,6 +164,7 @@ class DecisionLog {
   int64_t step_rows_ = 0;
   size_t step_end_ = 0;                  // kReplay/kCompare: entries_ index where this step ends
   std::vector<char> row_differs_;        // this step's rows: any differing decision yet
+  std::map<std::array<int64_t, 5>, std::vector<float>> fp4_rows_;  // (step, layer, mlp, input, row)
   DecisionStats stats_;
 };
 

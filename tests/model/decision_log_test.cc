@@ -68,6 +68,71 @@ TEST_CASE("a replayed log pins the recorded decisions and counts the rows that d
   }
 }
 
+TEST_CASE("W4A4's rounded MLP inputs: recorded by key, compared a group of 16 at a time, pinned on replay",
+          "[decision_log]") {
+  DecisionLog log;
+  std::vector<float> a(32, 0.5f), b(32, 1.5f);
+  // Outside a step, or not whole groups: refused.
+  log.Start(Mode::kRecord);
+  CHECK(absl::IsInvalidArgument(log.Fp4Row(0, 3, 1, 0, a).status()));
+  REQUIRE(log.BeginStep(2).ok());
+  std::vector<float> odd(20, 1.0f);
+  CHECK(absl::IsInvalidArgument(log.Fp4Row(0, 3, 1, 0, odd).status()));
+  // Expert 3's down input at rows 0 and 1 of layer 0; the routed input of row 1, recorded twice
+  // (two experts round the same token alike): the last is kept.
+  REQUIRE(log.Fp4Row(0, 3, 1, 0, a).ok());
+  REQUIRE(log.Fp4Row(0, 3, 1, 1, b).ok());
+  REQUIRE(log.Fp4Row(0, DecisionLog::kFp4RoutedInput, 0, 1, a).ok());
+  REQUIRE(log.Fp4Row(0, DecisionLog::kFp4RoutedInput, 0, 1, b).ok());
+  REQUIRE(log.Finish().ok());
+  CHECK(log.stats().fp4_rows == 4);
+
+  // Replay, rounded in another order: row 1 of expert 3 differs in its second group only.
+  log.Start(Mode::kReplay);
+  REQUIRE(log.BeginStep(2).ok());
+  std::vector<float> own = b;
+  own[20] = 2.0f;
+  auto pinned = log.Fp4Row(0, 3, 1, 1, own);
+  REQUIRE(pinned.ok());
+  CHECK(*pinned);
+  CHECK(own == b);
+  std::vector<float> same = a, routed = b;
+  CHECK(*log.Fp4Row(0, 3, 1, 0, same));
+  CHECK(*log.Fp4Row(0, DecisionLog::kFp4RoutedInput, 0, 1, routed));
+  // A row the tape lacks (another expert, another layer) or holds with another width: the runs differ.
+  std::vector<float> c = a;
+  CHECK(absl::IsFailedPrecondition(log.Fp4Row(0, 4, 1, 0, c).status()));
+  CHECK(absl::IsFailedPrecondition(log.Fp4Row(1, 3, 1, 0, c).status()));
+  std::vector<float> wide(48, 0.5f);
+  CHECK(absl::IsFailedPrecondition(log.Fp4Row(0, 3, 1, 0, wide).status()));
+  REQUIRE(log.Finish().ok());
+  CHECK(log.stats().fp4_rows == 3);
+  CHECK(log.stats().fp4_groups_differing == 1);
+
+  // Compare: counted, left as they are.
+  log.Start(Mode::kCompare);
+  REQUIRE(log.BeginStep(2).ok());
+  own = b;
+  own[0] = 7.0f;
+  CHECK_FALSE(*log.Fp4Row(0, 3, 1, 1, own));
+  CHECK(own[0] == 7.0f);
+  REQUIRE(log.Finish().ok());
+  CHECK(log.stats().fp4_groups_differing == 1);
+
+  // A tape recorded without W4A4 (no FP4 rows) leaves every row as it is.
+  DecisionLog plain;
+  plain.Start(Mode::kRecord);
+  REQUIRE(plain.BeginStep(2).ok());
+  REQUIRE(plain.Finish().ok());
+  plain.Start(Mode::kReplay);
+  REQUIRE(plain.BeginStep(2).ok());
+  std::vector<float> untouched = a;
+  auto kept = plain.Fp4Row(0, 3, 1, 0, untouched);
+  REQUIRE(kept.ok());
+  CHECK_FALSE(*kept);
+  CHECK(untouched == a);
+}
+
 TEST_CASE("a replay that makes other calls than the recording is refused", "[decision_log]") {
   DecisionLog log;
   log.Start(Mode::kRecord);

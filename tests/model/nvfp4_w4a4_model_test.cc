@@ -18,6 +18,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/blocks/ffn.h"
 #include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/config.h"
 #include "model/families/generate.h"
 #include "model/golden/decision_log.h"
 #include "tests/catch.h"
@@ -206,6 +207,18 @@ TEST_CASE("w4a4: a calibrated checkpoint stores ModelOpt's input scales and runs
     // uncorrelated logits would be ~1.4. The wiring is held exactly by the MLP case below.
     CHECK(d > 0.0f);
     CHECK(d < 1.0f);
+    // Recording the twin's FP4 roundings (what the CUDA model check replays) changes no logit,
+    // and shows every token's rounded inputs: per layer at least gate/up and down of one MLP.
+    DecisionLog rounded;
+    rounded.Start(DecisionLog::Mode::kRecord);
+    CHECK(MaxDiff(Logits(calibrated, Nvfp4Numerics::kW4A4, 1, &rounded), Logits(calibrated, Nvfp4Numerics::kW4A4)) ==
+          0.0f);
+    REQUIRE(rounded.Finish().ok());
+    auto cfg = Checkpoint::Open(calibrated);
+    REQUIRE(cfg.ok());
+    auto layers = ParseModelConfig(cfg->config_json(), cfg->config_path());
+    REQUIRE(layers.ok());
+    CHECK(rounded.stats().fp4_rows >= 2 * 24 * layers->num_layers);
     // The weight-only checkpoint's exact weights compute like the calibrated one's.
     CHECK(MaxDiff(Logits(weights_only, Nvfp4Numerics::kW4A16), w4a16) == 0.0f);
 
