@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status.h"
 #include "kernels/cuda/ops.h"
 
@@ -46,6 +47,25 @@ absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* i
     for (int64_t j = 0; j < k; ++j) n[r] += h[r * k + j] >= 0 ? 1 : 0;
   }
   return cu::CopyToDevice(counts, n.data(), n.size() * sizeof(int32_t));
+}
+
+absl::Status TapFp4Rows(const DecisionTap& tap, int64_t input, std::span<const Fp4RowId> ids, uint16_t* rows,
+                        int64_t cols) {
+  if (tap.log == nullptr || ids.empty()) return absl::OkStatus();
+  std::vector<uint16_t> bits(ids.size() * static_cast<size_t>(cols));
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(bits.data(), rows, bits.size() * sizeof(uint16_t)));
+  std::vector<float> row(static_cast<size_t>(cols));
+  bool pinned = false;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint16_t* b = bits.data() + i * static_cast<size_t>(cols);
+    for (int64_t c = 0; c < cols; ++c) row[static_cast<size_t>(c)] = Bf16ToF32(b[c]);
+    FERRY_ASSIGN_OR_RETURN(const bool set, tap.log->Fp4Row(tap.layer, ids[i].mlp, input, ids[i].token, row));
+    if (!set) continue;
+    for (int64_t c = 0; c < cols; ++c) b[c] = F32ToBf16(row[static_cast<size_t>(c)]);
+    pinned = true;
+  }
+  if (!pinned) return absl::OkStatus();
+  return cu::CopyToDevice(rows, bits.data(), bits.size() * sizeof(uint16_t));
 }
 
 }  // namespace ferry::model::cuda

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "absl/status/status.h"
 #include "kernels/cpu/ops.h"
@@ -27,5 +28,16 @@ absl::Status TapMoeRoute(const DecisionTap& tap, const float* logits, int64_t ro
 // null) on the device. When the log pins, ids become the recorded ones and counts their number
 // of non-negative entries (what TopK would have written for them).
 absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* ids, int32_t* counts);
+
+// After a RoundActivationsW4A4 of W4A4 numerics: rows [ids.size(), cols] bf16 on the device,
+// row i being step row ids[i].token of MLP ids[i].mlp (DecisionLog::Fp4Row's keys), input
+// `input` (0 gate/up, 1 down). The log compares each with its record; when it pins, the rows
+// become the recorded values (exact in bf16), so the products after it multiply the reference's
+// FP4 activations. Errors: the log's; copy errors.
+struct Fp4RowId {
+  int64_t mlp = 0, token = 0;
+};
+absl::Status TapFp4Rows(const DecisionTap& tap, int64_t input, std::span<const Fp4RowId> ids, uint16_t* rows,
+                        int64_t cols);
 
 }  // namespace ferry::model::cuda

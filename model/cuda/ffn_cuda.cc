@@ -112,21 +112,30 @@ absl::Status LoadMlpCuda(const WeightLoader& w, int64_t hidden, int64_t inter, P
 // rows and s.nvfp4_tiles dequantized tiles and cuBLAS; gate and up each under its global scale);
 // with W4A4 numerics each input is rounded to NVFP4 first (x into y, which the down product then
 // overwrites; h in place). y must not alias x.
+// W4A4: `tap` sees both roundings as MLP `mlp`'s (DecisionLog::Fp4Row), rows row0.. of the step.
 template <typename T>
 absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, float limit, const FfnScratch<T>& s,
-                    T* y) {
+                    T* y, const DecisionTap& tap = {}, int64_t mlp = DecisionLog::kFp4DenseMlp, int64_t row0 = 0) {
   const int64_t I = m.inter();
   T *gu = s.gu, *h = s.h;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (m.nvfp4) {
+      std::vector<Fp4RowId> ids;
+      if (m.w4a4 && tap.log != nullptr) {
+        for (int64_t i = 0; i < rows; ++i) ids.push_back({mlp, row0 + i});
+      }
       if (m.w4a4) {
         FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(x, rows, hidden, m.w4a4_gate_up, y));
+        FERRY_RETURN_IF_ERROR(TapFp4Rows(tap, 0, ids, y, hidden));
         x = y;
       }
       FERRY_RETURN_IF_ERROR(cu::LinearNvfp4(x, rows, hidden, m.gate_up4.packed.as<const uint8_t>(), 2 * I,
                                             /*part_rows=*/I, s.nvfp4_tiles, s.nvfp4_tile_bytes, gu));
       FERRY_RETURN_IF_ERROR(act::SwiGlu(gu, gu + I, rows, I, 2 * I, limit, h));
-      if (m.w4a4) FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(h, rows, I, m.w4a4_down, h));
+      if (m.w4a4) {
+        FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(h, rows, I, m.w4a4_down, h));
+        FERRY_RETURN_IF_ERROR(TapFp4Rows(tap, 1, ids, h, I));
+      }
       return cu::LinearNvfp4(h, rows, I, m.down4.packed.as<const uint8_t>(), hidden, /*part_rows=*/hidden,
                              s.nvfp4_tiles, s.nvfp4_tile_bytes, y);
     }
@@ -430,7 +439,7 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
                     float* x, const DecisionTap& tap, bool assign) {
   const int64_t D = c.hidden_size;
   if (f.dense) {
-    FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s, y));
+    FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.mlp, c.swiglu_limit, s, y, tap));
     return assign ? act::ToF32(y, R * D, x) : act::AddResidual(x, y, R * D);
   }
   const int64_t E = f.routing.n_experts, K = f.routing.top_k, MI = f.moe_inter;
@@ -439,9 +448,12 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   FERRY_RETURN_IF_ERROR(TapMoeRoute(tap, s.logits, R, f.routing, s.experts, s.route_w));
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (f.nvfp4_experts) {
-      return MoeNvfp4(f, c, a, R, s, y, x, assign, [&](const uint16_t* an, int64_t n, uint16_t* yn) {
-        return MlpRun(an, n, D, f.shared, c.swiglu_limit, s, yn);
-      });
+      return MoeNvfp4(
+          f, c, a, R, s, y, x, assign,
+          [&](const uint16_t* an, int64_t n, uint16_t* yn, int64_t row0) {
+            return MlpRun(an, n, D, f.shared, c.swiglu_limit, s, yn, tap, DecisionLog::kFp4SharedExpert, row0);
+          },
+          tap);
     }
     const bool shared_fits = !f.has_shared || f.shared.inter() == MI;
     // The bf16 dispatch takes the shared expert in with the routed ones: only a bf16 one (under
@@ -486,7 +498,9 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
     if (f.fp8_experts) {
       FERRY_RETURN_IF_ERROR(MoeFp8Experts(f, c, a, R, s, start, y));
       // The routed outputs are in slots already; the shared expert's into y when it is not FP8.
-      if (f.has_shared && !f.shared.fp8) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s, y));
+      if (f.has_shared && !f.shared.fp8) {
+        FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s, y, tap, DecisionLog::kFp4SharedExpert));
+      }
       return act::MoeCombine(s.slots, s.route_w, f.has_shared ? y : nullptr, R, K, D, x, assign);
     }
   }
@@ -516,7 +530,9 @@ absl::Status FfnAdd(const CudaFfn& f, const ModelConfig& c, const T* a, int64_t 
   if (f.has_shared) {
     // Wider than one expert, or not bf16: alone, now that gu and h are free again (the routed
     // outputs are in slots).
-    if (!fuse_shared) FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s, y));
+    if (!fuse_shared) {
+      FERRY_RETURN_IF_ERROR(MlpRun(a, R, D, f.shared, c.swiglu_limit, s, y, tap, DecisionLog::kFp4SharedExpert));
+    }
     shared = y;
   }
   return act::MoeCombine(s.slots, s.route_w, shared, R, K, D, x, assign);

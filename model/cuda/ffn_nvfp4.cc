@@ -117,9 +117,38 @@ absl::Status MakeNvfp4Tables(CudaFfn* f) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// TapFp4Rows over the pairs' rows h [pairs, cols] of a piece whose first row is row0: each listed
+// pair as its expert's (the shared group, id n_experts, as the shared expert's) at its token.
+absl::Status TapPairRows(const DecisionTap& tap, const cu::MoePairs& p, int64_t max_groups, int64_t pairs,
+                         int64_t n_experts, int64_t row0, uint16_t* h, int64_t cols) {
+  if (tap.log == nullptr || pairs == 0) return absl::OkStatus();
+  int32_t groups = 0;
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(&groups, p.n_groups, sizeof(int32_t)));
+  groups = std::min<int32_t>(groups, static_cast<int32_t>(max_groups));
+  std::vector<int32_t> expert(static_cast<size_t>(groups)), start(expert.size()), count(expert.size());
+  std::vector<int32_t> src(static_cast<size_t>(pairs));
+  if (groups > 0) {
+    FERRY_RETURN_IF_ERROR(cu::CopyToHost(expert.data(), p.group_expert, expert.size() * sizeof(int32_t)));
+    FERRY_RETURN_IF_ERROR(cu::CopyToHost(start.data(), p.group_start, start.size() * sizeof(int32_t)));
+    FERRY_RETURN_IF_ERROR(cu::CopyToHost(count.data(), p.group_count, count.size() * sizeof(int32_t)));
+  }
+  FERRY_RETURN_IF_ERROR(cu::CopyToHost(src.data(), p.src_row, src.size() * sizeof(int32_t)));
+  // The listed pairs are [0, their number): the rows past them (ids flagged invalid) hold nothing.
+  std::vector<Fp4RowId> ids;
+  for (int32_t g = 0; g < groups; ++g) {
+    const int64_t mlp = expert[g] == n_experts ? DecisionLog::kFp4SharedExpert : expert[g];
+    for (int32_t j = start[g]; j < start[g] + count[g]; ++j) ids.push_back({mlp, row0 + src[static_cast<size_t>(j)]});
+  }
+  return TapFp4Rows(tap, 1, ids, h, cols);
+}
+
+}  // namespace
+
 absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
                       const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign,
-                      const SharedRun& shared_apart) {
+                      const SharedRun& shared_apart, const DecisionTap& tap) {
   const int64_t D = c.hidden_size, E = f.routing.n_experts, K = f.routing.top_k, MI = f.moe_inter;
   const bool fused = f.has_shared && f.shared.nvfp4 && f.shared.inter() == MI;
   // MoeGroupPairs takes up to kMoeMaxPairs pairs a call; the scratch holds R rows' pairs.
@@ -138,13 +167,21 @@ absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a,
     const uint16_t* xn = an;
     if (w4a4) {  // a's rows rounded once for every expert (into yn, free until the down product)
       FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(an, n, D, ex0.w4a4_gate_up, yn));
+      if (tap.log != nullptr) {
+        std::vector<Fp4RowId> ids;
+        for (int64_t i = 0; i < n; ++i) ids.push_back({DecisionLog::kFp4RoutedInput, r0 + i});
+        FERRY_RETURN_IF_ERROR(TapFp4Rows(tap, 0, ids, yn, D));
+      }
       xn = yn;
     }
     FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(up, p, groups, n, xn, /*gather_x=*/true, D, 2 * MI, s.gu, false, nullptr));
     FERRY_RETURN_IF_ERROR(act::SwiGlu(s.gu, s.gu + MI, pairs, MI, 2 * MI, c.swiglu_limit, s.h));
-    if (w4a4) FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(s.h, pairs, MI, ex0.w4a4_down, s.h));
+    if (w4a4) {
+      FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(s.h, pairs, MI, ex0.w4a4_down, s.h));
+      FERRY_RETURN_IF_ERROR(TapPairRows(tap, p, groups, pairs, E, r0, s.h, MI));
+    }
     FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(down, p, groups, n, s.h, /*gather_x=*/false, MI, D, s.slots, true, yn));
-    if (f.has_shared && !fused) FERRY_RETURN_IF_ERROR(shared_apart(an, n, yn));
+    if (f.has_shared && !fused) FERRY_RETURN_IF_ERROR(shared_apart(an, n, yn, r0));
     FERRY_RETURN_IF_ERROR(act::MoeCombine(s.slots, s.route_w + r0 * K, f.has_shared ? yn : nullptr, n, K, D,
                                           x + r0 * D, assign));
   }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/blocks/ffn.h"
+#include "model/cuda/decision_tap.h"
 #include "model/cuda/ffn_cuda.h"
 
 namespace ferry::model::cuda {
@@ -40,9 +41,12 @@ absl::Status MakeNvfp4Tables(CudaFfn* f);
 // expert's rows into y), MoeCombine. A shared expert outside the tables runs as
 // shared_apart(a rows, rows, y rows) after the routed ones. y [R, hidden] is scratch. W4A4
 // experts (CudaMlp::w4a4) round each piece of a (into y, before the down product writes there)
-// and the SwiGlu output to NVFP4 first, under the layer's scales.
-using SharedRun = std::function<absl::Status(const uint16_t* a, int64_t rows, uint16_t* y)>;
+// and the SwiGlu output to NVFP4 first, under the layer's scales; `tap` sees each rounding
+// (TapFp4Rows: a's rows as DecisionLog::kFp4RoutedInput's, each pair's SwiGlu row as its expert's
+// or the shared expert's). shared_apart gets the piece's first row of a.
+using SharedRun = std::function<absl::Status(const uint16_t* a, int64_t rows, uint16_t* y, int64_t row0)>;
 absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a, int64_t R,
-                      const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign, const SharedRun& shared_apart);
+                      const FfnScratch<uint16_t>& s, uint16_t* y, float* x, bool assign, const SharedRun& shared_apart,
+                      const DecisionTap& tap = {});
 
 }  // namespace ferry::model::cuda
