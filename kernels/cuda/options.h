@@ -2,7 +2,8 @@
 // benchmarks set them from their flags; serving runs the defaults. Plain C++.
 //
 // Set them once, before the first launch: an op reads them when it first picks a form for a
-// device and shape and may keep that pick. (FERRY_PDL=0 in the environment, the kill switch of
+// device and shape and may keep that pick (nvfp4_gemm_min_rows alone is read at every call, so a
+// check may compare both forms in one run). (FERRY_PDL=0 in the environment, the kill switch of
 // programmatic dependent launch, stays an environment variable: pdl.cuh.)
 #pragma once
 

@@ -49,6 +49,13 @@ absl::Status TapTopK(const DecisionTap& tap, int64_t rows, int64_t k, int32_t* i
   return cu::CopyToDevice(counts, n.data(), n.size() * sizeof(int32_t));
 }
 
+std::vector<Fp4RowId> Fp4RowsOf(const DecisionTap& tap, int64_t mlp, int64_t row0, int64_t n) {
+  std::vector<Fp4RowId> ids;
+  if (tap.log == nullptr) return ids;
+  for (int64_t i = 0; i < n; ++i) ids.push_back({mlp, row0 + i});
+  return ids;
+}
+
 absl::Status TapFp4Rows(const DecisionTap& tap, int64_t input, std::span<const Fp4RowId> ids, uint16_t* rows,
                         int64_t cols) {
   if (tap.log == nullptr || ids.empty()) return absl::OkStatus();

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "kernels/cpu/ops.h"
@@ -39,5 +40,7 @@ struct Fp4RowId {
 };
 absl::Status TapFp4Rows(const DecisionTap& tap, int64_t input, std::span<const Fp4RowId> ids, uint16_t* rows,
                         int64_t cols);
+// The ids of rows [row0, row0 + n) of one MLP's input; none when the tap is off.
+std::vector<Fp4RowId> Fp4RowsOf(const DecisionTap& tap, int64_t mlp, int64_t row0, int64_t n);
 
 }  // namespace ferry::model::cuda

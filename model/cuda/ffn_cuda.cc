@@ -120,10 +120,7 @@ absl::Status MlpRun(const T* x, int64_t rows, int64_t hidden, const CudaMlp& m, 
   T *gu = s.gu, *h = s.h;
   if constexpr (std::is_same_v<T, uint16_t>) {
     if (m.nvfp4) {
-      std::vector<Fp4RowId> ids;
-      if (m.w4a4 && tap.log != nullptr) {
-        for (int64_t i = 0; i < rows; ++i) ids.push_back({mlp, row0 + i});
-      }
+      const std::vector<Fp4RowId> ids = m.w4a4 ? Fp4RowsOf(tap, mlp, row0, rows) : std::vector<Fp4RowId>{};
       if (m.w4a4) {
         FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(x, rows, hidden, m.w4a4_gate_up, y));
         FERRY_RETURN_IF_ERROR(TapFp4Rows(tap, 0, ids, y, hidden));

@@ -167,11 +167,7 @@ absl::Status MoeNvfp4(const CudaFfn& f, const ModelConfig& c, const uint16_t* a,
     const uint16_t* xn = an;
     if (w4a4) {  // a's rows rounded once for every expert (into yn, free until the down product)
       FERRY_RETURN_IF_ERROR(cu::RoundActivationsW4A4(an, n, D, ex0.w4a4_gate_up, yn));
-      if (tap.log != nullptr) {
-        std::vector<Fp4RowId> ids;
-        for (int64_t i = 0; i < n; ++i) ids.push_back({DecisionLog::kFp4RoutedInput, r0 + i});
-        FERRY_RETURN_IF_ERROR(TapFp4Rows(tap, 0, ids, yn, D));
-      }
+      FERRY_RETURN_IF_ERROR(TapFp4Rows(tap, 0, Fp4RowsOf(tap, DecisionLog::kFp4RoutedInput, r0, n), yn, D));
       xn = yn;
     }
     FERRY_RETURN_IF_ERROR(cu::MoeGemvNvfp4(up, p, groups, n, xn, /*gather_x=*/true, D, 2 * MI, s.gu, false, nullptr));

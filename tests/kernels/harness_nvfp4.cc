@@ -417,6 +417,10 @@ int RunNvfp4HostChecks() {
   checks.Refused(cu::DequantizeNvfp4(bytes, 32, 16, 16, 20, y), "rows [16, 36) of 32", "DequantizeNvfp4 past out");
   checks.Refused(cu::LinearNvfp4(x, 2, 16, bytes, 64, 20, y, 64, y), "parts of 20 rows",
                  "LinearNvfp4 a part off the row tiles");
+  static const float alpha = 1.0f;
+  checks.Refused(cu::LinearBf16Scaled(x, 2, 16, x, 8, &alpha, y, 4), "y_row 4", "LinearBf16Scaled y_row < out");
+  checks.Refused(cu::LinearBf16Scaled(x, 2, 16, x, 8, nullptr, y, 8), "null x, w, y or alpha",
+                 "LinearBf16Scaled without alpha");
   checks.Expect(cu::Nvfp4GemmScratchBytes(100, 272) == 7 * 16 * 272 * 2, "Nvfp4GemmScratchBytes: the whole matrix");
   checks.Expect(cu::Nvfp4GemmScratchBytes(8192, 6144) == (16 << 20) / (16 * 6144 * 2) * 16 * 6144 * 2,
                 "Nvfp4GemmScratchBytes: whole tiles within 16 MiB");
